@@ -1,0 +1,98 @@
+# berth: one non-recursive build.  `make` builds bin/, `make test` runs every
+# test, `make run` starts the embedded default, `make asan` builds with
+# AddressSanitizer/UBSan into build/asan/bin (`make test-asan` runs the suite
+# on those binaries).  Quiet unless V=1.
+
+CC      ?= cc
+PKGS    := libvirt sqlite3 libmicrohttpd jansson libssh libcurl
+WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+           -Wmissing-prototypes -Wformat=2 -Wno-format-nonliteral \
+           -Wno-missing-field-initializers -Wno-format-truncation
+CFLAGS  ?= -O2 -g
+BASE_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -I. -MMD -MP \
+           $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread
+
+ifeq ($(SANITIZE),1)
+OUT     := build/asan
+CFLAGS  := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
+           -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+else
+OUT     := build/default
+endif
+BIN     := $(if $(filter 1,$(SANITIZE)),$(OUT)/bin,bin)
+
+ifneq ($(V),1)
+Q := @
+quiet = @printf '  %-6s %s\n' $(1) $(2);
+endif
+
+COMMON_SRC  := common/log.c common/util.c common/run.c common/buf.c \
+               common/err.c common/sshexec.c
+STORAGE_SRC := storage/storage.c storage/qcow2.c
+HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/config.c hostd/db.c hostd/virt.c \
+               hostd/seed.c hostd/api.c hostd/machine.c hostd/image.c \
+               hostd/keys.c
+CLI_SRC     := cli/main.c cli/client.c cli/up.c
+UNIT_SRC    := $(wildcard tests/unit/test_*.c)
+
+# Objects shared by the daemon and the unit tests (everything but main).
+LIB_SRC     := $(COMMON_SRC) $(STORAGE_SRC) $(filter-out hostd/main.c,$(HOSTD_SRC))
+
+obj = $(patsubst %.c,$(OUT)/obj/%.o,$(1))
+
+PROGS := $(BIN)/berth-hostd $(BIN)/berth
+UNITS := $(patsubst tests/unit/%.c,$(OUT)/tests/%,$(UNIT_SRC))
+
+all: $(PROGS) $(UNITS)
+
+$(OUT)/obj/%.o: %.c
+	$(call quiet,CC,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BIN)/berth-hostd: $(call obj,hostd/main.c $(LIB_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BIN)/berth: $(call obj,$(CLI_SRC) $(COMMON_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(OUT)/tests/%: $(call obj,tests/unit/%.c $(LIB_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+deps:
+	$(Q)sh deploy/install-deps.sh test
+
+# The two commands.  Both install what is missing first.
+run: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)./bin/berth up --state $(or $(STATE),/var/lib/berth)
+
+test: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)bash tests/run
+
+asan: deps
+	$(Q)$(MAKE) --no-print-directory SANITIZE=1 all
+
+test-asan: asan
+	$(Q)BERTH_BIN=build/asan/bin BERTH_UNIT=build/asan/tests bash tests/run
+
+bench: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)bash bench/run
+
+clean:
+	rm -rf bin build
+
+.PHONY: all deps run test asan test-asan bench clean
+.SECONDARY:
+
+-include $(shell find build -name '*.d' 2>/dev/null)

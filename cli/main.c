@@ -1,0 +1,506 @@
+/* berth: the command line of berth.  It talks to berth-hostd's JSON API on
+ * STATE/hostd.sock; STATE comes from --state, $BERTH_STATE or
+ * /var/lib/berth.  Every listing takes --json. */
+#include <errno.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/sshexec.h"
+#include "common/util.h"
+#include "common/banned.h"
+
+static const char usage_text[] =
+	"usage: berth [--state DIR] [--json] COMMAND [ARGS]\n"
+	"\n"
+	"  up [--detach]                  start libvirtd (if none), hostd, the tiny image, a demo machine\n"
+	"  down                           stop the machines and what `up` started\n"
+	"  info                           hypervisor (kvm|tcg), storage backend, versions\n"
+	"  ls                             list machines\n"
+	"  show NAME                      one machine, with its SSH endpoint\n"
+	"  create NAME [--image I] [--cpus N] [--memory 512M] [--disk 4G] [--no-start] [--no-wait]\n"
+	"  start|stop|suspend|resume|restart NAME [--no-wait] [--timeout S]\n"
+	"  rm NAME                        delete a machine and its disk\n"
+	"  exec NAME [--no-wake] -- CMD...  run CMD in the machine; exits with its status\n"
+	"  image ls | image build RECIPE [--name N] | image rm NAME\n"
+	"\n"
+	"  --state DIR   state directory of the hostd to talk to (default $BERTH_STATE or /var/lib/berth)\n"
+	"  --json        machine-readable output\n";
+
+int cli_call(const struct client *c, const char *method, const char *path,
+	     json_t *body, json_t **resp)
+{
+	long status;
+	char err[1024];
+
+	if (client_call(c, method, path, body, &status, resp, err, sizeof(err)) < 0) {
+		fprintf(stderr, "berth: %s\n", err);
+		return -1;
+	}
+	if (status >= 200 && status < 300 && *resp)
+		return 0;
+	json_t *msg = json_object_get(json_object_get(*resp, "error"), "message");
+	fprintf(stderr, "berth: %s\n", json_is_string(msg) ? json_string_value(msg)
+							  : "unexpected answer from hostd");
+	if (c->json && *resp)
+		json_dumpf(*resp, stdout, JSON_INDENT(2)), fputc('\n', stdout);
+	json_decref(*resp);
+	*resp = NULL;
+	return -1;
+}
+
+static void print_json(json_t *j)
+{
+	json_dumpf(j, stdout, JSON_INDENT(2));
+	fputc('\n', stdout);
+}
+
+static const char *jstr(json_t *o, const char *k)
+{
+	const char *s = json_string_value(json_object_get(o, k));
+	return s ? s : "";
+}
+
+static long long jint(json_t *o, const char *k)
+{
+	return (long long)json_integer_value(json_object_get(o, k));
+}
+
+static void fmt_size(json_t *o, const char *k, char *out, size_t outlen)
+{
+	json_t *v = json_object_get(o, k);
+	if (!json_is_integer(v)) {
+		snprintf(out, outlen, "-");
+		return;
+	}
+	size_format((uint64_t)json_integer_value(v), out, outlen);
+}
+
+static void print_machine_row(json_t *m)
+{
+	char mem[32], disk[32], alloc[32], ssh[80] = "-";
+	json_t *s = json_object_get(m, "ssh");
+
+	fmt_size(m, "memory", mem, sizeof(mem));
+	fmt_size(m, "disk", disk, sizeof(disk));
+	fmt_size(m, "allocated", alloc, sizeof(alloc));
+	if (json_is_object(s))
+		snprintf(ssh, sizeof(ssh), "%s:%lld", jstr(s, "host"), jint(s, "port"));
+	printf("%-20s %-10s %-10s %4lld %7s %7s %9s  %s\n", jstr(m, "name"),
+	       jstr(m, "state"), jstr(m, "image"), jint(m, "vcpus"), mem, disk, alloc, ssh);
+}
+
+static void print_machine(const struct client *c, json_t *m)
+{
+	if (c->json) {
+		print_json(m);
+		return;
+	}
+	printf("%-20s %-10s %-10s %4s %7s %7s %9s  %s\n", "NAME", "STATE", "IMAGE", "CPUS",
+	       "MEMORY", "DISK", "ALLOCATED", "SSH");
+	print_machine_row(m);
+}
+
+static int cmd_info(struct client *c)
+{
+	json_t *r;
+
+	if (cli_call(c, "GET", "/v1/info", NULL, &r) < 0)
+		return 1;
+	if (c->json) {
+		print_json(r);
+	} else {
+		json_t *st = json_object_get(r, "storage");
+		char used[32], total[32];
+		fmt_size(st, "used", used, sizeof(used));
+		fmt_size(st, "total", total, sizeof(total));
+		if (*jstr(r, "hypervisor_note"))
+			printf("hypervisor: %s (%s)\n", jstr(r, "hypervisor"),
+			       jstr(r, "hypervisor_note"));
+		else
+			printf("hypervisor: %s\n", jstr(r, "hypervisor"));
+		printf("storage:    %s at %s (%s of %s used)\n", jstr(st, "backend"),
+		       jstr(st, "location"), used, total);
+		printf("network:    %s\n", jstr(r, "network"));
+		printf("libvirt:    %s\n", jstr(r, "libvirt"));
+		printf("berth:      %s (state %s, instance %s)\n", jstr(r, "version"),
+		       jstr(r, "state_dir"), jstr(r, "instance"));
+	}
+	json_decref(r);
+	return 0;
+}
+
+static int cmd_ls(struct client *c)
+{
+	json_t *r, *m;
+	size_t i;
+
+	if (cli_call(c, "GET", "/v1/machines", NULL, &r) < 0)
+		return 1;
+	if (c->json) {
+		print_json(r);
+	} else {
+		printf("%-20s %-10s %-10s %4s %7s %7s %9s  %s\n", "NAME", "STATE", "IMAGE",
+		       "CPUS", "MEMORY", "DISK", "ALLOCATED", "SSH");
+		json_array_foreach(json_object_get(r, "machines"), i, m)
+			print_machine_row(m);
+	}
+	json_decref(r);
+	return 0;
+}
+
+static int cmd_show(struct client *c, int argc, char **argv)
+{
+	char path[256];
+	json_t *r;
+
+	if (argc != 2 || !name_valid(argv[1])) {
+		fprintf(stderr, "usage: berth show NAME\n");
+		return 2;
+	}
+	snprintf(path, sizeof(path), "/v1/machines/%s", argv[1]);
+	if (cli_call(c, "GET", path, NULL, &r) < 0)
+		return 1;
+	print_machine(c, r);
+	json_decref(r);
+	return 0;
+}
+
+/* Value of option ARGV[*I] ("--cpus 2" or "--cpus=2"); advances *I. */
+static const char *optval(int argc, char **argv, int *i, const char *name)
+{
+	size_t n = strlen(name);
+
+	if (strncmp(argv[*i], name, n) == 0 && argv[*i][n] == '=')
+		return argv[*i] + n + 1;
+	if (strcmp(argv[*i], name) == 0 && *i + 1 < argc)
+		return argv[++*i];
+	return NULL;
+}
+
+static int cmd_create(struct client *c, int argc, char **argv)
+{
+	json_t *body = json_object(), *r;
+	const char *v, *name = NULL;
+	bool start = true, wait = true;
+	int rc = 2;
+	int64_t t0 = mono_ms();
+
+	for (int i = 1; i < argc; i++) {
+		if ((v = optval(argc, argv, &i, "--image")))
+			json_object_set_new(body, "image", json_string(v));
+		else if ((v = optval(argc, argv, &i, "--cpus"))) {
+			char *end;
+			long n = strtol(v, &end, 10);
+			if (*end || end == v) {
+				fprintf(stderr, "berth: --cpus takes a number, not '%s'\n", v);
+				goto out;
+			}
+			json_object_set_new(body, "vcpus", json_integer(n));
+		} else if ((v = optval(argc, argv, &i, "--memory")))
+			json_object_set_new(body, "memory", json_string(v));
+		else if ((v = optval(argc, argv, &i, "--disk")))
+			json_object_set_new(body, "disk", json_string(v));
+		else if (!strcmp(argv[i], "--no-start"))
+			start = false;
+		else if (!strcmp(argv[i], "--no-wait"))
+			wait = false;
+		else if (argv[i][0] != '-' && !name)
+			name = argv[i];
+		else {
+			fprintf(stderr, "berth create: unexpected argument '%s'\n", argv[i]);
+			goto out;
+		}
+	}
+	if (!name) {
+		fprintf(stderr, "usage: berth create NAME [--image I] [--cpus N] [--memory 512M] "
+			"[--disk 4G] [--no-start] [--no-wait]\n");
+		goto out;
+	}
+	json_object_set_new(body, "name", json_string(name));
+	json_object_set_new(body, "start", json_boolean(start));
+	json_object_set_new(body, "wait", json_boolean(start && wait));
+	if (!c->json && start)
+		fprintf(stderr, "creating %s…\n", name);
+	rc = 1;
+	if (cli_call(c, "POST", "/v1/machines", body, &r) < 0)
+		goto out;
+	if (!c->json && json_integer_value(json_object_get(r, "ready_ms")) > 0)
+		fprintf(stderr, "%s is ready in %.1f s\n", name, (double)(mono_ms() - t0) / 1000.0);
+	print_machine(c, r);
+	json_decref(r);
+	rc = 0;
+out:
+	json_decref(body);
+	return rc;
+}
+
+static int cmd_action(struct client *c, int argc, char **argv)
+{
+	const char *action = argv[0], *name = NULL, *v;
+	json_t *body = json_object(), *r;
+	bool wait = strcmp(action, "stop") != 0 && strcmp(action, "suspend") != 0;
+	char path[256];
+	int rc = 2;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--no-wait"))
+			wait = false;
+		else if ((v = optval(argc, argv, &i, "--timeout")))
+			json_object_set_new(body, "timeout", json_integer(atoi(v)));
+		else if (argv[i][0] != '-' && !name)
+			name = argv[i];
+		else {
+			fprintf(stderr, "berth %s: unexpected argument '%s'\n", action, argv[i]);
+			goto out;
+		}
+	}
+	if (!name || !name_valid(name)) {
+		fprintf(stderr, "usage: berth %s NAME [--no-wait] [--timeout S]\n", action);
+		goto out;
+	}
+	if (wait)
+		json_object_set_new(body, "wait", json_true());
+	snprintf(path, sizeof(path), "/v1/machines/%s/%s", name, action);
+	rc = 1;
+	if (cli_call(c, "POST", path, body, &r) < 0)
+		goto out;
+	if (c->json)
+		print_json(r);
+	else if (json_integer_value(json_object_get(r, "ready_ms")) > 0)
+		printf("%s: %s, ready in %.1f s\n", name, jstr(r, "state"),
+		       (double)jint(r, "ready_ms") / 1000.0);
+	else
+		printf("%s: %s\n", name, jstr(r, "state"));
+	json_decref(r);
+	rc = 0;
+out:
+	json_decref(body);
+	return rc;
+}
+
+static int cmd_rm(struct client *c, int argc, char **argv)
+{
+	char path[256];
+	json_t *r;
+
+	if (argc != 2 || !name_valid(argv[1])) {
+		fprintf(stderr, "usage: berth rm NAME\n");
+		return 2;
+	}
+	snprintf(path, sizeof(path), "/v1/machines/%s", argv[1]);
+	if (cli_call(c, "DELETE", path, NULL, &r) < 0)
+		return 1;
+	if (c->json)
+		print_json(r);
+	else
+		printf("deleted %s\n", argv[1]);
+	json_decref(r);
+	return 0;
+}
+
+static int cmd_exec(struct client *c, int argc, char **argv)
+{
+	const char *name = NULL;
+	bool wake = true;
+	int i, status = 255;
+	char path[256], err[1024];
+	json_t *body, *r;
+	char *cmd;
+
+	for (i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+		if (!strcmp(argv[i], "--no-wake"))
+			wake = false;
+		else if (argv[i][0] != '-' && !name)
+			name = argv[i];
+		else
+			break;
+	}
+	if (!name || i >= argc || strcmp(argv[i], "--") || i + 1 >= argc) {
+		fprintf(stderr, "usage: berth exec NAME [--no-wake] -- CMD [ARGS...]\n");
+		return 2;
+	}
+	if (!name_valid(name)) {
+		fprintf(stderr, "berth: invalid machine name '%s'\n", name);
+		return 2;
+	}
+	snprintf(path, sizeof(path), "/v1/machines/%s/ssh", name);
+	body = json_pack("{s:b}", "wake", wake);
+	if (cli_call(c, "POST", path, body, &r) < 0) {
+		json_decref(body);
+		return 255;
+	}
+	json_decref(body);
+	if (jint(r, "woke_ms") > 0)
+		fprintf(stderr, "woke %s: ready in %.1f s\n", name, (double)jint(r, "woke_ms") / 1000.0);
+	struct sshexec_target t = {
+		.host = jstr(r, "host"), .port = (int)jint(r, "port"),
+		.user = jstr(r, "user"), .key_b64 = jstr(r, "private_key"),
+		.connect_timeout_ms = 15000,
+	};
+	cmd = sshexec_quote(argv + i + 1);
+	if (!cmd) {
+		json_decref(r);
+		return 255;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	if (sshexec_run(&t, cmd, 0, 1, 2, &status, err, sizeof(err)) < 0) {
+		fprintf(stderr, "berth exec %s: %s\n", name, err);
+		status = 255;
+	}
+	free(cmd);
+	json_decref(r);
+	return status;
+}
+
+static int cmd_image(struct client *c, int argc, char **argv)
+{
+	json_t *r, *img;
+	size_t i;
+	char path[256];
+
+	if (argc >= 2 && !strcmp(argv[1], "ls")) {
+		if (cli_call(c, "GET", "/v1/images", NULL, &r) < 0)
+			return 1;
+		if (c->json) {
+			print_json(r);
+		} else {
+			printf("%-16s %8s %9s %5s  %s\n", "NAME", "SIZE", "ALLOCATED", "USERS", "SHA256");
+			json_array_foreach(json_object_get(r, "images"), i, img) {
+				char size[32], alloc[32];
+				fmt_size(img, "size", size, sizeof(size));
+				fmt_size(img, "allocated", alloc, sizeof(alloc));
+				printf("%-16s %8s %9s %5lld  %s\n", jstr(img, "name"), size, alloc,
+				       jint(img, "users"), jstr(img, "sha256"));
+			}
+		}
+		json_decref(r);
+		return 0;
+	}
+	if (argc >= 3 && !strcmp(argv[1], "build")) {
+		const char *name = argv[2], *v;
+		for (int j = 3; j < argc; j++) {
+			if ((v = optval(argc, argv, &j, "--name")))
+				name = v;
+			else {
+				fprintf(stderr, "berth image build: unexpected argument '%s'\n", argv[j]);
+				return 2;
+			}
+		}
+		json_t *body = json_pack("{s:s, s:s}", "recipe", argv[2], "name", name);
+		int64_t t0 = mono_ms();
+		if (!c->json)
+			fprintf(stderr, "building image %s from recipe %s…\n", name, argv[2]);
+		int rc = cli_call(c, "POST", "/v1/images", body, &r);
+		json_decref(body);
+		if (rc < 0)
+			return 1;
+		if (c->json)
+			print_json(r);
+		else
+			printf("image %s built in %.1f s (sha256 %s)\n", name,
+			       (double)(mono_ms() - t0) / 1000.0, jstr(r, "sha256"));
+		json_decref(r);
+		return 0;
+	}
+	if (argc == 3 && !strcmp(argv[1], "rm")) {
+		snprintf(path, sizeof(path), "/v1/images/%s", argv[2]);
+		if (cli_call(c, "DELETE", path, NULL, &r) < 0)
+			return 1;
+		if (c->json)
+			print_json(r);
+		else
+			printf("deleted image %s\n", argv[2]);
+		json_decref(r);
+		return 0;
+	}
+	fprintf(stderr, "usage: berth image ls | build RECIPE [--name N] | rm NAME\n");
+	return 2;
+}
+
+int main(int argc, char **argv)
+{
+	struct client c = { 0 };
+	const char *state = getenv("BERTH_STATE");
+	int i;
+
+	for (i = 1; i < argc; i++) {
+		const char *v;
+		if ((v = optval(argc, argv, &i, "--state")))
+			state = v;
+		else if (!strcmp(argv[i], "--json"))
+			c.json = true;
+		else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			fputs(usage_text, stdout);
+			return 0;
+		} else
+			break;
+	}
+	if (i >= argc) {
+		fputs(usage_text, stderr);
+		return 2;
+	}
+	if (!state || !*state)
+		state = "/var/lib/berth";
+	if (state[0] != '/') {
+		char cwd[PATH_MAX];
+		if (!getcwd(cwd, sizeof(cwd)))
+			return 1;
+		snprintf(c.state, sizeof(c.state), "%s/%s", cwd, state);
+	} else {
+		snprintf(c.state, sizeof(c.state), "%s", state);
+	}
+	snprintf(c.sock, sizeof(c.sock), "%s/hostd.sock", c.state);
+
+	/* --json may also follow the command. */
+	int n = 0;
+	char **args = argv + i;
+	int nargs = argc - i;
+	for (int j = 0; j < nargs; j++) {
+		if (!strcmp(args[j], "--"))  {
+			for (; j < nargs; j++)
+				args[n++] = args[j];
+			break;
+		}
+		if (!strcmp(args[j], "--json"))
+			c.json = true;
+		else
+			args[n++] = args[j];
+	}
+	nargs = n;
+	const char *cmd = args[0];
+
+	if (!strcmp(cmd, "up"))
+		return cmd_up(&c, nargs, args);
+	if (!strcmp(cmd, "down"))
+		return cmd_down(&c, nargs, args);
+	if (!strcmp(cmd, "info"))
+		return cmd_info(&c);
+	if (!strcmp(cmd, "ls") || !strcmp(cmd, "list"))
+		return cmd_ls(&c);
+	if (!strcmp(cmd, "show"))
+		return cmd_show(&c, nargs, args);
+	if (!strcmp(cmd, "create"))
+		return cmd_create(&c, nargs, args);
+	if (!strcmp(cmd, "start") || !strcmp(cmd, "stop") || !strcmp(cmd, "suspend") ||
+	    !strcmp(cmd, "resume") || !strcmp(cmd, "restart"))
+		return cmd_action(&c, nargs, args);
+	if (!strcmp(cmd, "rm") || !strcmp(cmd, "delete"))
+		return cmd_rm(&c, nargs, args);
+	if (!strcmp(cmd, "exec"))
+		return cmd_exec(&c, nargs, args);
+	if (!strcmp(cmd, "image"))
+		return cmd_image(&c, nargs, args);
+	if (!strcmp(cmd, "checkpoint") || !strcmp(cmd, "checkpoints") || !strcmp(cmd, "restore") ||
+	    !strcmp(cmd, "fork") || !strcmp(cmd, "desktop") || !strcmp(cmd, "usage") ||
+	    !strcmp(cmd, "key") || !strcmp(cmd, "token")) {
+		fprintf(stderr, "berth: '%s' is not implemented yet\n", cmd);
+		return 2;
+	}
+	fprintf(stderr, "berth: unknown command '%s'\n\n%s", cmd, usage_text);
+	return 2;
+}

@@ -1,0 +1,340 @@
+/* `berth up` and `berth down`: the embedded default on one machine.
+ *
+ * up:   libvirtd (started here when none answers: these machines have no
+ *       systemd), berth-hostd for the state directory, the tiny image when
+ *       missing, and a running machine "demo".  Without --detach it stays in
+ *       the foreground and runs `down` on Ctrl-C.
+ * down: stops the running machines (their disks stay), hostd, and libvirtd
+ *       if `up` started it and no domain runs any more. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/run.h"
+#include "common/util.h"
+#include "common/banned.h"
+
+#define LIBVIRT_SOCK "/run/libvirt/libvirt-sock"
+
+static bool unix_answers(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return ok;
+}
+
+static pid_t pid_from_file(const char *path)
+{
+	char buf[32] = "";
+	FILE *f = fopen(path, "re");
+	long pid = 0;
+
+	if (!f)
+		return 0;
+	if (fgets(buf, sizeof(buf), f))
+		pid = strtol(buf, NULL, 10);
+	fclose(f);
+	if (pid <= 1 || kill((pid_t)pid, 0) < 0)
+		return 0;
+	return (pid_t)pid;
+}
+
+static int ensure_libvirtd(struct client *c)
+{
+	char marker[PATH_MAX];
+	struct err e = { 0 };
+
+	if (unix_answers(LIBVIRT_SOCK))
+		return 0;
+	fprintf(stderr, "starting libvirtd…\n");
+	if (!pid_from_file("/run/virtlogd.pid")) {
+		char *const argv[] = { "virtlogd", "-d", NULL };
+		if (run_argv(argv, NULL, &e) < 0) {
+			fprintf(stderr, "berth up: %s\n", e.msg);
+			return -1;
+		}
+	}
+	char *const argv[] = { "libvirtd", "-d", NULL };
+	if (run_argv(argv, NULL, &e) < 0) {
+		fprintf(stderr, "berth up: %s\n", e.msg);
+		return -1;
+	}
+	for (int i = 0; i < 150 && !unix_answers(LIBVIRT_SOCK); i++)
+		usleep(100 * 1000);
+	if (!unix_answers(LIBVIRT_SOCK)) {
+		fprintf(stderr, "berth up: libvirtd started but %s does not answer\n", LIBVIRT_SOCK);
+		return -1;
+	}
+	snprintf(marker, sizeof(marker), "%s/libvirtd.started-by-up", c->state);
+	file_write_atomic(marker, "1\n", 2, 0600, NULL);
+	return 0;
+}
+
+static void print_log_tail(const char *log)
+{
+	char *text = file_read(log, 1 << 20, NULL);
+	size_t n;
+
+	if (!text)
+		return;
+	n = strlen(text);
+	fprintf(stderr, "--- last lines of %s ---\n%s", log, n > 2000 ? text + n - 2000 : text);
+	free(text);
+}
+
+static int ensure_hostd(struct client *c)
+{
+	char bin[PATH_MAX], dir[PATH_MAX], log[PATH_MAX];
+	pid_t pid;
+
+	if (client_alive(c))
+		return 0;
+	if (exe_dir(dir, sizeof(dir)) < 0)
+		return -1;
+	snprintf(bin, sizeof(bin), "%s/berth-hostd", dir);
+	snprintf(log, sizeof(log), "%s/hostd.log", c->state);
+	if (mkdir_p(c->state, 0700) < 0) {
+		fprintf(stderr, "berth up: create %s: %s\n", c->state, strerror(errno));
+		return -1;
+	}
+	fprintf(stderr, "starting berth-hostd (log %s)…\n", log);
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+		int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		setsid();
+		if (fd < 0 || nul < 0)
+			_exit(127);
+		dup2(nul, 0);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		/* Detach fully: a grandchild is reparented, nobody waits on it. */
+		if (fork() != 0)
+			_exit(0);
+		execl(bin, "berth-hostd", "--state", c->state, (char *)NULL);
+		dprintf(2, "cannot run %s: %s\n", bin, strerror(errno));
+		_exit(127);
+	}
+	waitpid(pid, NULL, 0);
+	for (int i = 0; i < 300; i++) {
+		if (client_alive(c))
+			return 0;
+		usleep(100 * 1000);
+	}
+	fprintf(stderr, "berth up: berth-hostd did not come up within 30 s\n");
+	print_log_tail(log);
+	return -1;
+}
+
+static int ensure_image(struct client *c)
+{
+	json_t *r;
+	long status;
+	char err[512];
+
+	if (client_call(c, "GET", "/v1/images/tiny", NULL, &status, &r, err, sizeof(err)) < 0) {
+		fprintf(stderr, "berth up: %s\n", err);
+		return -1;
+	}
+	json_decref(r);
+	if (status == 200)
+		return 0;
+	fprintf(stderr, "building the tiny image (Debian kernel, busybox, dropbear)…\n");
+	int64_t t0 = mono_ms();
+	json_t *body = json_pack("{s:s}", "recipe", "tiny");
+	int rc = cli_call(c, "POST", "/v1/images", body, &r);
+	json_decref(body);
+	if (rc < 0)
+		return -1;
+	fprintf(stderr, "tiny image built in %.1f s\n", (double)(mono_ms() - t0) / 1000.0);
+	json_decref(r);
+	return 0;
+}
+
+static int ensure_demo(struct client *c, json_t **machine)
+{
+	json_t *r, *body;
+	long status;
+	char err[512];
+	int64_t t0 = mono_ms();
+
+	if (client_call(c, "GET", "/v1/machines/demo", NULL, &status, &r, err, sizeof(err)) < 0) {
+		fprintf(stderr, "berth up: %s\n", err);
+		return -1;
+	}
+	json_decref(r);
+	if (status == 404) {
+		fprintf(stderr, "creating and booting machine demo…\n");
+		body = json_pack("{s:s, s:s, s:b, s:b}", "name", "demo", "image", "tiny",
+				 "start", 1, "wait", 1);
+		status = cli_call(c, "POST", "/v1/machines", body, machine);
+	} else {
+		fprintf(stderr, "starting machine demo…\n");
+		body = json_pack("{s:b}", "wait", 1);
+		status = cli_call(c, "POST", "/v1/machines/demo/start", body, machine);
+	}
+	json_decref(body);
+	if (status < 0)
+		return -1;
+	fprintf(stderr, "demo is ready (%.1f s)\n", (double)(mono_ms() - t0) / 1000.0);
+	return 0;
+}
+
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig)
+{
+	got_signal = sig;
+}
+
+int cmd_up(struct client *c, int argc, char **argv)
+{
+	bool detach = false;
+	json_t *m = NULL, *info = NULL;
+	char pidfile[PATH_MAX];
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--detach") || !strcmp(argv[i], "-d"))
+			detach = true;
+		else {
+			fprintf(stderr, "usage: berth up [--state DIR] [--detach]\n");
+			return 2;
+		}
+	}
+	if (geteuid() != 0) {
+		fprintf(stderr, "berth up: run as root (it starts libvirtd and the privileged hostd)\n");
+		return 1;
+	}
+	if (ensure_libvirtd(c) < 0 || ensure_hostd(c) < 0 || ensure_image(c) < 0 ||
+	    ensure_demo(c, &m) < 0 || cli_call(c, "GET", "/v1/info", NULL, &info) < 0) {
+		json_decref(m);
+		return 1;
+	}
+	json_t *ssh = json_object_get(m, "ssh");
+	const char *host = json_string_value(json_object_get(ssh, "host"));
+	long long port = (long long)json_integer_value(json_object_get(ssh, "port"));
+	printf("\nberth is up: state %s, machines run under %s, storage %s.\n", c->state,
+	       json_string_value(json_object_get(info, "hypervisor")),
+	       json_string_value(json_object_get(json_object_get(info, "storage"), "backend")));
+	printf("The machine 'demo' is running. Try:\n\n");
+	printf("  bin/berth --state %s exec demo -- uname -a\n", c->state);
+	printf("  bin/berth --state %s ls\n", c->state);
+	if (host)
+		printf("  ssh -i %s/keys/gateway -p %lld -o StrictHostKeyChecking=no root@%s\n",
+		       c->state, port, host);
+	printf("  bin/berth --state %s down\n\n", c->state);
+	json_decref(m);
+	json_decref(info);
+	if (detach)
+		return 0;
+
+	printf("Running in the foreground; Ctrl-C stops the machines and berth.\n");
+	fflush(stdout);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	snprintf(pidfile, sizeof(pidfile), "%s/hostd.pid", c->state);
+	while (!got_signal) {
+		sleep(1);
+		if (!pid_from_file(pidfile) && !client_alive(c)) {
+			fprintf(stderr, "berth up: berth-hostd exited; see %s/hostd.log\n", c->state);
+			return 1;
+		}
+	}
+	fprintf(stderr, "\nstopping…\n");
+	char *down[] = { "down", NULL };
+	return cmd_down(c, 1, down);
+}
+
+static void stop_machines(struct client *c)
+{
+	json_t *r, *m;
+	size_t i;
+
+	if (cli_call(c, "GET", "/v1/machines", NULL, &r) < 0)
+		return;
+	json_array_foreach(json_object_get(r, "machines"), i, m) {
+		const char *name = json_string_value(json_object_get(m, "name"));
+		const char *state = json_string_value(json_object_get(m, "state"));
+		char path[256];
+		json_t *x;
+		if (strcmp(state, "running") && strcmp(state, "paused"))
+			continue;
+		fprintf(stderr, "stopping %s…\n", name);
+		snprintf(path, sizeof(path), "/v1/machines/%s/stop", name);
+		if (cli_call(c, "POST", path, NULL, &x) == 0)
+			json_decref(x);
+	}
+	json_decref(r);
+}
+
+static bool domains_running(void)
+{
+	struct buf out = BUF_INIT;
+	char *const argv[] = { "virsh", "-q", "-c", "qemu:///system", "list", "--name", NULL };
+	struct run_opts o = { .out = &out };
+	bool any = true;
+
+	if (run_argv(argv, &o, NULL) == 0)
+		any = strspn(buf_str(&out), " \n") != out.len;
+	buf_free(&out);
+	return any;
+}
+
+static void stop_pid(const char *what, const char *pidfile)
+{
+	pid_t pid = pid_from_file(pidfile);
+
+	if (!pid)
+		return;
+	fprintf(stderr, "stopping %s (pid %ld)…\n", what, (long)pid);
+	kill(pid, SIGTERM);
+	for (int i = 0; i < 100 && kill(pid, 0) == 0; i++)
+		usleep(100 * 1000);
+	if (kill(pid, 0) == 0)
+		kill(pid, SIGKILL);
+}
+
+int cmd_down(struct client *c, int argc, char **argv)
+{
+	char path[PATH_MAX];
+
+	(void)argv;
+	if (argc != 1) {
+		fprintf(stderr, "usage: berth down [--state DIR]\n");
+		return 2;
+	}
+	if (client_alive(c))
+		stop_machines(c);
+	snprintf(path, sizeof(path), "%s/hostd.pid", c->state);
+	stop_pid("berth-hostd", path);
+	snprintf(path, sizeof(path), "%s/libvirtd.started-by-up", c->state);
+	if (access(path, F_OK) == 0) {
+		if (domains_running()) {
+			fprintf(stderr, "leaving libvirtd running: other domains run on it\n");
+		} else {
+			stop_pid("libvirtd", "/run/libvirtd.pid");
+			stop_pid("virtlogd", "/run/virtlogd.pid");
+		}
+		unlink(path);
+	}
+	printf("berth is down (state %s); machines keep their disks.\n", c->state);
+	return 0;
+}

@@ -1,0 +1,119 @@
+#include "common/buf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/banned.h"
+
+static void buf_grow(struct buf *b, size_t extra)
+{
+	size_t need = b->len + extra + 1;
+
+	if (need <= b->cap)
+		return;
+	size_t cap = b->cap ? b->cap : 64;
+	while (cap < need)
+		cap *= 2;
+	char *p = realloc(b->data, cap);
+	if (!p)
+		abort();
+	b->data = p;
+	b->cap = cap;
+}
+
+void buf_add(struct buf *b, const void *data, size_t len)
+{
+	buf_grow(b, len);
+	if (len)
+		memcpy(b->data + b->len, data, len);
+	b->len += len;
+	b->data[b->len] = '\0';
+}
+
+void buf_adds(struct buf *b, const char *s)
+{
+	buf_add(b, s, strlen(s));
+}
+
+void buf_printf(struct buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		abort();
+	buf_grow(b, (size_t)n);
+	va_start(ap, fmt);
+	vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	b->len += (size_t)n;
+}
+
+void buf_add_xml(struct buf *b, const char *s)
+{
+	for (; *s; s++) {
+		switch (*s) {
+		case '&': buf_adds(b, "&amp;"); break;
+		case '<': buf_adds(b, "&lt;"); break;
+		case '>': buf_adds(b, "&gt;"); break;
+		case '\'': buf_adds(b, "&apos;"); break;
+		case '"': buf_adds(b, "&quot;"); break;
+		default: buf_add(b, s, 1);
+		}
+	}
+}
+
+void buf_add_shquoted(struct buf *b, const char *s)
+{
+	if (*s && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+			   "0123456789-_./=:,+@%") == strlen(s)) {
+		buf_adds(b, s);
+		return;
+	}
+	buf_adds(b, "'");
+	for (; *s; s++) {
+		if (*s == '\'')
+			buf_adds(b, "'\\''");
+		else
+			buf_add(b, s, 1);
+	}
+	buf_adds(b, "'");
+}
+
+const char *buf_str(const struct buf *b)
+{
+	return b->data ? b->data : "";
+}
+
+char *buf_detach(struct buf *b)
+{
+	char *p = b->data;
+
+	if (!p) {
+		p = strdup("");
+		if (!p)
+			abort();
+	}
+	b->data = NULL;
+	b->len = b->cap = 0;
+	return p;
+}
+
+void buf_reset(struct buf *b)
+{
+	b->len = 0;
+	if (b->data)
+		b->data[0] = '\0';
+}
+
+void buf_free(struct buf *b)
+{
+	free(b->data);
+	b->data = NULL;
+	b->len = b->cap = 0;
+}

@@ -1,0 +1,33 @@
+/* A growable, always NUL-terminated byte buffer. */
+#ifndef BERTH_BUF_H
+#define BERTH_BUF_H
+
+#include <stddef.h>
+
+struct buf {
+	char *data;   /* NULL until the first append; then NUL-terminated */
+	size_t len;
+	size_t cap;
+};
+
+#define BUF_INIT { NULL, 0, 0 }
+
+/* Append; abort() on allocation failure (a daemon that cannot allocate a
+ * few bytes cannot report anything either). */
+void buf_add(struct buf *b, const void *data, size_t len);
+void buf_adds(struct buf *b, const char *s);
+void buf_printf(struct buf *b, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Append S with XML's five special characters escaped. */
+void buf_add_xml(struct buf *b, const char *s);
+/* Append S quoted for a POSIX shell (for logs and dry-run records only:
+ * berth never runs a shell on it). */
+void buf_add_shquoted(struct buf *b, const char *s);
+/* Return the contents ("" when empty); the buffer keeps ownership. */
+const char *buf_str(const struct buf *b);
+/* Hand the contents to the caller (free() it); the buffer is emptied. */
+char *buf_detach(struct buf *b);
+void buf_reset(struct buf *b);
+void buf_free(struct buf *b);
+
+#endif

@@ -1,0 +1,78 @@
+/*
+ * sshexec: run one command in a VM over SSH (libssh), streaming its stdin,
+ * stdout and stderr, and report its exit status.  Used by `berth exec` and
+ * by whatever waits for a booting VM's sshd.
+ *
+ * The targets are always VMs on loopback whose host key changes each time
+ * they are re-created, so the server's host key is accepted without a check
+ * (see sshexec.c); the client authenticates with the private key it is given
+ * and never reads ~/.ssh or any ssh_config.
+ */
+#ifndef BERTH_SSHEXEC_H
+#define BERTH_SSHEXEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct sshexec_target {
+	const char *host;	/* numeric address or name, e.g. "127.0.0.1" */
+	int port;
+	const char *user;	/* e.g. "root" */
+	/* The private key as OpenSSH PEM text ("-----BEGIN OPENSSH PRIVATE
+	 * KEY-----..."), unencrypted; read with ssh_pki_import_privkey_base64. */
+	const char *key_b64;
+	/* Bound on TCP connect + SSH handshake + authentication + opening the
+	 * channel and starting the command; <= 0 means 10000. */
+	int connect_timeout_ms;
+};
+
+/*
+ * Quote ARGV (NULL-terminated) into one command line for the remote POSIX
+ * shell: every argument single-quoted ('...', with ' written as '\''),
+ * joined by single spaces, so the remote shell sees exactly ARGV.  An empty
+ * ARGV gives "".  Returns a malloc'd string the caller frees, or NULL when
+ * memory runs out.
+ */
+char *sshexec_quote(char *const argv[]);
+
+/*
+ * Run CMD (a shell command line, e.g. from sshexec_quote) on T and wait for
+ * it to end.  While it runs:
+ *  - FD_IN is copied to the remote stdin until EOF, then EOF is sent; no more
+ *    is read than the channel window allows, so a command that never reads
+ *    its stdin stalls the copy, not the run.  FD_IN may be -1: no stdin.
+ *  - the remote stdout goes to FD_OUT and the remote stderr to FD_ERR as it
+ *    arrives (memory use does not grow with the output).  Writes block while
+ *    a pipe is full, which in turn holds the remote back.
+ *  - if FD_OUT or FD_ERR fails with EPIPE (nobody reads any more), the
+ *    channel is closed and the run ends at once, like a local pipeline:
+ *    *STATUS is then the exit status if it already arrived, otherwise 141
+ *    (128 + SIGPIPE).
+ * FD_OUT or FD_ERR may be -1 to discard that stream.  The descriptors stay
+ * open and keep their flags; any may be nonblocking.  The caller must ignore
+ * SIGPIPE (writes to a closed pipe must fail with EPIPE, not kill it).
+ *
+ * Returns 0 once the command has ended and all its output is written, with
+ * *STATUS set to its exit status, or 128+N when it died of signal N (255 for
+ * a signal name this module does not know).  Returns -1 when the key cannot
+ * be read, on failure to connect, authenticate, open the channel or start
+ * the command, when the connection is lost, when FD_IN or a write fails
+ * other than with EPIPE, or when the server closes without an exit status;
+ * then ERR (ERRLEN bytes, may be 0) holds a message naming host:port and the
+ * cause, e.g. "127.0.0.1:2201: connection refused" or
+ * "127.0.0.1:2201: authentication failed", and *STATUS is left unchanged.
+ */
+int sshexec_run(const struct sshexec_target *t, const char *cmd,
+		int fd_in, int fd_out, int fd_err, int *status,
+		char *err, size_t errlen);
+
+/*
+ * True when something at HOST:PORT accepts a TCP connection and sends the
+ * first bytes of an SSH version banner ("SSH-") within TIMEOUT_MS in all;
+ * false on refusal, silence, a short or other reply, or any error.  A
+ * connect alone proves nothing: QEMU user networking accepts connections
+ * before the guest's sshd listens.
+ */
+bool sshexec_banner_ready(const char *host, int port, int timeout_ms);
+
+#endif

@@ -1,0 +1,436 @@
+#include "common/util.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+bool name_valid(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n < 1 || n > 63 || s[0] == '-' || s[n - 1] == '-')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+int size_parse(const char *s, uint64_t unit, uint64_t *out)
+{
+	uint64_t v = 0;
+	const char *p = s;
+	int shift = -1;
+
+	if (!*p)
+		return -1;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		if (v > (UINT64_MAX - 9) / 10)
+			return -1;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	if (p == s)
+		return -1;
+	switch (*p) {
+	case '\0': break;
+	case 'k': case 'K': shift = 10; break;
+	case 'm': case 'M': shift = 20; break;
+	case 'g': case 'G': shift = 30; break;
+	case 't': case 'T': shift = 40; break;
+	default: return -1;
+	}
+	if (shift >= 0) {
+		p++;
+		if (strcmp(p, "") && strcmp(p, "i") && strcmp(p, "iB") &&
+		    strcmp(p, "B"))
+			return -1;
+		if (v > (UINT64_MAX >> shift))
+			return -1;
+		*out = v << shift;
+		return 0;
+	}
+	if (unit && v > UINT64_MAX / unit)
+		return -1;
+	*out = v * unit;
+	return 0;
+}
+
+void size_format(uint64_t bytes, char *out, size_t outlen)
+{
+	static const char units[] = "KMGT";
+	int i;
+
+	if (bytes < 1024) {
+		snprintf(out, outlen, "%lluB", (unsigned long long)bytes);
+		return;
+	}
+	for (i = 3; i >= 0; i--) {
+		uint64_t u = 1ULL << (10 * (i + 1));
+		if (bytes >= u) {
+			if (bytes % u == 0)
+				snprintf(out, outlen, "%llu%c",
+					 (unsigned long long)(bytes / u), units[i]);
+			else
+				snprintf(out, outlen, "%.1f%c",
+					 (double)bytes / (double)u, units[i]);
+			return;
+		}
+	}
+}
+
+int64_t now_s(void)
+{
+	return (int64_t)time(NULL);
+}
+
+int64_t mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t mono_ms(void)
+{
+	return mono_us() / 1000;
+}
+
+int mkdir_p(const char *path, unsigned mode)
+{
+	char tmp[PATH_MAX];
+	size_t n = (size_t)snprintf(tmp, sizeof(tmp), "%s", path);
+
+	if (n >= sizeof(tmp)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+			return -1;
+		*p = '/';
+	}
+	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+		return -1;
+	return 0;
+}
+
+static int fsync_dir_of(const char *path)
+{
+	char tmp[PATH_MAX];
+	int fd, rc;
+
+	snprintf(tmp, sizeof(tmp), "%s", path);
+	fd = open(dirname(tmp), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	rc = fsync(fd);
+	close(fd);
+	return rc;
+}
+
+static int write_all(int fd, const void *data, size_t len)
+{
+	const char *p = data;
+
+	while (len > 0) {
+		ssize_t w = write(fd, p, len);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+int file_write_atomic(const char *path, const void *data, size_t len,
+		      unsigned mode, struct err *e)
+{
+	char tmp[PATH_MAX];
+	int fd = -1, rc = -1;
+
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
+		return err_set(e, 500, "internal", "path too long: %s", path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	if (fd < 0)
+		return err_errno(e, errno, "create %s", tmp);
+	if (fchmod(fd, mode) < 0 || write_all(fd, data, len) < 0 ||
+	    fsync(fd) < 0) {
+		err_errno(e, errno, "write %s", tmp);
+		goto out;
+	}
+	if (close(fd) < 0) {
+		fd = -1;
+		err_errno(e, errno, "close %s", tmp);
+		goto out;
+	}
+	fd = -1;
+	if (rename(tmp, path) < 0) {
+		err_errno(e, errno, "rename %s", tmp);
+		goto out;
+	}
+	fsync_dir_of(path);
+	rc = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	if (rc < 0)
+		unlink(tmp);
+	return rc;
+}
+
+char *file_read(const char *path, size_t max, struct err *e)
+{
+	struct buf_local { char *p; size_t len, cap; } b = { NULL, 0, 0 };
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0) {
+		int saved = errno;
+		err_errno(e, errno, "open %s", path);
+		errno = saved;
+		return NULL;
+	}
+	for (;;) {
+		if (b.cap - b.len < 4096) {
+			b.cap = b.cap ? b.cap * 2 : 8192;
+			char *np = realloc(b.p, b.cap + 1);
+			if (!np)
+				abort();
+			b.p = np;
+		}
+		ssize_t r = read(fd, b.p + b.len, b.cap - b.len);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			err_errno(e, errno, "read %s", path);
+			free(b.p);
+			close(fd);
+			return NULL;
+		}
+		if (r == 0)
+			break;
+		b.len += (size_t)r;
+		if (b.len > max) {
+			err_set(e, 500, "internal", "%s: larger than %zu bytes", path, max);
+			free(b.p);
+			close(fd);
+			return NULL;
+		}
+	}
+	close(fd);
+	if (!b.p) {
+		b.p = malloc(1);
+		if (!b.p)
+			abort();
+	}
+	b.p[b.len] = '\0';
+	return b.p;
+}
+
+int remove_tree(const char *path, struct err *e)
+{
+	struct stat st;
+	DIR *d;
+	struct dirent *de;
+	char p[PATH_MAX];
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : err_errno(e, errno, "stat %s", path);
+	if (!S_ISDIR(st.st_mode)) {
+		if (unlink(path) < 0 && errno != ENOENT)
+			return err_errno(e, errno, "remove %s", path);
+		return 0;
+	}
+	d = opendir(path);
+	if (!d)
+		return err_errno(e, errno, "open %s", path);
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", path, de->d_name);
+		if (unlink(p) < 0 && errno != ENOENT) {
+			err_errno(e, errno, "remove %s", p);
+			closedir(d);
+			return -1;
+		}
+	}
+	closedir(d);
+	if (rmdir(path) < 0 && errno != ENOENT)
+		return err_errno(e, errno, "remove %s", path);
+	return 0;
+}
+
+int file_copy(const char *src, const char *dst, unsigned mode, struct err *e)
+{
+	char data[65536];
+	int in = -1, out = -1, rc = -1;
+	ssize_t r;
+
+	in = open(src, O_RDONLY | O_CLOEXEC);
+	if (in < 0)
+		return err_errno(e, errno, "open %s", src);
+	out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	if (out < 0) {
+		err_errno(e, errno, "create %s", dst);
+		goto out;
+	}
+	while ((r = read(in, data, sizeof(data))) != 0) {
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			err_errno(e, errno, "read %s", src);
+			goto out;
+		}
+		if (write_all(out, data, (size_t)r) < 0) {
+			err_errno(e, errno, "write %s", dst);
+			goto out;
+		}
+	}
+	if (fsync(out) < 0) {
+		err_errno(e, errno, "fsync %s", dst);
+		goto out;
+	}
+	rc = 0;
+out:
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	if (rc < 0 && out >= 0)
+		unlink(dst);
+	return rc;
+}
+
+int random_bytes(void *out, size_t len)
+{
+	char *p = out;
+
+	while (len > 0) {
+		ssize_t r = getrandom(p, len, 0);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += r;
+		len -= (size_t)r;
+	}
+	return 0;
+}
+
+int uuid_generate(char out[37])
+{
+	unsigned char u[16];
+
+	if (random_bytes(u, sizeof(u)) < 0)
+		return -1;
+	u[6] = (unsigned char)((u[6] & 0x0f) | 0x40);
+	u[8] = (unsigned char)((u[8] & 0x3f) | 0x80);
+	snprintf(out, 37,
+		 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+		 u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9],
+		 u[10], u[11], u[12], u[13], u[14], u[15]);
+	return 0;
+}
+
+int mac_generate(char out[18])
+{
+	unsigned char m[3];
+
+	if (random_bytes(m, sizeof(m)) < 0)
+		return -1;
+	snprintf(out, 18, "52:54:00:%02x:%02x:%02x", m[0], m[1], m[2]);
+	return 0;
+}
+
+static int bind_loopback(int port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	sa.sin_port = htons((uint16_t)port);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int port_pick_free(void)
+{
+	struct sockaddr_in sa;
+	socklen_t len = sizeof(sa);
+	int fd = bind_loopback(0), port = -1;
+
+	if (fd < 0)
+		return -1;
+	if (getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+		port = ntohs(sa.sin_port);
+	close(fd);
+	return port;
+}
+
+bool port_is_free(int port)
+{
+	int fd = bind_loopback(port);
+
+	if (fd < 0)
+		return false;
+	close(fd);
+	return true;
+}
+
+int exe_dir(char *out, size_t outlen)
+{
+	char p[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", p, sizeof(p) - 1);
+
+	if (n < 0)
+		return -1;
+	p[n] = '\0';
+	if ((size_t)snprintf(out, outlen, "%s", dirname(p)) >= outlen)
+		return -1;
+	return 0;
+}
+
+static __thread int64_t ext_us;
+
+void ext_time_add(int64_t us)
+{
+	ext_us += us;
+}
+
+int64_t ext_time_get(void)
+{
+	return ext_us;
+}
+
+void ext_time_reset(void)
+{
+	ext_us = 0;
+}

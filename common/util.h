@@ -1,0 +1,64 @@
+/* Small helpers shared by the daemons and the CLI. */
+#ifndef BERTH_UTIL_H
+#define BERTH_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+/* True when S is a DNS label: [a-z0-9-]{1,63}, no leading or trailing '-'.
+ * Machine, image and checkpoint names must be. */
+bool name_valid(const char *s);
+
+/* Parse a size: digits with an optional binary suffix K, M, G or T
+ * (optionally followed by "i", "iB" or "B"); a bare number is in UNIT
+ * bytes (1 for disks, 1 MiB for memory).  Returns 0 and sets *out, or -1 on
+ * a malformed value or an overflow. */
+int size_parse(const char *s, uint64_t unit, uint64_t *out);
+/* Format BYTES as "512M", "4G", "1.5G" into OUT. */
+void size_format(uint64_t bytes, char *out, size_t outlen);
+
+/* Seconds since the epoch (wall clock) and a monotonic millisecond clock. */
+int64_t now_s(void);
+int64_t mono_ms(void);
+int64_t mono_us(void);
+
+/* mkdir -p with MODE for the created directories.  0 or -1 (errno set). */
+int mkdir_p(const char *path, unsigned mode);
+/* Write LEN bytes to PATH atomically (temp file, fsync, rename, fsync of
+ * the directory) with MODE.  0 or -1 with E set. */
+int file_write_atomic(const char *path, const void *data, size_t len,
+		      unsigned mode, struct err *e);
+/* Read a whole (small) file into a NUL-terminated malloc'd string.
+ * Returns NULL with E set (errno kept) on failure. */
+char *file_read(const char *path, size_t max, struct err *e);
+/* Remove PATH (a file) or a directory and the plain files in it (one level).
+ * A missing PATH is success.  0 or -1 with E set. */
+int remove_tree(const char *path, struct err *e);
+/* Copy SRC to DST (created with MODE, fsync'd).  0 or -1 with E set. */
+int file_copy(const char *src, const char *dst, unsigned mode, struct err *e);
+
+/* Random bytes from the kernel.  0 or -1. */
+int random_bytes(void *out, size_t len);
+/* A random RFC 4122 version-4 UUID as 36 characters + NUL. */
+int uuid_generate(char out[37]);
+/* A random locally administered unicast MAC in QEMU's 52:54:00 range. */
+int mac_generate(char out[18]);
+/* A TCP port on 127.0.0.1 that nothing listens on right now, or -1. */
+int port_pick_free(void);
+/* True when nothing is bound to 127.0.0.1:PORT. */
+bool port_is_free(int port);
+
+/* Microseconds this thread has spent waiting on libvirt and external tools
+ * since ext_time_reset(): what an API call spends outside hostd's own code.
+ * (A per-thread counter, not an error channel.) */
+void ext_time_add(int64_t us);
+int64_t ext_time_get(void);
+void ext_time_reset(void);
+
+/* Directory of the running executable (e.g. ".../bin"), into OUT. */
+int exe_dir(char *out, size_t outlen);
+
+#endif

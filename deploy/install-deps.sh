@@ -1,0 +1,62 @@
+#!/bin/sh
+# Install the Debian packages berth needs to build, run and test.
+# Idempotent: when everything is present it only runs dpkg-query (well under
+# a second).  Usage: deploy/install-deps.sh [build|run|test]   (default: test)
+set -eu
+
+what=${1:-test}
+
+# Build: compiler and the libraries hostd and the CLI link against.
+build="gcc make pkg-config libvirt-dev libsqlite3-dev libmicrohttpd-dev
+libjansson-dev libssh-dev libcurl4-openssl-dev"
+# Run: the hypervisor, libvirt, the tools hostd runs from argv, and what the
+# tiny image recipe takes from Debian.
+run="qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
+genisoimage busybox-static dropbear-bin kmod cpio e2fsprogs zstd
+ca-certificates"
+# Test: real clients the tests drive.
+test="openssh-client procps psmisc"
+
+case $what in
+build) want=$build ;;
+run) want="$build $run" ;;
+test) want="$build $run $test" ;;
+*) echo "usage: $0 [build|run|test]" >&2; exit 2 ;;
+esac
+
+missing=
+for p in $want; do
+	st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+	case $st in
+	*" installed") ;;
+	*) missing="$missing $p" ;;
+	esac
+done
+
+if [ -n "$missing" ]; then
+	if [ "$(id -u)" != 0 ]; then
+		echo "install-deps: missing packages:$missing (run as root to install them)" >&2
+		exit 1
+	fi
+	echo "install-deps: installing:$missing" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	# Refresh the package lists when they are absent or older than a day.
+	if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mtime -1 2>/dev/null | head -n 1)" ]; then
+		apt-get update -q >&2
+	fi
+	# shellcheck disable=SC2086
+	apt-get install -y -q --no-install-recommends $missing >&2
+fi
+
+# QEMU must be able to create sockets and files in berth's state directory,
+# outside libvirt's own directories: run it as root (ENVIRONMENT.md).
+if [ "$what" != build ] && [ -f /etc/libvirt/qemu.conf ]; then
+	if ! grep -q '^user = "root"' /etc/libvirt/qemu.conf ||
+	   ! grep -q '^group = "root"' /etc/libvirt/qemu.conf; then
+		if [ "$(id -u)" = 0 ]; then
+			printf '\n# added by berth deploy/install-deps.sh\nuser = "root"\ngroup = "root"\n' >> /etc/libvirt/qemu.conf
+			echo "install-deps: set user/group root in /etc/libvirt/qemu.conf (restart libvirtd if it runs)" >&2
+		fi
+	fi
+fi
+exit 0

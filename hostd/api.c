@@ -1,0 +1,658 @@
+#include "hostd/api.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "hostd/image.h"
+#include "hostd/machine.h"
+#include "common/banned.h"
+
+#define VERSION "0.1.0"
+
+struct api {
+	struct hostd *h;
+	struct MHD_Daemon *d;
+	int fd;
+	char path[108];
+};
+
+struct req {
+	struct buf body;
+	bool too_big;
+	int64_t t0;
+};
+
+/* What a handler returns: status and a JSON body (reference taken). */
+struct reply {
+	int status;
+	json_t *body;
+};
+
+static struct reply ok(int status, json_t *body)
+{
+	return (struct reply){ status, body };
+}
+
+static struct reply fail(const struct err *e)
+{
+	int status = e->status ? e->status : 500;
+	return (struct reply){ status, json_pack("{s:{s:s, s:s}}", "error", "code",
+						 e->code[0] ? e->code : "internal",
+						 "message", e->msg) };
+}
+
+static struct reply fail_now(int status, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static struct reply fail_now(int status, const char *code, const char *fmt, ...)
+{
+	struct err e = { 0 };
+	va_list ap;
+
+	e.status = status;
+	snprintf(e.code, sizeof(e.code), "%s", code);
+	va_start(ap, fmt);
+	vsnprintf(e.msg, sizeof(e.msg), fmt, ap);
+	va_end(ap);
+	return fail(&e);
+}
+
+/* The user on whose behalf the request acts: the peer's user name; root
+ * (hostd's trusted local clients: the CLI as root, the gateways later) may
+ * act for another user with the X-Berth-User header. */
+static int peer_owner(struct MHD_Connection *c, char *out, size_t outlen, uid_t *uid,
+		      struct err *e)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	struct passwd pw, *res = NULL;
+	char pwbuf[4096];
+	const char *as;
+
+	if (!ci || getsockopt(ci->connect_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return err_set(e, 403, "forbidden", "cannot read the caller's credentials");
+	*uid = cred.uid;
+	as = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Berth-User");
+	if (as && cred.uid == 0) {
+		if (!name_valid(as))
+			return err_set(e, 400, "invalid_user", "invalid X-Berth-User '%s'", as);
+		snprintf(out, outlen, "%s", as);
+		return 0;
+	}
+	if (getpwuid_r(cred.uid, &pw, pwbuf, sizeof(pwbuf), &res) != 0 || !res)
+		snprintf(out, outlen, "uid%u", (unsigned)cred.uid);
+	else
+		snprintf(out, outlen, "%s", res->pw_name);
+	return 0;
+}
+
+/* Parse BODY as a JSON object (an empty body is {}).  Unknown keys (not in
+ * the NULL-terminated ALLOWED) are refused: a typo must not be ignored. */
+static json_t *parse_body(const struct buf *body, const char *const *allowed,
+			  struct err *e)
+{
+	json_error_t je;
+	json_t *j;
+	const char *key;
+	json_t *val;
+
+	if (body->len == 0)
+		return json_object();
+	j = json_loadb(body->data, body->len, JSON_REJECT_DUPLICATES, &je);
+	if (!j) {
+		err_set(e, 400, "invalid_json", "malformed JSON body: %s (line %d, column %d)",
+			je.text, je.line, je.column);
+		return NULL;
+	}
+	if (!json_is_object(j)) {
+		json_decref(j);
+		err_set(e, 400, "invalid_json", "the JSON body must be an object");
+		return NULL;
+	}
+	json_object_foreach(j, key, val) {
+		size_t i;
+		for (i = 0; allowed[i]; i++)
+			if (strcmp(allowed[i], key) == 0)
+				break;
+		if (!allowed[i]) {
+			err_set(e, 400, "unknown_field", "unknown field '%s'", key);
+			json_decref(j);
+			return NULL;
+		}
+	}
+	return j;
+}
+
+/* A size field: a JSON integer (bytes, or UNIT for bare numbers in a
+ * string) or a string like "512M".  0 when absent. */
+static int get_size(json_t *j, const char *key, uint64_t unit, uint64_t *out,
+		    struct err *e)
+{
+	json_t *v = json_object_get(j, key);
+
+	*out = 0;
+	if (!v)
+		return 0;
+	if (json_is_integer(v) && json_integer_value(v) > 0) {
+		*out = (uint64_t)json_integer_value(v);
+		return 0;
+	}
+	if (json_is_string(v) && size_parse(json_string_value(v), unit, out) == 0 && *out > 0)
+		return 0;
+	char code[40];
+	snprintf(code, sizeof(code), "invalid_%s", key);
+	return err_set(e, 400, code, "%s must be a size such as \"512M\" or \"4G\"", key);
+}
+
+static int get_bool(json_t *j, const char *key, bool *out, struct err *e)
+{
+	json_t *v = json_object_get(j, key);
+
+	if (!v)
+		return 0;
+	if (!json_is_boolean(v))
+		return err_set(e, 400, "invalid_json", "%s must be true or false", key);
+	*out = json_is_true(v);
+	return 0;
+}
+
+static int get_int(json_t *j, const char *key, int lo, int hi, int *out, struct err *e)
+{
+	json_t *v = json_object_get(j, key);
+
+	if (!v)
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+		char code[40];
+		snprintf(code, sizeof(code), "invalid_%s", key);
+		return err_set(e, 400, code, "%s must be an integer from %d to %d", key, lo, hi);
+	}
+	*out = (int)json_integer_value(v);
+	return 0;
+}
+
+static struct reply do_info(struct api *a)
+{
+	struct hostd *h = a->h;
+	struct storage_pool_info pi;
+	json_t *st = json_pack("{s:s, s:s}", "backend", storage_name(h->st),
+			       "location", storage_location(h->st));
+
+	if (storage_pool_info(h->st, &pi, NULL) == 0) {
+		json_object_set_new(st, "total", json_integer((json_int_t)pi.total_bytes));
+		json_object_set_new(st, "used", json_integer((json_int_t)pi.used_bytes));
+	}
+	return ok(200, json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:s, s:I, s:s}",
+				 "version", VERSION, "hypervisor", virt_hypervisor(h->virt),
+				 "libvirt", virt_version(h->virt), "storage", st,
+				 "network", h->cfg.network, "instance", h->instance,
+				 "state_dir", h->cfg.state_dir,
+				 "uptime_ms", (json_int_t)(mono_ms() - h->started_ms),
+				 "hypervisor_note", virt_why_tcg(h->virt)));
+}
+
+static struct reply do_list(struct api *a, const char *owner)
+{
+	struct machine *ms;
+	size_t n;
+	struct err e = { 0 };
+	json_t *arr;
+
+	if (db_machine_list(a->h->db, owner, &ms, &n, &e) < 0)
+		return fail(&e);
+	arr = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(arr, machine_json(a->h, &ms[i]));
+	free(ms);
+	return ok(200, json_pack("{s:o}", "machines", arr));
+}
+
+static struct reply do_create(struct api *a, const char *owner, const struct buf *body)
+{
+	static const char *const allowed[] = { "name", "image", "vcpus", "memory", "disk",
+					       "start", "wait", NULL };
+	struct err e = { 0 };
+	struct machine m;
+	struct create_req r = { .owner = owner, .image = "tiny", .vcpus = 1,
+				.memory = 512ULL << 20 };
+	bool start = false, wait = false;
+	json_t *j = parse_body(body, allowed, &e), *v;
+	int64_t ready = -1;
+	struct reply rep;
+
+	if (!j)
+		return fail(&e);
+	v = json_object_get(j, "name");
+	if (!v || !json_is_string(v)) {
+		err_set(&e, 400, "invalid_name", "name is required (a string)");
+		goto out;
+	}
+	r.name = json_string_value(v);
+	v = json_object_get(j, "image");
+	if (v && !json_is_string(v)) {
+		err_set(&e, 400, "invalid_image", "image must be a string");
+		goto out;
+	}
+	if (v)
+		r.image = json_string_value(v);
+	uint64_t mem = 0;
+	if (get_int(j, "vcpus", 1, 1 << 20, &r.vcpus, &e) < 0 ||
+	    get_size(j, "memory", 1ULL << 20, &mem, &e) < 0 ||
+	    get_size(j, "disk", 1, &r.disk, &e) < 0 ||
+	    get_bool(j, "start", &start, &e) < 0 || get_bool(j, "wait", &wait, &e) < 0)
+		goto out;
+	if (mem)
+		r.memory = mem;
+	if (machine_create(a->h, &r, &m, &e) < 0)
+		goto out;
+	if (start) {
+		/* Create-and-start gives a running machine or nothing. */
+		struct act_opts o = { .wait = wait };
+		if (machine_act(a->h, owner, r.name, ACT_START, &o, &m, &ready, &e) < 0) {
+			if (machine_delete(a->h, owner, r.name, NULL) < 0)
+				log_error("create %s: cannot remove the machine that failed to start",
+					  r.name);
+			goto out;
+		}
+	}
+out:
+	json_decref(j);
+	if (err_isset(&e))
+		return fail(&e);
+	rep = ok(201, machine_json(a->h, &m));
+	if (ready >= 0)
+		json_object_set_new(rep.body, "ready_ms", json_integer(ready));
+	return rep;
+}
+
+static struct reply do_action(struct api *a, const char *owner, const char *name,
+			      const char *action, const struct buf *body)
+{
+	static const char *const allowed[] = { "timeout", "wait", NULL };
+	struct err e = { 0 };
+	enum machine_action act;
+	struct act_opts o = { 0 };
+	struct machine m;
+	int64_t ready = -1;
+	json_t *j;
+	struct reply rep;
+
+	if (machine_action_parse(action, &act) < 0)
+		return fail_now(404, "not_found", "no action '%s' (start, stop, suspend, "
+				"resume, restart)", action);
+	j = parse_body(body, allowed, &e);
+	if (!j)
+		return fail(&e);
+	if (get_int(j, "timeout", 1, 3600, &o.timeout_s, &e) < 0 ||
+	    get_bool(j, "wait", &o.wait, &e) < 0) {
+		json_decref(j);
+		return fail(&e);
+	}
+	json_decref(j);
+	if (machine_act(a->h, owner, name, act, &o, &m, &ready, &e) < 0)
+		return fail(&e);
+	rep = ok(200, machine_json(a->h, &m));
+	if (ready >= 0)
+		json_object_set_new(rep.body, "ready_ms", json_integer(ready));
+	return rep;
+}
+
+/* The SSH credential for a machine: its endpoint and the gateway's private
+ * key.  Root only: it is the key to every machine. */
+static struct reply do_ssh(struct api *a, const char *owner, const char *name,
+			   uid_t uid, const struct buf *body)
+{
+	static const char *const allowed[] = { "wake", NULL };
+	struct err e = { 0 };
+	struct machine m;
+	struct image img;
+	bool wake = false;
+	char host[64];
+	int port;
+	int64_t ready = -1;
+	json_t *j;
+
+	if (uid != 0)
+		return fail_now(403, "forbidden", "only root may obtain SSH credentials");
+	j = parse_body(body, allowed, &e);
+	if (!j || get_bool(j, "wake", &wake, &e) < 0) {
+		json_decref(j);
+		return fail(&e);
+	}
+	json_decref(j);
+	if (db_machine_get(a->h->db, owner, name, &m, &e) < 0)
+		return fail(&e);
+	if (strcmp(m.state, "running") != 0) {
+		if (!wake)
+			return fail_now(409, "not_running", "machine %s is %s", name, m.state);
+		struct act_opts o = { .wait = true };
+		if (machine_act(a->h, owner, name, ACT_START, &o, &m, &ready, &e) < 0)
+			return fail(&e);
+	}
+	if (db_image_get(a->h->db, m.image, &img, &e) < 0)
+		return fail(&e);
+	int r = machine_endpoint(a->h, &m, host, sizeof(host), &port, &e);
+	if (r < 0)
+		return fail(&e);
+	if (r > 0)
+		return fail_now(503, "no_address", "machine %s has no address yet", name);
+	return ok(200, json_pack("{s:s, s:i, s:s, s:s, s:I}", "host", host, "port", port,
+				 "user", img.user, "private_key", a->h->key.private_pem,
+				 "woke_ms", (json_int_t)ready));
+}
+
+static struct reply do_images(struct api *a)
+{
+	struct image *imgs;
+	size_t n;
+	struct err e = { 0 };
+	json_t *arr;
+
+	if (db_image_list(a->h->db, &imgs, &n, &e) < 0)
+		return fail(&e);
+	arr = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(arr, image_json(a->h, &imgs[i]));
+	free(imgs);
+	return ok(200, json_pack("{s:o}", "images", arr));
+}
+
+static struct reply do_image_build(struct api *a, uid_t uid, const struct buf *body)
+{
+	static const char *const allowed[] = { "recipe", "name", NULL };
+	struct err e = { 0 };
+	struct image img;
+	const char *recipe = NULL, *name = NULL;
+	json_t *j;
+	struct reply rep;
+
+	if (uid != 0)
+		return fail_now(403, "forbidden", "only root may build images");
+	j = parse_body(body, allowed, &e);
+	if (!j)
+		return fail(&e);
+	if (json_unpack(j, "{s:s, s?s}", "recipe", &recipe, "name", &name) < 0) {
+		json_decref(j);
+		return fail_now(400, "invalid_json", "recipe (a string) is required");
+	}
+	if (image_build(a->h, recipe, name ? name : recipe, &img, &e) < 0)
+		rep = fail(&e);
+	else
+		rep = ok(201, image_json(a->h, &img));
+	json_decref(j);
+	return rep;
+}
+
+static void ledger_row(const char *id, const char *owner, const char *name,
+		       const char *state, int64_t start, int64_t end, void *data)
+{
+	json_array_append_new(data, json_pack("{s:s, s:s, s:s, s:s, s:I, s:o}",
+		"machine_id", id, "owner", owner, "name", name, "state", state,
+		"start", (json_int_t)start, "end", end ? json_integer(end) : json_null()));
+}
+
+static struct reply do_ledger(struct api *a, const char *owner)
+{
+	struct err e = { 0 };
+	json_t *all = json_array(), *mine = json_array();
+	size_t i;
+	json_t *row;
+
+	if (db_ledger_walk(a->h->db, NULL, ledger_row, all, &e) < 0) {
+		json_decref(all);
+		json_decref(mine);
+		return fail(&e);
+	}
+	json_array_foreach(all, i, row)
+		if (strcmp(json_string_value(json_object_get(row, "owner")), owner) == 0)
+			json_array_append(mine, row);
+	json_decref(all);
+	return ok(200, json_pack("{s:o}", "ledger", mine));
+}
+
+/* Split "/v1/machines/NAME/ACTION" into at most 4 segments. */
+static size_t split_path(char *path, char *seg[], size_t max)
+{
+	size_t n = 0;
+	char *save = NULL;
+
+	for (char *s = strtok_r(path, "/", &save); s && n < max; s = strtok_r(NULL, "/", &save))
+		seg[n++] = s;
+	return n;
+}
+
+static struct reply route(struct api *a, struct MHD_Connection *c, const char *method,
+			  const char *url, const struct buf *body)
+{
+	char owner[64], path[1024];
+	char *seg[6] = { 0 };
+	size_t n;
+	uid_t uid = (uid_t)-1;
+	struct err e = { 0 };
+	bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST"),
+	     del = !strcmp(method, "DELETE");
+
+	if (peer_owner(c, owner, sizeof(owner), &uid, &e) < 0)
+		return fail(&e);
+	if (strlen(url) >= sizeof(path))
+		return fail_now(414, "uri_too_long", "request path too long");
+	snprintf(path, sizeof(path), "%s", url);
+	n = split_path(path, seg, 6);
+	if (n < 2 || strcmp(seg[0], "v1") != 0)
+		return fail_now(404, "not_found", "no route %s %s", method, url);
+
+	if (n == 2 && !strcmp(seg[1], "info") && get)
+		return do_info(a);
+	if (n == 2 && !strcmp(seg[1], "ledger") && get)
+		return do_ledger(a, owner);
+	if (!strcmp(seg[1], "machines")) {
+		if (n == 2 && get)
+			return do_list(a, owner);
+		if (n == 2 && post)
+			return do_create(a, owner, body);
+		if (n >= 3 && !name_valid(seg[2]))
+			return fail_now(400, "invalid_name", "invalid machine name '%s'", seg[2]);
+		if (n == 3 && get) {
+			struct machine m;
+			if (db_machine_get(a->h->db, owner, seg[2], &m, &e) < 0)
+				return fail(&e);
+			return ok(200, machine_json(a->h, &m));
+		}
+		if (n == 3 && del) {
+			if (machine_delete(a->h, owner, seg[2], &e) < 0)
+				return fail(&e);
+			return ok(200, json_pack("{s:s}", "deleted", seg[2]));
+		}
+		if (n == 4 && post && !strcmp(seg[3], "ssh"))
+			return do_ssh(a, owner, seg[2], uid, body);
+		if (n == 4 && post)
+			return do_action(a, owner, seg[2], seg[3], body);
+	}
+	if (!strcmp(seg[1], "images")) {
+		if (n == 2 && get)
+			return do_images(a);
+		if (n == 2 && post)
+			return do_image_build(a, uid, body);
+		if (n == 3 && get) {
+			struct image img;
+			if (db_image_get(a->h->db, seg[2], &img, &e) < 0)
+				return fail(&e);
+			return ok(200, image_json(a->h, &img));
+		}
+		if (n == 3 && del) {
+			if (uid != 0)
+				return fail_now(403, "forbidden", "only root may delete images");
+			if (image_delete(a->h, seg[2], &e) < 0)
+				return fail(&e);
+			return ok(200, json_pack("{s:s}", "deleted", seg[2]));
+		}
+	}
+	return fail_now(404, "not_found", "no route %s %s", method, url);
+}
+
+static enum MHD_Result send_reply(struct MHD_Connection *c, struct reply r, int64_t t0)
+{
+	char *text = json_dumps(r.body, JSON_COMPACT);
+	size_t len = strlen(text);
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+	char timing[128];
+
+	text = realloc(text, len + 2);
+	if (!text)
+		abort();
+	text[len++] = '\n';
+	text[len] = '\0';
+	resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+	MHD_add_response_header(resp, "Content-Type", "application/json");
+	/* total and the part spent in libvirt and external tools: the rest
+	 * is hostd's own overhead (bench/ reads this). */
+	int64_t total = mono_us() - t0;
+	snprintf(timing, sizeof(timing), "total;dur=%.3f, ext;dur=%.3f",
+		 (double)total / 1000.0, (double)ext_time_get() / 1000.0);
+	MHD_add_response_header(resp, "Server-Timing", timing);
+	ret = MHD_queue_response(c, (unsigned)r.status, resp);
+	MHD_destroy_response(resp);
+	json_decref(r.body);
+	return ret;
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
+			      const char *method, const char *version,
+			      const char *upload_data, size_t *upload_data_size,
+			      void **con_cls)
+{
+	struct api *a = cls;
+	struct req *r = *con_cls;
+
+	(void)version;
+	if (!r) {
+		r = calloc(1, sizeof(*r));
+		if (!r)
+			return MHD_NO;
+		r->t0 = mono_us();
+		ext_time_reset();
+		*con_cls = r;
+		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+							     MHD_HTTP_HEADER_CONTENT_LENGTH);
+		if (cl && strtoull(cl, NULL, 10) > a->h->cfg.max_body)
+			r->too_big = true;
+		return MHD_YES;
+	}
+	if (*upload_data_size) {
+		if (!r->too_big && r->body.len + *upload_data_size <= a->h->cfg.max_body)
+			buf_add(&r->body, upload_data, *upload_data_size);
+		else
+			r->too_big = true;
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	struct reply rep;
+	if (r->too_big)
+		rep = fail_now(413, "body_too_large", "request body larger than %llu bytes",
+			       (unsigned long long)a->h->cfg.max_body);
+	else
+		rep = route(a, c, method, url, &r->body);
+	if (rep.status >= 500)
+		log_warn("%s %s: %d %s", method, url, rep.status,
+			 json_string_value(json_object_get(json_object_get(rep.body, "error"),
+							   "message")));
+	else
+		log_debug("%s %s: %d", method, url, rep.status);
+	return send_reply(c, rep, r->t0);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
+		      enum MHD_RequestTerminationCode toe)
+{
+	struct req *r = *con_cls;
+
+	(void)cls;
+	(void)c;
+	(void)toe;
+	if (r) {
+		buf_free(&r->body);
+		free(r);
+		*con_cls = NULL;
+	}
+}
+
+struct api *api_start(struct hostd *h, const char *path, struct err *e)
+{
+	struct api *a = calloc(1, sizeof(*a));
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	if (!a)
+		abort();
+	a->h = h;
+	a->fd = -1;
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		err_set(e, 400, "invalid_config", "socket path too long (%zu > %zu): %s",
+			strlen(path), sizeof(sa.sun_path) - 1, path);
+		goto fail;
+	}
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	snprintf(a->path, sizeof(a->path), "%s", path);
+	a->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (a->fd < 0) {
+		err_errno(e, errno, "socket");
+		goto fail;
+	}
+	/* A live socket means another hostd serves this state directory. */
+	if (connect(a->fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+		err_set(e, 409, "busy", "another berth-hostd is serving %s", path);
+		goto fail;
+	}
+	close(a->fd);
+	a->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	unlink(path);
+	mode_t old = umask(0177);
+	int rc = bind(a->fd, (struct sockaddr *)&sa, sizeof(sa));
+	umask(old);
+	if (rc < 0 || listen(a->fd, 128) < 0) {
+		err_errno(e, errno, "listen on %s", path);
+		goto fail;
+	}
+	a->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+				MHD_USE_ERROR_LOG,
+				0, NULL, NULL, handle, a,
+				MHD_OPTION_LISTEN_SOCKET, a->fd,
+				MHD_OPTION_NOTIFY_COMPLETED, completed, a,
+				MHD_OPTION_CONNECTION_TIMEOUT, 0u,
+				MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1 << 20),
+				MHD_OPTION_END);
+	if (!a->d) {
+		err_set(e, 500, "internal", "cannot start the HTTP server on %s", path);
+		goto fail;
+	}
+	log_info("API listening on %s", path);
+	return a;
+fail:
+	if (a->fd >= 0)
+		close(a->fd);
+	free(a);
+	return NULL;
+}
+
+void api_stop(struct api *a)
+{
+	if (!a)
+		return;
+	MHD_stop_daemon(a->d);
+	close(a->fd);
+	unlink(a->path);
+	free(a);
+}

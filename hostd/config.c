@@ -1,0 +1,165 @@
+#include "hostd/config.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "common/banned.h"
+
+enum ctype { C_STR, C_INT, C_SIZE };
+
+struct copt {
+	const char *key;
+	enum ctype type;
+	size_t off;
+	size_t len;            /* C_STR: field size */
+	long min, max;         /* C_INT bounds */
+	const char *const *choices; /* C_STR: allowed values, or NULL */
+};
+
+static const char *const storages[] = { "qcow2", NULL };
+static const char *const networks[] = { "user", "nat", NULL };
+static const char *const hypervisors[] = { "auto", "kvm", "tcg", NULL };
+static const char *const levels[] = { "error", "warn", "info", "debug", NULL };
+
+#define STR(k, f, ch) { k, C_STR, offsetof(struct config, f), sizeof(((struct config *)0)->f), 0, 0, ch }
+#define INT(k, f, lo, hi) { k, C_INT, offsetof(struct config, f), 0, lo, hi, NULL }
+#define SIZE(k, f) { k, C_SIZE, offsetof(struct config, f), 0, 0, 0, NULL }
+
+static const struct copt options[] = {
+	STR("storage", storage, storages),
+	STR("storage_location", storage_location, NULL),
+	STR("network", network, networks),
+	STR("nat_network", nat_network, NULL),
+	STR("hypervisor", hypervisor, hypervisors),
+	STR("libvirt_uri", libvirt_uri, NULL),
+	STR("recipes_dir", recipes_dir, NULL),
+	STR("cache_dir", cache_dir, NULL),
+	STR("log_level", log_level, levels),
+	INT("stop_timeout", stop_timeout_s, 1, 3600),
+	INT("boot_timeout", boot_timeout_s, 1, 3600),
+	INT("max_vcpus", max_vcpus, 1, 1024),
+	SIZE("min_memory", min_memory),
+	SIZE("max_memory", max_memory),
+	SIZE("max_disk", max_disk),
+	SIZE("max_body", max_body),
+};
+
+void config_defaults(struct config *c, const char *state_dir)
+{
+	memset(c, 0, sizeof(*c));
+	snprintf(c->state_dir, sizeof(c->state_dir), "%s", state_dir);
+	snprintf(c->storage, sizeof(c->storage), "qcow2");
+	snprintf(c->network, sizeof(c->network), "user");
+	snprintf(c->nat_network, sizeof(c->nat_network), "default");
+	snprintf(c->hypervisor, sizeof(c->hypervisor), "auto");
+	snprintf(c->libvirt_uri, sizeof(c->libvirt_uri), "qemu:///system");
+	snprintf(c->cache_dir, sizeof(c->cache_dir), "/var/cache/berth");
+	snprintf(c->log_level, sizeof(c->log_level), "info");
+	c->stop_timeout_s = 30;
+	c->boot_timeout_s = 180;
+	c->max_vcpus = 64;
+	c->min_memory = 64ULL << 20;
+	c->max_memory = 256ULL << 30;
+	c->max_disk = 16ULL << 40;
+	c->max_body = 64 << 10;
+}
+
+int config_set(struct config *c, const char *key, const char *value,
+	       const char *where, struct err *e)
+{
+	for (size_t i = 0; i < sizeof(options) / sizeof(options[0]); i++) {
+		const struct copt *o = &options[i];
+		char *field = (char *)c + o->off;
+		if (strcmp(o->key, key) != 0)
+			continue;
+		switch (o->type) {
+		case C_STR:
+			if (o->choices) {
+				size_t j;
+				for (j = 0; o->choices[j]; j++)
+					if (strcmp(o->choices[j], value) == 0)
+						break;
+				if (!o->choices[j])
+					return err_set(e, 400, "invalid_config",
+						       "%s: %s = '%s' is not one of the allowed values",
+						       where, key, value);
+			}
+			if ((size_t)snprintf(field, o->len, "%s", value) >= o->len)
+				return err_set(e, 400, "invalid_config",
+					       "%s: %s: value too long", where, key);
+			return 0;
+		case C_INT: {
+			char *end;
+			errno = 0;
+			long v = strtol(value, &end, 10);
+			if (errno || *end || end == value || v < o->min || v > o->max)
+				return err_set(e, 400, "invalid_config",
+					       "%s: %s = '%s' is not a number from %ld to %ld",
+					       where, key, value, o->min, o->max);
+			*(int *)(void *)field = (int)v;
+			return 0;
+		}
+		case C_SIZE: {
+			uint64_t v;
+			if (size_parse(value, 1, &v) < 0)
+				return err_set(e, 400, "invalid_config",
+					       "%s: %s = '%s' is not a size (e.g. 512M, 4G)",
+					       where, key, value);
+			*(uint64_t *)(void *)field = v;
+			return 0;
+		}
+		}
+	}
+	return err_set(e, 400, "invalid_config", "%s: unknown key '%s'", where, key);
+}
+
+static char *trim(char *s)
+{
+	char *end;
+
+	while (*s == ' ' || *s == '\t')
+		s++;
+	end = s + strlen(s);
+	while (end > s && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n' ||
+			   end[-1] == '\r'))
+		*--end = '\0';
+	return s;
+}
+
+int config_load(struct config *c, const char *file, int required, struct err *e)
+{
+	FILE *f = fopen(file, "re");
+	char line[4096], where[PATH_MAX + 32];
+	int lineno = 0, rc = 0;
+
+	if (!f) {
+		if (errno == ENOENT && !required)
+			return 0;
+		return err_errno(e, errno, "config %s", file);
+	}
+	while (fgets(line, sizeof(line), f)) {
+		char *s = trim(line), *eq;
+		lineno++;
+		snprintf(where, sizeof(where), "%s:%d", file, lineno);
+		if (*s == '\0' || *s == '#')
+			continue;
+		eq = strchr(s, '=');
+		if (!eq) {
+			rc = err_set(e, 400, "invalid_config",
+				     "%s: expected 'key = value', got '%s'", where, s);
+			break;
+		}
+		*eq = '\0';
+		if (config_set(c, trim(s), trim(eq + 1), where, e) < 0) {
+			rc = -1;
+			break;
+		}
+	}
+	fclose(f);
+	return rc;
+}

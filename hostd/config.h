@@ -1,0 +1,40 @@
+/* hostd's configuration: a table of keys (STYLE.md #10).  Read from
+ * STATE/berth.conf when present, or the file given with --config.
+ * Format: `key = value` lines, `#` comments.  Every error names file:line
+ * and the bad value. */
+#ifndef BERTH_CONFIG_H
+#define BERTH_CONFIG_H
+
+#include <limits.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+struct config {
+	char state_dir[PATH_MAX];
+	char storage[32];              /* storage backend: "qcow2" */
+	char storage_location[PATH_MAX]; /* qcow2: directory ("" = STATE/volumes) */
+	char network[16];              /* "user" (loopback port forward) or "nat" */
+	char nat_network[64];          /* libvirt network for "nat" */
+	char hypervisor[16];           /* "auto", "kvm" or "tcg" */
+	char libvirt_uri[128];
+	char recipes_dir[PATH_MAX];    /* "" = next to the binary */
+	char cache_dir[PATH_MAX];      /* downloaded packages for image recipes */
+	char log_level[16];
+	int stop_timeout_s;            /* ACPI shutdown, then force */
+	int boot_timeout_s;            /* start --wait gives up after this */
+	int max_vcpus;
+	uint64_t min_memory, max_memory; /* bytes */
+	uint64_t max_disk;             /* bytes */
+	uint64_t max_body;             /* largest API request body, bytes */
+};
+
+/* Defaults for STATE_DIR. */
+void config_defaults(struct config *c, const char *state_dir);
+/* Apply FILE over C.  A missing file is an error only when REQUIRED. */
+int config_load(struct config *c, const char *file, int required, struct err *e);
+/* Apply one `key = value` (for tests and --set).  WHERE names the origin. */
+int config_set(struct config *c, const char *key, const char *value,
+	       const char *where, struct err *e);
+
+#endif

@@ -1,0 +1,96 @@
+/* hostd's state in SQLite (WAL, synchronous=FULL): machines, images, the
+ * usage ledger and a few meta values.  All functions are thread-safe (one
+ * connection behind a mutex); multi-row changes are one transaction.
+ *
+ * The machines table doubles as the journal of multi-resource operations:
+ * a row is inserted in state "creating" before any volume or domain exists
+ * and moves on only when they all do; "deleting" is set before any is
+ * removed.  hostd's start-up reconciliation finishes or undoes both. */
+#ifndef BERTH_DB_H
+#define BERTH_DB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+struct db;
+
+struct machine {
+	char id[37];          /* UUID: also the libvirt domain's UUID */
+	char owner[64];
+	char name[64];
+	char image[64];
+	int vcpus;
+	uint64_t memory;      /* bytes */
+	uint64_t disk;        /* bytes (virtual) */
+	char state[16];       /* creating stopped running paused suspended deleting */
+	char volume[80];      /* storage volume of the root disk */
+	char mac[18];
+	int ssh_port;         /* network=user: loopback port forwarded to :22 */
+	int64_t created;      /* seconds since the epoch */
+	int64_t state_since;
+};
+
+struct image {
+	char name[64];
+	char volume[80];
+	char format[16];      /* of the base volume as libvirt sees it */
+	char boot[16];        /* "direct" (kernel + initrd) */
+	char kernel[4096];    /* absolute paths, for direct boot */
+	char initrd[4096];
+	char cmdline[1024];
+	char user[64];        /* default login user */
+	uint64_t virtual_size;
+	char sha256[65];      /* of the imported root file */
+	int64_t created;
+};
+
+/* Open (creating) the database at PATH.  NULL with E set on failure. */
+struct db *db_open(const char *path, struct err *e);
+void db_close(struct db *db);
+
+/* Meta values (e.g. "instance").  get returns 0 and fills OUT, 1 when
+ * absent, -1 on error. */
+int db_meta_get(struct db *db, const char *key, char *out, size_t outlen, struct err *e);
+int db_meta_set(struct db *db, const char *key, const char *value, struct err *e);
+
+/* Insert M (state forced to "creating") and open its ledger row.  409
+ * "exists" when OWNER already has a machine of that name. */
+int db_machine_insert(struct db *db, struct machine *m, struct err *e);
+/* 404 "not_found" ("no machine NAME") when absent. */
+int db_machine_get(struct db *db, const char *owner, const char *name,
+		   struct machine *m, struct err *e);
+int db_machine_get_id(struct db *db, const char *id, struct machine *m, struct err *e);
+/* All machines of OWNER (all owners when NULL), sorted by owner, name.
+ * *OUT is malloc'd (free it), *N its length. */
+int db_machine_list(struct db *db, const char *owner, struct machine **out,
+		    size_t *n, struct err *e);
+/* Move machine ID to STATE: closes the open ledger row at now and opens
+ * one for STATE, in one transaction.  No-op when already in STATE.
+ * Updates M->state when M is non-NULL. */
+int db_machine_set_state(struct db *db, const char *id, const char *state,
+			 struct err *e);
+int db_machine_set_port(struct db *db, const char *id, int port, struct err *e);
+/* Remove the row and close its ledger row (ledger rows are kept). */
+int db_machine_delete(struct db *db, const char *id, struct err *e);
+/* Ports used by any machine (for picking a new one); malloc'd array. */
+bool db_port_used(struct db *db, int port);
+
+int db_image_insert(struct db *db, const struct image *img, struct err *e);
+int db_image_get(struct db *db, const char *name, struct image *img, struct err *e);
+int db_image_list(struct db *db, struct image **out, size_t *n, struct err *e);
+int db_image_delete(struct db *db, const char *name, struct err *e);
+/* Number of machines using image NAME, or -1. */
+int db_image_users(struct db *db, const char *name, struct err *e);
+
+/* Ledger rows of machine ID (all when NULL) as a JSON-ready callback walk:
+ * FN(state, start, end (0 = open), data). */
+int db_ledger_walk(struct db *db, const char *id,
+		   void (*fn)(const char *machine_id, const char *owner,
+			      const char *name, const char *state, int64_t start,
+			      int64_t end, void *data),
+		   void *data, struct err *e);
+
+#endif

@@ -1,0 +1,48 @@
+/* The daemon's shared context: what every request handler needs.  One per
+ * process; handlers run one thread per connection (libmicrohttpd's
+ * thread-per-connection mode), so everything here is thread-safe or
+ * read-only after start-up. */
+#ifndef BERTH_HOSTD_H
+#define BERTH_HOSTD_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "hostd/config.h"
+#include "hostd/db.h"
+#include "hostd/keys.h"
+#include "hostd/virt.h"
+#include "storage/storage.h"
+
+#define BUSY_MAX 256
+
+struct hostd {
+	struct config cfg;
+	struct db *db;
+	struct storage *st;
+	struct virt *virt;
+	struct gateway_key key;
+	char instance[17];          /* random per state dir: domain name prefix */
+	char dom_prefix[32];        /* "berth-INSTANCE-" */
+	char recipes_dir[PATH_MAX];
+	int64_t started_ms;
+
+	/* Operations in progress, by machine id or "image:NAME": a second
+	 * operation on the same object gets 409 instead of racing. */
+	pthread_mutex_t busy_lock;
+	struct { char key[80]; const char *op; } busy[BUSY_MAX];
+};
+
+/* Mark KEY busy with OP.  409 "busy" naming WHAT when it already is. */
+int hostd_busy_acquire(struct hostd *h, const char *key, const char *op,
+		       const char *what, struct err *e);
+void hostd_busy_release(struct hostd *h, const char *key);
+bool hostd_busy(struct hostd *h, const char *key);
+
+/* Test hook: when $BERTH_TEST_CRASH_AT equals POINT, log it, write
+ * STATE/crash-point and stop here for good, so a test can SIGKILL hostd in
+ * the middle of a multi-step operation. */
+void hostd_crash_point(struct hostd *h, const char *point);
+
+#endif

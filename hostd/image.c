@@ -1,0 +1,256 @@
+#include "hostd/image.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/run.h"
+#include "common/util.h"
+#include "common/banned.h"
+
+static int sha256_file(const char *path, char out[65], struct err *e)
+{
+	struct buf o = BUF_INIT;
+	char *const argv[] = { "sha256sum", "--", (char *)path, NULL };
+	struct run_opts ro = { .out = &o };
+	int rc = -1;
+
+	if (run_argv(argv, &ro, e) < 0)
+		goto out;
+	if (o.len < 64) {
+		err_set(e, 500, "internal", "sha256sum %s: unexpected output", path);
+		goto out;
+	}
+	snprintf(out, 65, "%.64s", o.data);
+	rc = 0;
+out:
+	buf_free(&o);
+	return rc;
+}
+
+/* Read the recipe's image.json into IMG (paths made absolute under DIR). */
+static int read_manifest(const char *outdir, struct image *img, char *root,
+			 size_t rootlen, char *root_format, size_t fmtlen,
+			 struct err *e)
+{
+	char path[PATH_MAX];
+	json_error_t je;
+	json_t *j;
+	const char *boot = NULL, *kernel = NULL, *initrd = "", *cmdline = "",
+		   *user = "root", *format = "qcow2", *rootfile = "root.qcow2";
+	int rc = -1;
+
+	snprintf(path, sizeof(path), "%s/image.json", outdir);
+	j = json_load_file(path, 0, &je);
+	if (!j)
+		return err_set(e, 500, "recipe_failed", "%s: %s (line %d)", path, je.text, je.line);
+	if (json_unpack_ex(j, &je, 0, "{s:s, s:s, s?s, s?s, s?s, s?s, s?s}",
+			   "boot", &boot, "kernel", &kernel, "initrd", &initrd,
+			   "cmdline", &cmdline, "user", &user, "format", &format,
+			   "root", &rootfile) < 0) {
+		err_set(e, 500, "recipe_failed", "%s: %s", path, je.text);
+		goto out;
+	}
+	if (strcmp(boot, "direct") != 0) {
+		err_set(e, 500, "recipe_failed", "%s: boot '%s' is not supported yet", path, boot);
+		goto out;
+	}
+	if (strchr(kernel, '/') || strchr(initrd, '/') || strchr(rootfile, '/')) {
+		err_set(e, 500, "recipe_failed", "%s: file names must not contain '/'", path);
+		goto out;
+	}
+	snprintf(img->boot, sizeof(img->boot), "%s", boot);
+	snprintf(img->kernel, sizeof(img->kernel), "%s", kernel);
+	snprintf(img->initrd, sizeof(img->initrd), "%s", initrd);
+	snprintf(img->cmdline, sizeof(img->cmdline), "%s", cmdline);
+	snprintf(img->user, sizeof(img->user), "%s", user);
+	snprintf(root, rootlen, "%s/%s", outdir, rootfile);
+	snprintf(root_format, fmtlen, "%s", format);
+	rc = 0;
+out:
+	json_decref(j);
+	return rc;
+}
+
+int image_build(struct hostd *h, const char *recipe, const char *name,
+		struct image *out, struct err *e)
+{
+	char key[80], script[PATH_MAX], tmp[PATH_MAX] = "", dir[PATH_MAX];
+	char root[PATH_MAX], root_format[16], src[PATH_MAX], dst[PATH_MAX];
+	char cache_env[PATH_MAX + 16];
+	struct image img;
+	struct storage_vol_info vi;
+	bool vol_made = false, dir_made = false;
+	int rc = -1;
+	int64_t t0 = mono_ms();
+
+	memset(&img, 0, sizeof(img));
+	if (!name_valid(name))
+		return err_set(e, 400, "invalid_name", "invalid image name '%s'", name);
+	if (!name_valid(recipe))
+		return err_set(e, 400, "invalid_recipe", "invalid recipe name '%s'", recipe);
+	snprintf(script, sizeof(script), "%s/%s.sh", h->recipes_dir, recipe);
+	if (access(script, R_OK) < 0)
+		return err_set(e, 404, "not_found", "no image recipe '%s' (looked for %s)",
+			       recipe, script);
+	if (db_image_get(h->db, name, &img, NULL) == 0)
+		return err_set(e, 409, "exists", "image %s exists", name);
+	snprintf(key, sizeof(key), "image:%s", name);
+	if (hostd_busy_acquire(h, key, "build", name, e) < 0)
+		return -1;
+
+	snprintf(tmp, sizeof(tmp), "%s/tmp/build-%s-XXXXXX", h->cfg.state_dir, name);
+	snprintf(dir, sizeof(dir), "%s/tmp", h->cfg.state_dir);
+	if (mkdir_p(dir, 0700) < 0 || !mkdtemp(tmp)) {
+		err_errno(e, errno, "create a build directory in %s", dir);
+		tmp[0] = '\0';
+		goto out;
+	}
+	log_info("building image %s with recipe %s", name, script);
+	snprintf(cache_env, sizeof(cache_env), "BERTH_CACHE=%s", h->cfg.cache_dir);
+	char *env[] = { cache_env, NULL };
+	char *const argv[] = { "bash", script, tmp, NULL };
+	struct run_opts ro = { .env_add = env, .timeout_s = 1800 };
+	if (run_argv(argv, &ro, e) < 0) {
+		e->status = 500;
+		snprintf(e->code, sizeof(e->code), "recipe_failed");
+		goto out;
+	}
+	if (read_manifest(tmp, &img, root, sizeof(root), root_format, sizeof(root_format), e) < 0)
+		goto out;
+	snprintf(img.name, sizeof(img.name), "%s", name);
+	snprintf(img.volume, sizeof(img.volume), "base-%s", name);
+	if (sha256_file(root, img.sha256, e) < 0)
+		goto out;
+
+	/* Kernel and initrd beside the catalog; the root into the backend. */
+	snprintf(dir, sizeof(dir), "%s/images/%s", h->cfg.state_dir, name);
+	if (mkdir_p(dir, 0755) < 0) {
+		err_errno(e, errno, "create %s", dir);
+		goto out;
+	}
+	dir_made = true;
+	snprintf(src, sizeof(src), "%s/%s", tmp, img.kernel);
+	snprintf(dst, sizeof(dst), "%s/%s", dir, img.kernel);
+	if (file_copy(src, dst, 0644, e) < 0)
+		goto out;
+	snprintf(img.kernel, sizeof(img.kernel), "%s", dst);
+	if (img.initrd[0]) {
+		snprintf(src, sizeof(src), "%s/%s", tmp, img.initrd);
+		snprintf(dst, sizeof(dst), "%s/%s", dir, img.initrd);
+		if (file_copy(src, dst, 0644, e) < 0)
+			goto out;
+		snprintf(img.initrd, sizeof(img.initrd), "%s", dst);
+	}
+	if (storage_base_import(h->st, img.volume, root, root_format, e) < 0)
+		goto out;
+	vol_made = true;
+	if (storage_vol_info(h->st, img.volume, &vi, e) < 0)
+		goto out;
+	img.virtual_size = vi.virtual_bytes;
+	snprintf(img.format, sizeof(img.format), "%s", vi.format);
+	img.created = now_s();
+	if (db_image_insert(h->db, &img, e) < 0)
+		goto out;
+	log_info("image %s built in %lld ms (sha256 %s)", name,
+		 (long long)(mono_ms() - t0), img.sha256);
+	*out = img;
+	rc = 0;
+out:
+	if (rc < 0) {
+		if (vol_made)
+			storage_vol_remove(h->st, img.volume, NULL);
+		if (dir_made)
+			remove_tree(dir, NULL);
+	}
+	if (tmp[0])
+		remove_tree(tmp, NULL);
+	hostd_busy_release(h, key);
+	return rc;
+}
+
+int image_delete(struct hostd *h, const char *name, struct err *e)
+{
+	struct image img;
+	char dir[PATH_MAX], key[80];
+	int users, rc = -1;
+
+	if (db_image_get(h->db, name, &img, e) < 0)
+		return -1;
+	snprintf(key, sizeof(key), "image:%s", name);
+	if (hostd_busy_acquire(h, key, "delete", name, e) < 0)
+		return -1;
+	users = db_image_users(h->db, name, e);
+	if (users < 0)
+		goto out;
+	if (users > 0) {
+		err_set(e, 409, "in_use", "image %s is used by %d machine%s; delete them first",
+			name, users, users == 1 ? "" : "s");
+		goto out;
+	}
+	/* Row first: a crash after it leaves only orphans that start-up
+	 * reconciliation removes. */
+	if (db_image_delete(h->db, name, e) < 0)
+		goto out;
+	snprintf(dir, sizeof(dir), "%s/images/%s", h->cfg.state_dir, name);
+	storage_vol_remove(h->st, img.volume, NULL);
+	remove_tree(dir, NULL);
+	rc = 0;
+out:
+	hostd_busy_release(h, key);
+	return rc;
+}
+
+json_t *image_json(struct hostd *h, const struct image *img)
+{
+	struct storage_vol_info vi;
+	int users = db_image_users(h->db, img->name, NULL);
+	json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:I, s:i}",
+			      "name", img->name, "boot", img->boot, "user", img->user,
+			      "size", (json_int_t)img->virtual_size, "sha256", img->sha256,
+			      "format", img->format, "created", (json_int_t)img->created,
+			      "users", users < 0 ? 0 : users);
+
+	if (storage_vol_info(h->st, img->volume, &vi, NULL) == 0)
+		json_object_set_new(j, "allocated", json_integer((json_int_t)vi.allocated_bytes));
+	return j;
+}
+
+void image_reconcile(struct hostd *h)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	struct image img;
+	struct dirent *de;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "%s/images", h->cfg.state_dir);
+	d = opendir(dir);
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.' || db_image_get(h->db, de->d_name, &img, NULL) == 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		log_warn("reconcile: %s belongs to no image; removing it", path);
+		remove_tree(path, NULL);
+	}
+	closedir(d);
+	/* Builds a crash interrupted. */
+	snprintf(dir, sizeof(dir), "%s/tmp", h->cfg.state_dir);
+	d = opendir(dir);
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		char *const argv[] = { "rm", "-rf", "--", path, NULL };
+		run_argv(argv, NULL, NULL);
+	}
+	closedir(d);
+}

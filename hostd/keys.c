@@ -1,0 +1,86 @@
+#include "hostd/keys.h"
+
+#include <errno.h>
+#include <libssh/libssh.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "common/banned.h"
+
+static int generate(const char *priv, const char *pub, struct err *e)
+{
+	ssh_key key = NULL;
+	char *b64 = NULL, tmp[PATH_MAX];
+	struct buf line = BUF_INIT;
+	int rc = -1;
+
+	if (ssh_pki_generate(SSH_KEYTYPE_ED25519, 0, &key) != SSH_OK) {
+		err_set(e, 500, "internal", "cannot generate the gateway key");
+		goto out;
+	}
+	snprintf(tmp, sizeof(tmp), "%s.tmp", priv);
+	unlink(tmp);
+	if (ssh_pki_export_privkey_file(key, NULL, NULL, NULL, tmp) != SSH_OK) {
+		err_set(e, 500, "internal", "cannot write %s", tmp);
+		goto out;
+	}
+	chmod(tmp, 0600);
+	if (ssh_pki_export_pubkey_base64(key, &b64) != SSH_OK) {
+		err_set(e, 500, "internal", "cannot export the gateway public key");
+		goto out;
+	}
+	buf_printf(&line, "ssh-ed25519 %s berth-gateway\n", b64);
+	if (file_write_atomic(pub, line.data, line.len, 0644, e) < 0)
+		goto out;
+	if (rename(tmp, priv) < 0) {
+		err_errno(e, errno, "rename %s", tmp);
+		goto out;
+	}
+	log_info("generated gateway key %s", priv);
+	rc = 0;
+out:
+	if (rc < 0)
+		unlink(tmp);
+	ssh_string_free_char(b64);
+	ssh_key_free(key);
+	buf_free(&line);
+	return rc;
+}
+
+int keys_load_or_create(const char *dir, struct gateway_key *k, struct err *e)
+{
+	char priv[PATH_MAX], pub[PATH_MAX];
+
+	memset(k, 0, sizeof(*k));
+	if (mkdir_p(dir, 0700) < 0)
+		return err_errno(e, errno, "create %s", dir);
+	snprintf(priv, sizeof(priv), "%s/gateway", dir);
+	snprintf(pub, sizeof(pub), "%s/gateway.pub", dir);
+	if (access(priv, R_OK) < 0 || access(pub, R_OK) < 0) {
+		if (generate(priv, pub, e) < 0)
+			return -1;
+	}
+	k->private_pem = file_read(priv, 65536, e);
+	k->public_line = file_read(pub, 65536, e);
+	if (!k->private_pem || !k->public_line) {
+		keys_free(k);
+		return -1;
+	}
+	/* One line, no trailing newline. */
+	k->public_line[strcspn(k->public_line, "\r\n")] = '\0';
+	return 0;
+}
+
+void keys_free(struct gateway_key *k)
+{
+	free(k->private_pem);
+	free(k->public_line);
+	k->private_pem = k->public_line = NULL;
+}

@@ -1,0 +1,54 @@
+/* Machines: create, start, stop, suspend, resume, restart, delete, and the
+ * reconciliation of the database with libvirt and storage at start-up. */
+#ifndef BERTH_MACHINE_H
+#define BERTH_MACHINE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "hostd/hostd.h"
+
+struct create_req {
+	const char *owner;
+	const char *name;
+	const char *image;
+	int vcpus;
+	uint64_t memory;   /* bytes */
+	uint64_t disk;     /* bytes; 0 = the image's size */
+};
+
+enum machine_action { ACT_START, ACT_STOP, ACT_SUSPEND, ACT_RESUME, ACT_RESTART };
+
+struct act_opts {
+	int timeout_s;     /* stop: ACPI grace period; 0 = config's */
+	bool wait;         /* start/resume/restart: wait until SSH answers */
+};
+
+/* Parse "start", "stop", ...; -1 when unknown. */
+int machine_action_parse(const char *s, enum machine_action *out);
+
+/* Create a stopped machine.  Validates everything first (400/404/409 with
+ * the reason); on any later failure removes what it made.  Fills OUT. */
+int machine_create(struct hostd *h, const struct create_req *req,
+		   struct machine *out, struct err *e);
+/* Do ACTION on OWNER's machine NAME; fills OUT with the result.  When
+ * waiting, *READY_MS gets the time from the action to SSH answering. */
+int machine_act(struct hostd *h, const char *owner, const char *name,
+		enum machine_action action, const struct act_opts *o,
+		struct machine *out, int64_t *ready_ms, struct err *e);
+int machine_delete(struct hostd *h, const char *owner, const char *name,
+		   struct err *e);
+/* The machine's SSH endpoint.  1 when it has none yet (nat, no lease). */
+int machine_endpoint(struct hostd *h, const struct machine *m, char *host,
+		     size_t hostlen, int *port, struct err *e);
+/* JSON for the API (a new reference). */
+json_t *machine_json(struct hostd *h, const struct machine *m);
+
+/* Bring the database in line with libvirt and storage: finish or undo
+ * journaled operations, correct states, remove orphans.  Logs each fix. */
+void machine_reconcile(struct hostd *h);
+/* libvirt lifecycle event (from virt's event thread). */
+void machine_on_event(const char *uuid, enum vstate now, void *data);
+
+#endif

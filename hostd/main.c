@@ -1,0 +1,193 @@
+/* berth-hostd: the privileged daemon.  Usage:
+ *   berth-hostd --state DIR [--config FILE] [--log-level L]
+ * Serves the JSON API on DIR/hostd.sock until SIGTERM or SIGINT.  Machines
+ * are libvirt domains and outlive it; at start it reconciles its database
+ * with libvirt and storage. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "hostd/api.h"
+#include "hostd/hostd.h"
+#include "hostd/image.h"
+#include "hostd/machine.h"
+#include "common/banned.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: berth-hostd --state DIR [--config FILE] [--log-level LEVEL]\n");
+}
+
+/* The instance id: random, made once per state directory. */
+static int load_instance(struct hostd *h, struct err *e)
+{
+	unsigned char r[4];
+	int rc = db_meta_get(h->db, "instance", h->instance, sizeof(h->instance), e);
+
+	if (rc < 0)
+		return -1;
+	if (rc == 1) {
+		if (random_bytes(r, sizeof(r)) < 0)
+			return err_errno(e, errno, "random");
+		snprintf(h->instance, sizeof(h->instance), "%02x%02x%02x%02x", r[0], r[1], r[2], r[3]);
+		if (db_meta_set(h->db, "instance", h->instance, e) < 0)
+			return -1;
+	}
+	snprintf(h->dom_prefix, sizeof(h->dom_prefix), "berth-%s-", h->instance);
+	return 0;
+}
+
+static void resolve_recipes(struct hostd *h)
+{
+	char dir[PATH_MAX];
+
+	if (h->cfg.recipes_dir[0]) {
+		snprintf(h->recipes_dir, sizeof(h->recipes_dir), "%s", h->cfg.recipes_dir);
+		return;
+	}
+	/* bin/berth-hostd in a source tree: recipes are in ../images/recipes;
+	 * an installed hostd finds them in /usr/lib/berth/recipes. */
+	if (exe_dir(dir, sizeof(dir)) == 0) {
+		snprintf(h->recipes_dir, sizeof(h->recipes_dir), "%s/../images/recipes", dir);
+		if (access(h->recipes_dir, R_OK) == 0)
+			return;
+		snprintf(h->recipes_dir, sizeof(h->recipes_dir), "%s/../../../images/recipes", dir);
+		if (access(h->recipes_dir, R_OK) == 0)
+			return;
+	}
+	snprintf(h->recipes_dir, sizeof(h->recipes_dir), "/usr/lib/berth/recipes");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "state", required_argument, NULL, 's' },
+		{ "config", required_argument, NULL, 'c' },
+		{ "log-level", required_argument, NULL, 'l' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static struct hostd h;
+	const char *state = NULL, *config = NULL, *level = NULL;
+	char path[PATH_MAX], vols[PATH_MAX];
+	struct err e = { 0 };
+	struct api *api = NULL;
+	sigset_t sigs;
+	int c, sig, lock_fd = -1, rc = 1;
+	enum log_level lvl;
+
+	log_init("berth-hostd");
+	while ((c = getopt_long(argc, argv, "s:c:l:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 's': state = optarg; break;
+		case 'c': config = optarg; break;
+		case 'l': level = optarg; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!state || optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	if (state[0] != '/') {
+		fprintf(stderr, "berth-hostd: --state must be an absolute path, not '%s'\n", state);
+		return 2;
+	}
+	/* Paths under it must fit a UNIX socket address (108 bytes). */
+	if (strlen(state) > 80) {
+		fprintf(stderr, "berth-hostd: --state path longer than 80 bytes: %s\n", state);
+		return 2;
+	}
+	h.started_ms = mono_ms();
+	pthread_mutex_init(&h.busy_lock, NULL);
+	config_defaults(&h.cfg, state);
+	snprintf(path, sizeof(path), "%s/berth.conf", state);
+	if (config_load(&h.cfg, config ? config : path, config != NULL, &e) < 0)
+		goto fail;
+	if (level && config_set(&h.cfg, "log_level", level, "--log-level", &e) < 0)
+		goto fail;
+	if (log_level_parse(h.cfg.log_level, &lvl) == 0)
+		log_threshold = lvl;
+
+	/* Block the signals we wait for before any thread starts. */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	if (mkdir_p(state, 0700) < 0) {
+		err_errno(&e, errno, "create state directory %s", state);
+		goto fail;
+	}
+	snprintf(path, sizeof(path), "%s/hostd.lock", state);
+	lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		err_set(&e, 409, "busy", "another berth-hostd holds %s", path);
+		goto fail;
+	}
+	snprintf(path, sizeof(path), "%s/berth.db", state);
+	h.db = db_open(path, &e);
+	if (!h.db || load_instance(&h, &e) < 0)
+		goto fail;
+	snprintf(path, sizeof(path), "%s/keys", state);
+	if (keys_load_or_create(path, &h.key, &e) < 0)
+		goto fail;
+	snprintf(vols, sizeof(vols), "%s/volumes", state);
+	h.st = storage_open(h.cfg.storage, h.cfg.storage_location[0] ? h.cfg.storage_location : vols, &e);
+	if (!h.st)
+		goto fail;
+	h.virt = virt_open(h.cfg.libvirt_uri, h.cfg.hypervisor, machine_on_event, &h, &e);
+	if (!h.virt)
+		goto fail;
+	resolve_recipes(&h);
+	log_info("state %s, instance %s, storage %s at %s, network %s, recipes %s",
+		 state, h.instance, storage_name(h.st), storage_location(h.st),
+		 h.cfg.network, h.recipes_dir);
+
+	machine_reconcile(&h);
+	image_reconcile(&h);
+
+	snprintf(path, sizeof(path), "%s/hostd.sock", state);
+	api = api_start(&h, path, &e);
+	if (!api)
+		goto fail;
+	snprintf(path, sizeof(path), "%s/hostd.pid", state);
+	{
+		char pid[32];
+		int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+		file_write_atomic(path, pid, (size_t)n, 0644, NULL);
+	}
+	log_info("ready in %lld ms", (long long)(mono_ms() - h.started_ms));
+
+	while (sigwait(&sigs, &sig) == 0) {
+		if (sig == SIGTERM || sig == SIGINT)
+			break;
+	}
+	log_info("signal %d: stopping (machines keep running)", sig);
+	api_stop(api);
+	unlink(path);
+	rc = 0;
+	goto out;
+fail:
+	log_error("%s", e.msg);
+out:
+	virt_close(h.virt);
+	storage_close(h.st);
+	keys_free(&h.key);
+	db_close(h.db);
+	if (lock_fd >= 0)
+		close(lock_fd);
+	return rc;
+}

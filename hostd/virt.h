@@ -1,0 +1,94 @@
+/* hostd's glue to libvirt: one connection (reopened when libvirtd
+ * restarts), hypervisor detection, domain XML and the few domain
+ * operations hostd needs.  Domains are addressed by UUID (the machine id).
+ * Only hostd links this: a read-write libvirt connection is root. */
+#ifndef BERTH_VIRT_H
+#define BERTH_VIRT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+#include "common/err.h"
+
+struct virt;
+
+enum vstate {
+	VS_MISSING,    /* no such domain */
+	VS_STOPPED,    /* shut off, no saved memory */
+	VS_SUSPENDED,  /* shut off with a managed save image (memory on disk) */
+	VS_RUNNING,
+	VS_PAUSED,
+	VS_BUSY,       /* starting up, shutting down, crashed: transient */
+};
+
+/* berth's machine state name for S ("stopped", "running", ...). */
+const char *vstate_name(enum vstate s);
+
+struct domain_spec {
+	const char *dom_name;      /* libvirt name: berth-INSTANCE-OWNER-NAME */
+	const char *uuid;
+	const char *owner, *name;  /* recorded in <metadata> */
+	bool kvm;                  /* type='kvm' (else 'qemu': TCG) */
+	int vcpus;
+	uint64_t memory;           /* bytes */
+	const char *kernel, *initrd, *cmdline; /* direct boot */
+	const char *disk_path, *disk_format;
+	bool disk_block;
+	const char *seed_path;     /* NoCloud ISO, attached read-only as vdb */
+	const char *mac;
+	const char *network;       /* "user" or "nat" */
+	const char *nat_network;   /* libvirt network name for "nat" */
+	int ssh_port;              /* "user": 127.0.0.1:PORT -> guest :22 */
+	const char *console_log;   /* serial console is logged here */
+};
+
+/* Render the domain XML for S into OUT.  Pure: no libvirt call.  Every
+ * value is XML-escaped.  Returns 0, or -1 with E for an invalid spec. */
+int virt_domain_xml(const struct domain_spec *s, struct buf *out, struct err *e);
+
+/* Called from libvirt's event thread when a domain of ours changes state.
+ * UUID is the domain's; NEW is the state libvirt reports. */
+typedef void (*virt_event_fn)(const char *uuid, enum vstate now, void *data);
+
+/* Connect to URI.  HYPERVISOR is "auto", "kvm" or "tcg"; "auto" picks kvm
+ * when /dev/kvm works and libvirt offers it.  Starts libvirt's event loop
+ * thread; FN (may be NULL) gets lifecycle events.  NULL with E set. */
+struct virt *virt_open(const char *uri, const char *hypervisor,
+		       virt_event_fn fn, void *data, struct err *e);
+void virt_close(struct virt *v);
+
+bool virt_kvm(const struct virt *v);
+/* "kvm" or "tcg". */
+const char *virt_hypervisor(const struct virt *v);
+/* Why machines run under TCG ("" under KVM). */
+const char *virt_why_tcg(const struct virt *v);
+/* libvirt's version as "9.0.0". */
+const char *virt_version(const struct virt *v);
+
+/* Define (or redefine, same UUID) a persistent domain from XML. */
+int virt_define(struct virt *v, const char *xml, struct err *e);
+int virt_state(struct virt *v, const char *uuid, enum vstate *out, struct err *e);
+/* Start; restores from the managed save image when there is one. */
+int virt_start(struct virt *v, const char *uuid, struct err *e);
+/* ACPI shutdown, waiting up to TIMEOUT_S, then force off.  *FORCED tells
+ * which happened (may be NULL). */
+int virt_shutdown(struct virt *v, const char *uuid, int timeout_s,
+		  bool *forced, struct err *e);
+int virt_destroy(struct virt *v, const char *uuid, struct err *e);
+/* Save memory to disk and stop (libvirt managed save). */
+int virt_managed_save(struct virt *v, const char *uuid, struct err *e);
+/* Destroy if running and undefine with its managed save image; a missing
+ * domain is success. */
+int virt_remove(struct virt *v, const char *uuid, struct err *e);
+/* Call FN for each domain (defined or running) whose name starts with
+ * PREFIX. */
+int virt_list_prefix(struct virt *v, const char *prefix,
+		     void (*fn)(const char *name, const char *uuid, void *data),
+		     void *data, struct err *e);
+/* network=nat: the guest's IPv4 address from the DHCP leases of its
+ * interface.  1 when none yet, 0 with OUT filled, -1 on error. */
+int virt_nat_address(struct virt *v, const char *uuid, char *out, size_t outlen,
+		     struct err *e);
+
+#endif

@@ -1,0 +1,626 @@
+#!/bin/bash
+# Build berth's "tiny" test guest image from Debian packages, without mounts.
+#
+#   images/recipes/tiny.sh OUTDIR
+#
+# Writes OUTDIR/vmlinuz, OUTDIR/initrd.img, OUTDIR/root.qcow2 and
+# OUTDIR/image.json.  Run as root (the root filesystem's files must be owned
+# by root).  Needs the host packages deploy/install-deps.sh installs for
+# "run": busybox-static, dropbear-bin, kmod, cpio, e2fsprogs, qemu-utils.
+#
+# The kernel is Debian's: linux-image-amd64 is resolved to the real package
+# (linux-image-VERSION), which is downloaded with `apt-get download` and
+# unpacked with `dpkg-deb -x` (never installed).  The .deb and the unpacked
+# kernel + modules are kept in $BERTH_CACHE (default /var/cache/berth), so a
+# rebuild takes about two seconds.
+#
+# The guest (what hostd relies on):
+#  - root is /dev/vda, ext4, rw; PID 1 is busybox init (/etc/inittab,
+#    /etc/rc); /proc, /sys, /dev (devtmpfs), /dev/pts, /tmp (tmpfs), /run.
+#  - at every boot /etc/rc reads a cloud-init NoCloud seed (ISO 9660 volume
+#    labelled "cidata" on a virtio disk, normally /dev/vdb): the hostname
+#    from meta-data's local-hostname (or user-data's hostname), the keys of
+#    user-data's ssh_authorized_keys into /root/.ssh/authorized_keys (the
+#    file is replaced by the seed's keys).
+#  - eth0 via busybox udhcpc (boot waits at most ~5 s for a lease, then it
+#    keeps trying in the background); dropbear on port 22, keys only.
+#  - the ACPI power button (virDomainShutdown, QEMU system_powerdown) powers
+#    off cleanly (busybox acpid); `poweroff` and `reboot` work.
+#  - root shells on ttyS0 and tty1; boot messages on ttyS0.
+set -Eeuo pipefail
+umask 022
+
+NAME=tiny
+CMDLINE="console=tty1 console=ttyS0 root=/dev/vda rw quiet"
+ROOT_SIZE=256M
+# Modules the initramfs loads (with their dependencies, in this order).
+# A name the kernel has built in is skipped.
+MODULES="virtio_pci virtio_blk virtio_net ext4 crc32c_generic isofs af_packet
+button evdev"
+# Loaded when this kernel has them, silently skipped otherwise.
+OPTIONAL_MODULES="virtio_rng"
+
+say() { printf 'tiny: %s\n' "$*" >&2; }
+die() {
+	trap - ERR
+	printf 'tiny: error: %s\n' "$*" >&2
+	exit 1
+}
+trap 'rc=$?; trap - ERR; printf "tiny: error: command failed (exit %s) at line %s: %s\n" "$rc" "$LINENO" "$BASH_COMMAND" >&2; exit "$rc"' ERR
+
+if [ $# -ne 1 ] || [ -z "$1" ]; then
+	echo "usage: $0 OUTDIR" >&2
+	exit 2
+fi
+OUT=$1
+CACHE=${BERTH_CACHE:-/var/cache/berth}
+
+[ "$(id -u)" = 0 ] || die "must run as root (the root filesystem's files must belong to root)"
+for tool in apt-get apt-cache dpkg-deb depmod modprobe cpio gzip mke2fs \
+	qemu-img ldd flock; do
+	command -v "$tool" >/dev/null 2>&1 ||
+		die "$tool not found (run deploy/install-deps.sh run)"
+done
+BUSYBOX=/bin/busybox
+[ -x $BUSYBOX ] || die "$BUSYBOX not found (install busybox-static)"
+if ldd $BUSYBOX >/dev/null 2>&1; then
+	die "$BUSYBOX is dynamically linked (install busybox-static)"
+fi
+DROPBEAR=/usr/sbin/dropbear
+DROPBEARKEY=/usr/bin/dropbearkey
+[ -x $DROPBEAR ] && [ -x $DROPBEARKEY ] ||
+	die "dropbear not found (install dropbear-bin)"
+
+START=$(date +%s.%N)
+
+# Everything temporary lives in $TMP or in the paths listed in $CLEAN; the
+# EXIT trap removes them, also after a failure or a signal.
+TMP=
+CLEAN=()
+cleanup() {
+	local p
+	for p in "${CLEAN[@]}"; do
+		rm -rf -- "$p"
+	done
+	if [ -n "$TMP" ]; then
+		rm -rf -- "$TMP"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM HUP
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/berth-tiny.XXXXXX")
+
+mkdir -p -- "$CACHE/debs" "$CACHE/kernel" "$OUT"
+OUT=$(cd -- "$OUT" && pwd)
+# One build at a time per cache.
+exec 9>"$CACHE/.lock"
+flock -w 900 9 || die "timed out waiting for the lock on $CACHE"
+
+# ---------------------------------------------------------------- kernel ---
+
+candidate() {
+	apt-cache policy "$1" 2>/dev/null | awk '$1 == "Candidate:" { print $2; exit }'
+}
+
+# Prints the real kernel package behind linux-image-amd64, or nothing.
+resolve_kernel_package() {
+	local cand
+	cand=$(candidate linux-image-amd64)
+	if [ -z "$cand" ] || [ "$cand" = "(none)" ]; then
+		say "apt has no candidate for linux-image-amd64: running apt-get update"
+		apt-get update -q >&2 || say "warning: apt-get update failed"
+		cand=$(candidate linux-image-amd64)
+	fi
+	if [ -z "$cand" ] || [ "$cand" = "(none)" ]; then
+		return 0
+	fi
+	apt-cache depends "linux-image-amd64=$cand" 2>/dev/null |
+		awk '$1 == "Depends:" { gsub(/[<>]/, "", $2)
+			if ($2 ~ /^linux-image-[0-9]/) { print $2; exit } }'
+}
+
+# The newest complete unpacked kernel in the cache, or nothing.
+newest_cached_kernel() {
+	local d
+	for d in "$CACHE"/kernel/*/; do
+		if [ -f "$d/.complete" ]; then basename "$d"; fi
+	done | sort -V | tail -n 1
+}
+
+say "resolving the kernel package"
+KPKG=$(resolve_kernel_package)
+if [ -n "$KPKG" ]; then
+	KVER=${KPKG#linux-image-}
+else
+	KVER=$(newest_cached_kernel)
+	[ -n "$KVER" ] ||
+		die "cannot resolve linux-image-amd64 with apt and no kernel is cached in $CACHE"
+	say "warning: apt cannot resolve linux-image-amd64; using the cached kernel $KVER"
+	KPKG=linux-image-$KVER
+fi
+case $KVER in
+*[!A-Za-z0-9.+~_-]* | "") die "unexpected kernel package name: $KPKG" ;;
+esac
+
+KDIR=$CACHE/kernel/$KVER
+if [ -f "$KDIR/.complete" ]; then
+	say "using cached kernel $KVER"
+else
+	deb=$(ls -t "$CACHE/debs/${KPKG}_"*_amd64.deb 2>/dev/null | head -n 1 || true)
+	if [ -z "$deb" ]; then
+		say "downloading kernel $KVER"
+		dl=$(mktemp -d "$CACHE/debs/.download.XXXXXX")
+		CLEAN+=("$dl")
+		(cd "$dl" && apt-get download -q -o APT::Sandbox::User=root "$KPKG" >&2) ||
+			die "apt-get download $KPKG failed"
+		for f in "$dl"/*.deb; do
+			[ -f "$f" ] || die "apt-get download $KPKG produced no .deb"
+			mv -f -- "$f" "$CACHE/debs/"
+			deb=$CACHE/debs/${f##*/}
+		done
+		rm -rf -- "$dl"
+	else
+		say "using cached ${deb##*/}"
+	fi
+	say "unpacking kernel $KVER"
+	x=$(mktemp -d "$CACHE/kernel/.unpack.XXXXXX")
+	CLEAN+=("$x")
+	dpkg-deb -x "$deb" "$x/root" || die "dpkg-deb -x $deb failed"
+	mkdir -p "$x/k/lib/modules"
+	if [ -d "$x/root/lib/modules/$KVER" ]; then
+		mv "$x/root/lib/modules/$KVER" "$x/k/lib/modules/"
+	elif [ -d "$x/root/usr/lib/modules/$KVER" ]; then
+		mv "$x/root/usr/lib/modules/$KVER" "$x/k/lib/modules/"
+	else
+		die "${deb##*/} has no modules for $KVER"
+	fi
+	[ -f "$x/root/boot/vmlinuz-$KVER" ] || die "${deb##*/} has no /boot/vmlinuz-$KVER"
+	mv "$x/root/boot/vmlinuz-$KVER" "$x/k/vmlinuz"
+	depmod -b "$x/k" "$KVER" || die "depmod failed"
+	touch "$x/k/.complete"
+	rm -rf -- "$KDIR"
+	mv "$x/k" "$KDIR"
+	rm -rf -- "$x"
+fi
+MODDIR=$KDIR/lib/modules/$KVER
+
+# --------------------------------------------------------------- initrd ---
+
+say "building initrd for $KVER"
+I=$TMP/initrd
+mkdir -p "$I"/{bin,sbin,usr/bin,usr/sbin,dev,proc,sys,run,tmp,newroot,etc}
+cp $BUSYBOX "$I/bin/busybox"
+# One symlink per applet; never one for busybox itself (a symlink loop makes
+# the kernel fail to run /init with error -40).
+applet_links() { # DIR
+	local a
+	$BUSYBOX --list-full | while read -r a; do
+		case $a in
+		bin/busybox | linuxrc | init) continue ;;
+		esac
+		[ -e "$1/$a" ] || [ -L "$1/$a" ] || ln -s /bin/busybox "$1/$a"
+	done
+}
+applet_links "$I"
+mknod -m 600 "$I/dev/console" c 5 1
+mknod -m 666 "$I/dev/null" c 1 3
+
+# Module load list: dependencies first, each module once.
+modlist=$TMP/modules.list
+: >"$modlist"
+for m in $MODULES $OPTIONAL_MODULES; do
+	if ! deps=$(modprobe -d "$KDIR" -S "$KVER" --show-depends "$m" 2>/dev/null); then
+		case " $OPTIONAL_MODULES " in
+		*" $m "*) continue ;;
+		esac
+		die "kernel $KVER has no module $m"
+	fi
+	printf '%s\n' "$deps" | while read -r kind path _; do
+		[ "$kind" = insmod ] || continue
+		rel=${path#"$MODDIR"/}
+		[ "$rel" != "$path" ] || die "unexpected module path $path"
+		grep -qxF -- "$rel" "$modlist" || printf '%s\n' "$rel" >>"$modlist"
+	done
+done
+nmod=0
+while read -r rel; do
+	mkdir -p "$I/lib/modules/$KVER/${rel%/*}"
+	case $rel in
+	*.ko) cp "$MODDIR/$rel" "$I/lib/modules/$KVER/$rel" ;;
+	*.ko.xz) xz -dc "$MODDIR/$rel" >"$I/lib/modules/$KVER/${rel%.xz}" ;;
+	*.ko.zst) zstd -qdc "$MODDIR/$rel" >"$I/lib/modules/$KVER/${rel%.zst}" ;;
+	*.ko.gz) gzip -dc "$MODDIR/$rel" >"$I/lib/modules/$KVER/${rel%.gz}" ;;
+	*) die "unexpected module file $rel" ;;
+	esac
+	printf '%s\n' "/lib/modules/$KVER/${rel%.ko*}.ko" >>"$I/etc/modules"
+	nmod=$((nmod + 1))
+done <"$modlist"
+
+cat >"$I/init" <<'EOF'
+#!/bin/sh
+# berth tiny initramfs: load the modules, mount the root, switch to it.
+export PATH=/sbin:/bin:/usr/sbin:/usr/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+exec </dev/console >/dev/console 2>&1
+
+rescue() {
+	echo "tiny-init: $*"
+	echo "tiny-init: starting a rescue shell"
+	exec setsid cttyhack sh
+}
+
+root=/dev/vda fstype=ext4 flags= mode=rw init=/sbin/init
+for arg in $(cat /proc/cmdline); do
+	case $arg in
+	root=*) root=${arg#root=} ;;
+	rootfstype=*) fstype=${arg#rootfstype=} ;;
+	rootflags=*) flags=,${arg#rootflags=} ;;
+	ro) mode=ro ;;
+	rw) mode=rw ;;
+	init=*) init=${arg#init=} ;;
+	rdshell) rescue "rdshell on the command line" ;;
+	esac
+done
+
+# Failures are expected for some (crc32c-intel without SSE4.2 under TCG).
+while read -r ko; do
+	insmod "$ko" 2>/dev/null
+done </etc/modules
+
+i=0
+while :; do
+	case $root in
+	LABEL=* | UUID=*) dev=$(findfs "$root" 2>/dev/null) ;;
+	*) dev=$root ;;
+	esac
+	[ -n "$dev" ] && [ -b "$dev" ] && break
+	i=$((i + 1))
+	[ $i -le 300 ] || rescue "root device $root did not appear"
+	usleep 50000
+done
+
+mount -t "$fstype" -o "$mode$flags" "$dev" /newroot ||
+	rescue "cannot mount $dev ($fstype, $mode$flags) on /newroot"
+[ -x "/newroot$init" ] || [ -L "/newroot$init" ] || rescue "no $init on $dev"
+mount --move /dev /newroot/dev 2>/dev/null || umount /dev
+umount /sys
+umount /proc
+exec switch_root /newroot "$init"
+rescue "switch_root failed"
+EOF
+chmod 755 "$I/init"
+(cd "$I" && find . -mindepth 1 | LC_ALL=C sort |
+	cpio -o -H newc -R 0:0 --quiet) | gzip -n -6 >"$TMP/initrd.img"
+
+# ----------------------------------------------------------- root files ---
+
+say "building root filesystem"
+R=$TMP/root
+mkdir -p "$R"/{bin,sbin,usr/bin,usr/sbin,lib,lib64,dev,proc,sys,run,tmp,mnt,home,etc,var/log,var/lib}
+mkdir -p "$R"/etc/{dropbear,udhcpc,acpi/PWRF}
+mkdir -m 700 "$R/root"
+chmod 1777 "$R/tmp"
+ln -s /run "$R/var/run"
+mknod -m 600 "$R/dev/console" c 5 1
+mknod -m 666 "$R/dev/null" c 1 3
+cp $BUSYBOX "$R/bin/busybox"
+applet_links "$R"
+ln -sf /bin/busybox "$R/sbin/init"
+
+# dropbear and exactly the libraries ldd lists, plus the loader.
+cp $DROPBEAR "$R/usr/sbin/dropbear"
+cp $DROPBEARKEY "$R/usr/bin/dropbearkey"
+for lib in $( (ldd $DROPBEAR; ldd $DROPBEARKEY) |
+	awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u); do
+	mkdir -p "$R${lib%/*}"
+	[ -e "$R$lib" ] || cp -L "$lib" "$R$lib"
+done
+[ -n "$(ls "$R/lib64")" ] || die "ldd listed no loader for $DROPBEAR"
+
+cat >"$R/etc/passwd" <<'EOF'
+root:x:0:0:root:/root:/bin/sh
+nobody:x:65534:65534:nobody:/nonexistent:/bin/false
+EOF
+# A non-empty password field (dropbear rejects blank ones) that no password
+# matches: root logs in with keys only.
+cat >"$R/etc/shadow" <<'EOF'
+root:*:19000:0:99999:7:::
+nobody:*:19000:0:99999:7:::
+EOF
+chmod 600 "$R/etc/shadow"
+cat >"$R/etc/group" <<'EOF'
+root:x:0:
+tty:x:5:
+nogroup:x:65534:
+EOF
+printf '/bin/sh\n/bin/ash\n' >"$R/etc/shells"
+echo "$NAME" >"$R/etc/hostname"
+printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
+	"$NAME" >"$R/etc/hosts"
+: >"$R/etc/resolv.conf"
+cat >"$R/etc/fstab" <<'EOF'
+/dev/vda	/	ext4	rw	0	1
+proc	/proc	proc	defaults	0	0
+sysfs	/sys	sysfs	defaults	0	0
+devpts	/dev/pts	devpts	gid=5,mode=620,ptmxmode=666	0	0
+tmpfs	/tmp	tmpfs	mode=1777,nosuid,nodev	0	0
+tmpfs	/run	tmpfs	mode=755,nosuid,nodev	0	0
+EOF
+cat >"$R/etc/os-release" <<EOF
+PRETTY_NAME="berth tiny (busybox, dropbear, Debian kernel $KVER)"
+NAME="berth tiny"
+ID=berth-tiny
+EOF
+cat >"$R/etc/profile" <<'EOF'
+export PATH=/sbin:/bin:/usr/sbin:/usr/bin
+export HOME=${HOME:-/root}
+[ -n "$TERM" ] && [ "$TERM" != dumb ] || export TERM=vt100
+PS1='\u@\h:\w\$ '
+EOF
+
+cat >"$R/etc/inittab" <<'EOF'
+# berth tiny: busybox init
+::sysinit:/etc/rc
+::respawn:/sbin/acpid -f -c /etc/acpi -l /var/log/acpid.log
+::respawn:/usr/sbin/dropbear -F -E -s -R -p 22 -W 262144 2>>/var/log/dropbear.log
+ttyS0::respawn:-/bin/sh
+tty1::respawn:-/bin/sh
+::ctrlaltdel:/sbin/reboot
+::shutdown:/etc/rc.shutdown
+::restart:/sbin/init
+EOF
+
+# The ACPI power button: busybox acpid maps KEY_POWER to the action
+# PWRF/00000080 and runs that file from its config directory.
+cat >"$R/etc/acpi/PWRF/00000080" <<'EOF'
+#!/bin/sh
+exec /sbin/poweroff
+EOF
+chmod 755 "$R/etc/acpi/PWRF/00000080"
+
+cat >"$R/etc/udhcpc/default.script" <<'EOF'
+#!/bin/sh
+# busybox udhcpc event script: address, default route, resolv.conf.
+[ -n "$1" ] || exit 1
+case $1 in
+deconfig)
+	ip -4 addr flush dev "$interface" 2>/dev/null
+	ip link set "$interface" up
+	;;
+bound | renew)
+	ifconfig "$interface" "$ip" netmask "${subnet:-255.255.255.0}" \
+		${broadcast:+broadcast "$broadcast"} up
+	if [ -n "$router" ]; then
+		while ip route del default dev "$interface" 2>/dev/null; do :; done
+		metric=0
+		for r in $router; do
+			ip route add default via "$r" dev "$interface" metric $metric
+			metric=$((metric + 1))
+		done
+	fi
+	{
+		[ -n "$domain" ] && echo "search $domain"
+		for s in $dns; do echo "nameserver $s"; done
+	} >/etc/resolv.conf.new
+	mv -f /etc/resolv.conf.new /etc/resolv.conf
+	[ "$1" = bound ] && echo "udhcpc: $interface is $ip/${mask:-$subnet} via ${router:-none}"
+	;;
+leasefail | nak)
+	;;
+esac
+exit 0
+EOF
+chmod 755 "$R/etc/udhcpc/default.script"
+
+cat >"$R/etc/rc" <<'EOF'
+#!/bin/sh
+# berth tiny: system initialisation (busybox init sysinit).
+export PATH=/sbin:/bin:/usr/sbin:/usr/bin
+umask 022
+
+mounted() { grep -q "^[^ ]* $1 " /proc/mounts; }
+mount -t proc proc /proc 2>/dev/null
+mounted /sys || mount -t sysfs sysfs /sys
+mounted /dev || mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /dev/shm
+mounted /dev/pts || mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /dev/pts
+mounted /dev/shm || mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm
+mounted /tmp || mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp
+mounted /run || mount -t tmpfs -o mode=755,nosuid,nodev tmpfs /run
+ln -sfn /proc/self/fd /dev/fd
+ln -sfn /proc/self/fd/0 /dev/stdin
+ln -sfn /proc/self/fd/1 /dev/stdout
+ln -sfn /proc/self/fd/2 /dev/stderr
+mount -o remount,rw / 2>/dev/null
+
+for f in /var/log/dropbear.log /var/log/acpid.log; do
+	[ -f "$f" ] && [ "$(wc -c <"$f")" -gt 1048576 ] && mv -f "$f" "$f.old"
+done
+
+# ---- cloud-init NoCloud seed: ISO 9660 labelled cidata on a virtio disk.
+iso_label() { # DEV: the ISO 9660 volume label, or fail
+	[ "$(dd if="$1" bs=1 skip=32769 count=5 2>/dev/null)" = CD001 ] || return 1
+	dd if="$1" bs=1 skip=32808 count=32 2>/dev/null | tr -d ' \0'
+}
+find_seed() {
+	for l in cidata CIDATA; do
+		d=$(findfs "LABEL=$l" 2>/dev/null) && [ -b "$d" ] && { echo "$d"; return 0; }
+	done
+	for d in /dev/vd[b-z] /dev/vda /dev/sr[0-9]; do
+		[ -b "$d" ] || continue
+		case $(iso_label "$d") in
+		cidata | CIDATA) echo "$d"; return 0 ;;
+		esac
+	done
+	return 1
+}
+# First "KEY: value" of a top-level key, without quotes, comment or CR.
+yaml_value() { # FILE KEY
+	[ -f "$1" ] || return 0
+	sed -n -e 's/\r$//' -e "s/^$2:[[:space:]]*//p" "$1" | head -n 1 |
+		sed -e 's/[[:space:]]#.*$//' -e 's/[[:space:]]*$//' \
+			-e 's/^"\(.*\)"$/\1/' -e "s/^'\(.*\)'\$/\1/"
+}
+# The entries of ssh_authorized_keys (block or one-line flow list).
+yaml_keys() { # FILE
+	awk '
+	function unq(v) {
+		sub(/^[ \t]+/, "", v); sub(/[ \t]+$/, "", v)
+		if (v ~ /^".*"$/ || v ~ /^\047.*\047$/) v = substr(v, 2, length(v) - 2)
+		return v
+	}
+	{ sub(/\r$/, "") }
+	/^[ \t]*ssh_authorized_keys:/ {
+		match($0, /^[ \t]*/); ind = RLENGTH
+		rest = $0; sub(/^[ \t]*ssh_authorized_keys:[ \t]*/, "", rest)
+		if (rest ~ /^\[/) {
+			sub(/^\[/, "", rest); sub(/\][ \t]*$/, "", rest)
+			n = split(rest, a, ",")
+			for (i = 1; i <= n; i++) { v = unq(a[i]); if (v != "") print v }
+			next
+		}
+		inlist = 1; next
+	}
+	inlist && /^[ \t]*(#.*)?$/ { next }
+	inlist && /^[ \t]*-([ \t]|$)/ {
+		match($0, /^[ \t]*/)
+		if (RLENGTH >= ind) {
+			v = $0; sub(/^[ \t]*-[ \t]*/, "", v); v = unq(v)
+			if (v != "") print v
+			next
+		}
+	}
+	{ inlist = 0 }
+	' "$1"
+}
+
+seed=$(find_seed) || seed=
+if [ -n "$seed" ]; then
+	mkdir -p /run/seed
+	if mount -t iso9660 -o ro "$seed" /run/seed 2>/dev/null; then
+		name=$(yaml_value /run/seed/meta-data local-hostname)
+		[ -n "$name" ] || name=$(yaml_value /run/seed/user-data hostname)
+		case $name in
+		"") ;;
+		*[!A-Za-z0-9.-]* | -* | .*) echo "tiny: ignoring invalid hostname '$name' in the seed" ;;
+		*) echo "$name" >/etc/hostname ;;
+		esac
+		mkdir -p -m 700 /root/.ssh
+		chmod 700 /root/.ssh
+		if [ -f /run/seed/user-data ]; then
+			yaml_keys /run/seed/user-data >/root/.ssh/authorized_keys.new
+		else
+			: >/root/.ssh/authorized_keys.new
+		fi
+		chmod 600 /root/.ssh/authorized_keys.new
+		mv -f /root/.ssh/authorized_keys.new /root/.ssh/authorized_keys
+		echo "tiny: seed $seed: hostname '$(cat /etc/hostname)'," \
+			"$(grep -c . /root/.ssh/authorized_keys) ssh key(s)"
+		umount /run/seed
+	else
+		echo "tiny: cannot mount the seed $seed"
+	fi
+else
+	echo "tiny: no cidata seed found"
+fi
+
+# ---- hostname
+hostname -F /etc/hostname 2>/dev/null || hostname tiny
+name=$(hostname)
+printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
+	"$name" >/etc/hosts
+
+# ---- ssh host key (the others are made on demand by dropbear -R)
+mkdir -p /etc/dropbear
+if [ ! -s /etc/dropbear/dropbear_ed25519_host_key ]; then
+	dropbearkey -t ed25519 -f /etc/dropbear/dropbear_ed25519_host_key >/dev/null 2>&1 ||
+		echo "tiny: dropbearkey failed"
+fi
+
+# ---- network: waits at most ~5 s for a lease, then keeps trying in the
+# background.
+ip link set lo up
+if [ -e /sys/class/net/eth0 ]; then
+	ip link set eth0 up
+	udhcpc -i eth0 -s /etc/udhcpc/default.script -p /run/udhcpc.eth0.pid \
+		-b -t 5 -T 1 -A 5 -x "hostname:$name" 2>&1 |
+		grep -v -e '^udhcpc: started' -e '^udhcpc: broadcasting' -e '^udhcpc: sending'
+else
+	echo "tiny: no eth0"
+fi
+echo "tiny: up"
+exit 0
+EOF
+chmod 755 "$R/etc/rc"
+
+cat >"$R/etc/rc.shutdown" <<'EOF'
+#!/bin/sh
+# berth tiny: run by busybox init before it powers off or reboots.
+export PATH=/sbin:/bin:/usr/sbin:/usr/bin
+trap '' TERM HUP
+others() { # true while another user-space process is alive
+	for d in /proc/[0-9]*; do
+		p=${d#/proc/}
+		{ [ "$p" = 1 ] || [ "$p" = $$ ]; } && continue
+		[ -e "$d/exe" ] && return 0
+	done
+	return 1
+}
+echo "tiny: stopping processes"
+kill -TERM -1 2>/dev/null
+i=0
+while others && [ $i -lt 20 ]; do
+	usleep 50000
+	i=$((i + 1))
+done
+kill -KILL -1 2>/dev/null
+sync
+umount -a -r -t tmpfs,devpts,iso9660 2>/dev/null
+mount -o remount,ro / 2>/dev/null || echo "tiny: cannot remount / read-only"
+sync
+EOF
+chmod 755 "$R/etc/rc.shutdown"
+
+# ------------------------------------------------------------ root image ---
+
+mke2fs -q -F -t ext4 -L tiny-root -m 0 -E root_owner=0:0 -d "$R" \
+	"$TMP/root.ext4" "$ROOT_SIZE" >/dev/null || die "mke2fs failed"
+qemu-img convert -q -f raw -O qcow2 "$TMP/root.ext4" "$TMP/root.qcow2" ||
+	die "qemu-img convert failed"
+rm -f "$TMP/root.ext4"
+
+cp "$KDIR/vmlinuz" "$TMP/vmlinuz"
+printf '{"name":"%s","format":"qcow2","boot":"direct","kernel":"vmlinuz","initrd":"initrd.img","cmdline":"%s","user":"root","kernel_version":"%s"}\n' \
+	"$NAME" "$CMDLINE" "$KVER" >"$TMP/image.json"
+
+# ---------------------------------------------------------------- output ---
+
+# Each output is copied next to its final name and renamed over it, so a
+# reader never sees a half-written file (and a running VM keeps its inode).
+for f in vmlinuz initrd.img root.qcow2 image.json; do
+	tmpf=$OUT/.$f.tiny-tmp.$$
+	CLEAN+=("$tmpf")
+	cp "$TMP/$f" "$tmpf"
+	chmod 644 "$tmpf"
+	mv -f "$tmpf" "$OUT/$f"
+done
+
+# Drop other kernels from the cache (about 0.5 GB each).
+for d in "$CACHE"/kernel/*/; do
+	if [ -d "$d" ] && [ "$(basename "$d")" != "$KVER" ]; then
+		rm -rf -- "$d"
+	fi
+done
+for f in "$CACHE"/debs/linux-image-*.deb; do
+	[ -f "$f" ] || continue
+	case ${f##*/} in
+	"${KPKG}"_*) ;;
+	*) rm -f -- "$f" ;;
+	esac
+done
+
+END=$(date +%s.%N)
+say "wrote $OUT: vmlinuz, initrd.img ($nmod modules, $(du -k "$OUT/initrd.img" | cut -f1) KiB), root.qcow2 ($(du -k "$OUT/root.qcow2" | cut -f1) KiB), image.json; kernel $KVER; $(awk -v s="$START" -v e="$END" 'BEGIN { printf "%.1f", e - s }') s"

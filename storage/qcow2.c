@@ -1,0 +1,272 @@
+/* The qcow2 backend: volumes are files VOL.qcow2 in the pool directory; a
+ * machine disk is a qcow2 overlay whose backing file is its image's base
+ * (`qemu-img create -b`), so creation costs the same whatever the size.
+ * Files are created under a ".part" name and renamed into place, so a crash
+ * never leaves a half-written volume under a volume's name. */
+#include "storage/storage.h"
+
+#include <dirent.h>
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/run.h"
+#include "common/util.h"
+#include "common/banned.h"
+
+struct qcow2_pool {
+	char dir[PATH_MAX];
+};
+
+static int vol_path(struct qcow2_pool *p, const char *vol, const char *suffix,
+		    char *out, size_t outlen, struct err *e)
+{
+	if ((size_t)snprintf(out, outlen, "%s/%s.qcow2%s", p->dir, vol, suffix) >= outlen)
+		return err_set(e, 500, "internal", "qcow2: path too long for %s", vol);
+	return 0;
+}
+
+static int qcow2_open(const char *location, void **priv, struct err *e)
+{
+	struct qcow2_pool *p;
+	DIR *d;
+	struct dirent *de;
+
+	if (mkdir_p(location, 0700) < 0)
+		return err_errno(e, errno, "qcow2 pool %s", location);
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		abort();
+	if ((size_t)snprintf(p->dir, sizeof(p->dir), "%s", location) >= sizeof(p->dir)) {
+		free(p);
+		return err_set(e, 400, "invalid_config", "qcow2 pool path too long: %s", location);
+	}
+	/* Leftovers of creations a crash interrupted are never volumes. */
+	d = opendir(p->dir);
+	if (d) {
+		while ((de = readdir(d))) {
+			size_t n = strlen(de->d_name);
+			if (n > 5 && strcmp(de->d_name + n - 5, ".part") == 0) {
+				char path[PATH_MAX];
+				snprintf(path, sizeof(path), "%s/%s", p->dir, de->d_name);
+				log_info("qcow2: removing partial file %s", path);
+				unlink(path);
+			}
+		}
+		closedir(d);
+	}
+	*priv = p;
+	return 0;
+}
+
+static void qcow2_close(void *priv)
+{
+	free(priv);
+}
+
+/* Publish PART as FINAL: fsync, rename, fsync the directory. */
+static int publish(const char *part, const char *final, unsigned mode,
+		   struct err *e)
+{
+	int fd = open(part, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return err_errno(e, errno, "open %s", part);
+	if (fchmod(fd, mode) < 0 || fsync(fd) < 0) {
+		int saved = errno;
+		close(fd);
+		return err_errno(e, saved, "sync %s", part);
+	}
+	close(fd);
+	if (rename(part, final) < 0)
+		return err_errno(e, errno, "rename %s", part);
+	fd = open(final, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		char dir[PATH_MAX];
+		snprintf(dir, sizeof(dir), "%s", final);
+		char *slash = strrchr(dir, '/');
+		if (slash) {
+			*slash = '\0';
+			int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			if (dfd >= 0) {
+				fsync(dfd);
+				close(dfd);
+			}
+		}
+		close(fd);
+	}
+	return 0;
+}
+
+static int qcow2_base_import(void *priv, const char *vol, const char *src,
+			     const char *src_format, struct err *e)
+{
+	struct qcow2_pool *p = priv;
+	char part[PATH_MAX], final[PATH_MAX];
+
+	if (vol_path(p, vol, "", final, sizeof(final), e) < 0 ||
+	    vol_path(p, vol, ".part", part, sizeof(part), e) < 0)
+		return -1;
+	if (access(final, F_OK) == 0)
+		return err_set(e, 409, "exists", "volume %s exists", vol);
+	if (strcmp(src_format, "qcow2") != 0 && strcmp(src_format, "raw") != 0)
+		return err_set(e, 400, "invalid_format",
+			       "image format '%s' is not qcow2 or raw", src_format);
+	char *const argv[] = { "qemu-img", "convert", "-q", "-f", (char *)src_format,
+			       "-O", "qcow2", (char *)src, part, NULL };
+	if (run_argv(argv, NULL, e) < 0 || publish(part, final, 0444, e) < 0) {
+		unlink(part);
+		return -1;
+	}
+	return 0;
+}
+
+/* Read the virtual size from a qcow2 header (big-endian u64 at offset 24). */
+static int header_size(const char *path, uint64_t *out, struct err *e)
+{
+	unsigned char h[32];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return errno == ENOENT ? err_set(e, 404, "not_found", "no volume %s", path)
+				       : err_errno(e, errno, "open %s", path);
+	n = pread(fd, h, sizeof(h), 0);
+	close(fd);
+	if (n != (ssize_t)sizeof(h) || memcmp(h, "QFI\xfb", 4) != 0)
+		return err_set(e, 500, "internal", "%s: not a qcow2 file", path);
+	uint64_t be;
+	memcpy(&be, h + 24, sizeof(be));
+	*out = be64toh(be);
+	return 0;
+}
+
+static int qcow2_vol_create(void *priv, const char *vol, const char *base,
+			    uint64_t bytes, struct err *e)
+{
+	struct qcow2_pool *p = priv;
+	char part[PATH_MAX], final[PATH_MAX], basepath[PATH_MAX], size[32];
+	uint64_t base_size;
+
+	if (vol_path(p, vol, "", final, sizeof(final), e) < 0 ||
+	    vol_path(p, vol, ".part", part, sizeof(part), e) < 0 ||
+	    vol_path(p, base, "", basepath, sizeof(basepath), e) < 0)
+		return -1;
+	if (access(final, F_OK) == 0)
+		return err_set(e, 409, "exists", "volume %s exists", vol);
+	if (header_size(basepath, &base_size, e) < 0)
+		return -1;
+	if (bytes < base_size) {
+		char want[32], have[32];
+		size_format(bytes, want, sizeof(want));
+		size_format(base_size, have, sizeof(have));
+		return err_set(e, 400, "invalid_disk",
+			       "disk %s is smaller than its image (%s)", want, have);
+	}
+	snprintf(size, sizeof(size), "%llu", (unsigned long long)bytes);
+	char *const argv[] = { "qemu-img", "create", "-q", "-f", "qcow2",
+			       "-F", "qcow2", "-b", basepath, part, size, NULL };
+	if (run_argv(argv, NULL, e) < 0 || publish(part, final, 0600, e) < 0) {
+		unlink(part);
+		return -1;
+	}
+	return 0;
+}
+
+static int qcow2_vol_remove(void *priv, const char *vol, struct err *e)
+{
+	struct qcow2_pool *p = priv;
+	char path[PATH_MAX];
+
+	if (vol_path(p, vol, "", path, sizeof(path), e) < 0)
+		return -1;
+	if (unlink(path) < 0 && errno != ENOENT)
+		return err_errno(e, errno, "remove volume %s", vol);
+	return 0;
+}
+
+static bool qcow2_vol_exists(void *priv, const char *vol)
+{
+	struct qcow2_pool *p = priv;
+	char path[PATH_MAX];
+
+	if (vol_path(p, vol, "", path, sizeof(path), NULL) < 0)
+		return false;
+	return access(path, F_OK) == 0;
+}
+
+static int qcow2_vol_info(void *priv, const char *vol,
+			  struct storage_vol_info *info, struct err *e)
+{
+	struct qcow2_pool *p = priv;
+	struct stat st;
+
+	if (vol_path(p, vol, "", info->path, sizeof(info->path), e) < 0)
+		return -1;
+	if (stat(info->path, &st) < 0)
+		return errno == ENOENT ? err_set(e, 404, "not_found", "no volume %s", vol)
+				       : err_errno(e, errno, "stat %s", info->path);
+	if (header_size(info->path, &info->virtual_bytes, e) < 0)
+		return -1;
+	info->format = "qcow2";
+	info->block = false;
+	/* What the overlay itself allocates; blocks shared with the base are
+	 * the base's.  This is qemu-img's "actual-size". */
+	info->allocated_bytes = (uint64_t)st.st_blocks * 512;
+	return 0;
+}
+
+static int qcow2_vol_list(void *priv, void (*fn)(const char *vol, void *data),
+			  void *data, struct err *e)
+{
+	struct qcow2_pool *p = priv;
+	DIR *d = opendir(p->dir);
+	struct dirent *de;
+
+	if (!d)
+		return err_errno(e, errno, "open %s", p->dir);
+	while ((de = readdir(d))) {
+		char name[256];
+		size_t n = strlen(de->d_name);
+		if (n <= 6 || strcmp(de->d_name + n - 6, ".qcow2") != 0)
+			continue;
+		snprintf(name, sizeof(name), "%.*s", (int)(n - 6), de->d_name);
+		fn(name, data);
+	}
+	closedir(d);
+	return 0;
+}
+
+static int qcow2_pool_info(void *priv, struct storage_pool_info *info,
+			   struct err *e)
+{
+	struct qcow2_pool *p = priv;
+	struct statvfs sv;
+
+	if (statvfs(p->dir, &sv) < 0)
+		return err_errno(e, errno, "statvfs %s", p->dir);
+	info->total_bytes = (uint64_t)sv.f_blocks * sv.f_frsize;
+	info->used_bytes = (uint64_t)(sv.f_blocks - sv.f_bfree) * sv.f_frsize;
+	return 0;
+}
+
+const struct storage_ops storage_qcow2 = {
+	.name = "qcow2",
+	.open = qcow2_open,
+	.close = qcow2_close,
+	.base_import = qcow2_base_import,
+	.vol_create = qcow2_vol_create,
+	.vol_remove = qcow2_vol_remove,
+	.vol_exists = qcow2_vol_exists,
+	.vol_info = qcow2_vol_info,
+	.vol_list = qcow2_vol_list,
+	.pool_info = qcow2_pool_info,
+};

@@ -1,0 +1,134 @@
+#include "storage/storage.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "common/banned.h"
+
+struct storage {
+	const struct storage_ops *ops;
+	void *priv;
+	char *location;
+};
+
+static const struct storage_ops *const backends[] = {
+	&storage_qcow2,
+};
+
+const struct storage_ops *storage_find(const char *name)
+{
+	for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++)
+		if (strcmp(backends[i]->name, name) == 0)
+			return backends[i];
+	return NULL;
+}
+
+struct storage *storage_open(const char *name, const char *location,
+			     struct err *e)
+{
+	const struct storage_ops *ops = storage_find(name);
+	struct storage *st;
+
+	if (!ops) {
+		err_set(e, 400, "invalid_config", "unknown storage backend '%s' (known: qcow2)", name);
+		return NULL;
+	}
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		abort();
+	st->ops = ops;
+	st->location = strdup(location);
+	if (!st->location)
+		abort();
+	if (ops->open(location, &st->priv, e) < 0) {
+		free(st->location);
+		free(st);
+		return NULL;
+	}
+	return st;
+}
+
+void storage_close(struct storage *st)
+{
+	if (!st)
+		return;
+	if (st->ops->close)
+		st->ops->close(st->priv);
+	free(st->location);
+	free(st);
+}
+
+const char *storage_name(const struct storage *st)
+{
+	return st->ops->name;
+}
+
+const char *storage_location(const struct storage *st)
+{
+	return st->location;
+}
+
+static int check_vol(const char *vol, struct err *e)
+{
+	/* Volume names are hostd's own ("base-NAME", "m-UUID"): DNS-label
+	 * characters only, so no backend ever sees a path separator. */
+	if (!name_valid(vol))
+		return err_set(e, 500, "internal", "invalid volume name '%s'", vol);
+	return 0;
+}
+
+int storage_base_import(struct storage *st, const char *vol, const char *src,
+			const char *src_format, struct err *e)
+{
+	if (check_vol(vol, e) < 0)
+		return -1;
+	return st->ops->base_import(st->priv, vol, src, src_format, e);
+}
+
+int storage_vol_create(struct storage *st, const char *vol, const char *base,
+		       uint64_t bytes, struct err *e)
+{
+	if (check_vol(vol, e) < 0 || check_vol(base, e) < 0)
+		return -1;
+	return st->ops->vol_create(st->priv, vol, base, bytes, e);
+}
+
+int storage_vol_remove(struct storage *st, const char *vol, struct err *e)
+{
+	if (check_vol(vol, e) < 0)
+		return -1;
+	return st->ops->vol_remove(st->priv, vol, e);
+}
+
+bool storage_vol_exists(struct storage *st, const char *vol)
+{
+	return name_valid(vol) && st->ops->vol_exists(st->priv, vol);
+}
+
+int storage_vol_info(struct storage *st, const char *vol,
+		     struct storage_vol_info *info, struct err *e)
+{
+	memset(info, 0, sizeof(*info));
+	if (check_vol(vol, e) < 0)
+		return -1;
+	return st->ops->vol_info(st->priv, vol, info, e);
+}
+
+int storage_vol_list(struct storage *st,
+		     void (*fn)(const char *vol, void *data), void *data,
+		     struct err *e)
+{
+	return st->ops->vol_list(st->priv, fn, data, e);
+}
+
+int storage_pool_info(struct storage *st, struct storage_pool_info *info,
+		      struct err *e)
+{
+	memset(info, 0, sizeof(*info));
+	if (!st->ops->pool_info)
+		return err_set(e, 501, "not_supported",
+			       "storage backend %s: pool info not supported",
+			       st->ops->name);
+	return st->ops->pool_info(st->priv, info, e);
+}

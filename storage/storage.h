@@ -1,0 +1,97 @@
+/* Storage backends behind one table of operations (STYLE.md #2).
+ *
+ * A backend keeps named volumes in a pool.  Image bases are volumes made
+ * from a file; machine disks are volumes made from a base in O(1), whatever
+ * their size (a qcow2 overlay, a thin snapshot).  hostd only ever calls the
+ * storage_*() wrappers below; they are the only callers of the pointers and
+ * turn an absent optional operation into a "not supported" error.
+ *
+ * Volume names are chosen by hostd ("base-tiny", "m-<uuid>") and are
+ * [a-z0-9-]; the backend maps them to its own objects. */
+#ifndef BERTH_STORAGE_H
+#define BERTH_STORAGE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+struct storage;
+
+/* What libvirt needs to attach a volume, and what it costs. */
+struct storage_vol_info {
+	char path[4096];          /* file or block device */
+	const char *format;       /* "qcow2" or "raw": the disk driver type */
+	bool block;               /* a block device (disk type='block') */
+	uint64_t virtual_bytes;   /* size the guest sees */
+	uint64_t allocated_bytes; /* bytes really allocated for this volume */
+};
+
+struct storage_pool_info {
+	uint64_t total_bytes;     /* capacity of the pool (filesystem or thin pool) */
+	uint64_t used_bytes;
+};
+
+struct storage_ops {
+	const char *name;
+
+	/* Required.  Open (creating if needed) the pool at LOCATION; PRIV
+	 * receives the backend's state. */
+	int (*open)(const char *location, void **priv, struct err *e);
+	/* Optional.  Release PRIV. */
+	void (*close)(void *priv);
+
+	/* Required.  Make base volume VOL from the image file SRC of format
+	 * SRC_FORMAT ("qcow2" or "raw").  The base is read-only afterwards.
+	 * Removes the partial volume on failure. */
+	int (*base_import)(void *priv, const char *vol, const char *src,
+			   const char *src_format, struct err *e);
+	/* Required.  Make VOL of BYTES from BASE in O(1).  BYTES must be at
+	 * least the base's virtual size.  Removes the partial volume on
+	 * failure; fails with 409 "exists" when VOL exists. */
+	int (*vol_create)(void *priv, const char *vol, const char *base,
+			  uint64_t bytes, struct err *e);
+	/* Required.  Remove VOL; a missing VOL is success. */
+	int (*vol_remove)(void *priv, const char *vol, struct err *e);
+	/* Required.  Whether VOL exists. */
+	bool (*vol_exists)(void *priv, const char *vol);
+	/* Required.  Fill INFO for VOL; 404 "not_found" when missing. */
+	int (*vol_info)(void *priv, const char *vol,
+			struct storage_vol_info *info, struct err *e);
+	/* Required.  Call FN for every volume in the pool (for the orphan
+	 * sweep at start-up). */
+	int (*vol_list)(void *priv, void (*fn)(const char *vol, void *data),
+			void *data, struct err *e);
+	/* Optional.  Capacity and use of the pool. */
+	int (*pool_info)(void *priv, struct storage_pool_info *info,
+			 struct err *e);
+};
+
+extern const struct storage_ops storage_qcow2;
+
+/* Look up a backend by name ("qcow2"); NULL when unknown. */
+const struct storage_ops *storage_find(const char *name);
+
+/* Open backend NAME at LOCATION.  Returns NULL with E set on failure. */
+struct storage *storage_open(const char *name, const char *location,
+			     struct err *e);
+/* Close; accepts NULL. */
+void storage_close(struct storage *st);
+const char *storage_name(const struct storage *st);
+const char *storage_location(const struct storage *st);
+
+int storage_base_import(struct storage *st, const char *vol, const char *src,
+			const char *src_format, struct err *e);
+int storage_vol_create(struct storage *st, const char *vol, const char *base,
+		       uint64_t bytes, struct err *e);
+int storage_vol_remove(struct storage *st, const char *vol, struct err *e);
+bool storage_vol_exists(struct storage *st, const char *vol);
+int storage_vol_info(struct storage *st, const char *vol,
+		     struct storage_vol_info *info, struct err *e);
+int storage_vol_list(struct storage *st,
+		     void (*fn)(const char *vol, void *data), void *data,
+		     struct err *e);
+int storage_pool_info(struct storage *st, struct storage_pool_info *info,
+		      struct err *e);
+
+#endif

@@ -15,7 +15,7 @@ run="qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
 genisoimage busybox-static dropbear-bin kmod cpio e2fsprogs zstd
 ca-certificates"
 # Test: real clients the tests drive.
-test="openssh-client procps psmisc"
+test="openssh-client procps psmisc curl python3"
 
 case $what in
 build) want=$build ;;

@@ -101,8 +101,8 @@ static int peer_owner(struct MHD_Connection *c, char *out, size_t outlen, uid_t 
 
 /* Parse BODY as a JSON object (an empty body is {}).  Unknown keys (not in
  * the NULL-terminated ALLOWED) are refused: a typo must not be ignored. */
-static json_t *parse_body(const struct buf *body, const char *const *allowed,
-			  struct err *e)
+json_t *api_parse_body(const struct buf *body, const char *const *allowed,
+		       struct err *e)
 {
 	json_error_t je;
 	json_t *j;
@@ -138,8 +138,8 @@ static json_t *parse_body(const struct buf *body, const char *const *allowed,
 
 /* A size field: a JSON integer (bytes, or UNIT for bare numbers in a
  * string) or a string like "512M".  0 when absent. */
-static int get_size(json_t *j, const char *key, uint64_t unit, uint64_t *out,
-		    struct err *e)
+int api_get_size(json_t *j, const char *key, uint64_t unit, uint64_t *out,
+		 struct err *e)
 {
 	json_t *v = json_object_get(j, key);
 
@@ -229,7 +229,7 @@ static struct reply do_create(struct api *a, const char *owner, const struct buf
 	struct create_req r = { .owner = owner, .image = "tiny", .vcpus = 1,
 				.memory = 512ULL << 20 };
 	bool start = false, wait = false;
-	json_t *j = parse_body(body, allowed, &e), *v;
+	json_t *j = api_parse_body(body, allowed, &e), *v;
 	int64_t ready = -1;
 	struct reply rep;
 
@@ -250,8 +250,8 @@ static struct reply do_create(struct api *a, const char *owner, const struct buf
 		r.image = json_string_value(v);
 	uint64_t mem = 0;
 	if (get_int(j, "vcpus", 1, 1 << 20, &r.vcpus, &e) < 0 ||
-	    get_size(j, "memory", 1ULL << 20, &mem, &e) < 0 ||
-	    get_size(j, "disk", 1, &r.disk, &e) < 0 ||
+	    api_get_size(j, "memory", 1ULL << 20, &mem, &e) < 0 ||
+	    api_get_size(j, "disk", 1, &r.disk, &e) < 0 ||
 	    get_bool(j, "start", &start, &e) < 0 || get_bool(j, "wait", &wait, &e) < 0)
 		goto out;
 	if (mem)
@@ -293,7 +293,7 @@ static struct reply do_action(struct api *a, const char *owner, const char *name
 	if (machine_action_parse(action, &act) < 0)
 		return fail_now(404, "not_found", "no action '%s' (start, stop, suspend, "
 				"resume, restart)", action);
-	j = parse_body(body, allowed, &e);
+	j = api_parse_body(body, allowed, &e);
 	if (!j)
 		return fail(&e);
 	if (get_int(j, "timeout", 1, 3600, &o.timeout_s, &e) < 0 ||
@@ -327,7 +327,7 @@ static struct reply do_ssh(struct api *a, const char *owner, const char *name,
 
 	if (uid != 0)
 		return fail_now(403, "forbidden", "only root may obtain SSH credentials");
-	j = parse_body(body, allowed, &e);
+	j = api_parse_body(body, allowed, &e);
 	if (!j || get_bool(j, "wake", &wake, &e) < 0) {
 		json_decref(j);
 		return fail(&e);
@@ -381,7 +381,7 @@ static struct reply do_image_build(struct api *a, uid_t uid, const struct buf *b
 
 	if (uid != 0)
 		return fail_now(403, "forbidden", "only root may build images");
-	j = parse_body(body, allowed, &e);
+	j = api_parse_body(body, allowed, &e);
 	if (!j)
 		return fail(&e);
 	if (json_unpack(j, "{s:s, s?s}", "recipe", &recipe, "name", &name) < 0) {

@@ -556,31 +556,59 @@ exit 0
 EOF
 chmod 755 "$R/etc/rc"
 
+# poweroff, reboot and halt note what they asked for, so that rc.shutdown can
+# finish the job itself instead of waiting through busybox init's two
+# one-second pauses.
+for cmd in poweroff reboot halt; do
+	rm -f "$R/sbin/$cmd"
+	cat >"$R/sbin/$cmd" <<EOF
+#!/bin/sh
+# berth tiny: busybox $cmd, remembering the request for /etc/rc.shutdown.
+case " \$* " in
+*" -f "*) ;;
+*) echo $cmd >/run/shutdown-request 2>/dev/null ;;
+esac
+exec /bin/busybox $cmd "\$@"
+EOF
+	chmod 755 "$R/sbin/$cmd"
+done
+
 cat >"$R/etc/rc.shutdown" <<'EOF'
 #!/bin/sh
-# berth tiny: run by busybox init before it powers off or reboots.
+# berth tiny: run by busybox init before it powers off, reboots or halts.
 export PATH=/sbin:/bin:/usr/sbin:/usr/bin
 trap '' TERM HUP
-others() { # true while another user-space process is alive
+others() { # the other user-space processes (not init, not this script)
+	read -r self _ </proc/self/stat # the subshell running this function
 	for d in /proc/[0-9]*; do
 		p=${d#/proc/}
-		{ [ "$p" = 1 ] || [ "$p" = $$ ]; } && continue
-		[ -e "$d/exe" ] && return 0
+		case $p in 1 | $$ | $self) continue ;; esac
+		[ -e "$d/exe" ] && echo "$p"
 	done
-	return 1
 }
+# kill(-1) would hit this script too when kill is not a shell builtin.
 echo "tiny: stopping processes"
-kill -TERM -1 2>/dev/null
+pids=$(others)
+[ -n "$pids" ] && kill -TERM $pids 2>/dev/null
+[ -n "$pids" ] && kill -HUP $pids 2>/dev/null
 i=0
-while others && [ $i -lt 20 ]; do
+while [ $i -lt 20 ] && [ -n "$(others)" ]; do
 	usleep 50000
 	i=$((i + 1))
 done
-kill -KILL -1 2>/dev/null
+pids=$(others)
+[ -n "$pids" ] && kill -KILL $pids 2>/dev/null
 sync
-umount -a -r -t tmpfs,devpts,iso9660 2>/dev/null
 mount -o remount,ro / 2>/dev/null || echo "tiny: cannot remount / read-only"
 sync
+# Known request: do it now (init would add two seconds of pauses).
+req=$(cat /run/shutdown-request 2>/dev/null)
+case $req in
+poweroff | reboot | halt)
+	echo "tiny: $req"
+	exec /bin/busybox "$req" -f
+	;;
+esac
 EOF
 chmod 755 "$R/etc/rc.shutdown"
 

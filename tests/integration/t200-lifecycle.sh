@@ -1,0 +1,64 @@
+#!/bin/bash
+# A machine's life: create -> running, exec (hostname, exit status, stdin,
+# stderr), a file survives stop/start and restart, the ledger records every
+# state, delete removes domain, volume and files.
+. "$(dirname "$0")/../lib.sh"
+
+start_hostd || { not_ok "hostd starts"; finish; }
+ok "hostd starts"
+check "the tiny image builds" build_tiny
+
+info=$(berth info --json)
+check_match "info names the hypervisor" '^(kvm|tcg)$' "$(echo "$info" | json hypervisor)"
+check_eq "info names the storage backend" qcow2 "$(echo "$info" | json storage.backend)"
+
+out=$(berth create demo --json)
+check_eq "create demo: running" running "$(echo "$out" | json state)"
+check_match "show gives an SSH endpoint" '^127\.0\.0\.1:[0-9]+$' \
+	"$(berth show demo --json | json ssh.host):$(berth show demo --json | json ssh.port)"
+
+check_eq "exec hostname prints the machine's name" demo "$(berth exec demo -- hostname)"
+berth exec demo -- sh -c 'exit 7'
+check_eq "exec exits with the command's status" 7 "$?"
+check_eq "stdin reaches the command" "hello from stdin" "$(echo 'hello from stdin' | berth exec demo -- cat)"
+out=$(berth exec demo -- sh -c 'echo to-out; echo to-err >&2' 2>"$T/err")
+check_eq "stdout is separate" to-out "$out"
+check_eq "stderr is separate" to-err "$(cat "$T/err")"
+check_eq "arguments keep their quoting" "a b|c'd" "$(berth exec demo -- printf '%s|%s' 'a b' "c'd")"
+
+berth exec demo -- sh -c 'echo persisted > /root/file; sync'
+out=$(berth stop demo --json)
+check_eq "stop: stopped" stopped "$(echo "$out" | json state)"
+check_eq "libvirt agrees it is shut off" "shut off" "$(dom_state "$(dom_of demo)")"
+check_eq "start: running" running "$(berth start demo --json | json state)"
+check_eq "a file survives stop and start" persisted "$(berth exec demo -- cat /root/file)"
+check_eq "restart: running" running "$(berth restart demo --json | json state)"
+check_eq "a file survives restart" persisted "$(berth exec demo -- cat /root/file)"
+check_eq "start of a running machine is a no-op" running "$(berth start demo --json | json state)"
+
+# The ledger: one row per state, contiguous, only the last open.
+berth ls --json > "$T/ls.json"
+id=$(json machines.0.id < "$T/ls.json")
+curl -s --unix-socket "$STATE/hostd.sock" http://x/v1/ledger > "$T/ledger.json"
+res=$(python3 - "$T/ledger.json" "$id" <<'PY'
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1]))["ledger"] if r["machine_id"] == sys.argv[2]]
+states = [r["state"] for r in rows]
+ok = all(r["end"] is not None for r in rows[:-1]) and rows[-1]["end"] is None
+ok = ok and all(a["end"] == b["start"] for a, b in zip(rows, rows[1:]))
+ok = ok and all(a["state"] != b["state"] for a, b in zip(rows, rows[1:]))
+print(("ok" if ok else "bad") + " " + ",".join(states))
+PY
+)
+check_match "the ledger has contiguous rows for every state" \
+	'^ok creating,stopped,running,stopped,running(,stopped,running)?$' "$res"
+
+dom=$(dom_of demo)
+vols_before=$(ls "$STATE/volumes" | wc -l)
+check_eq "rm removes the machine" "deleted demo" "$(berth rm demo)"
+check_eq "its domain is gone" "" "$($VIRSH list --all --name | grep -x "$dom")"
+check_eq "its volume is gone" $((vols_before - 1)) "$(ls "$STATE/volumes" | wc -l)"
+check_eq "its files are gone" 0 "$(ls "$STATE/machines" | wc -l)"
+berth show demo >/dev/null 2>&1
+check_eq "show of a deleted machine fails" 1 "$?"
+finish

@@ -1,0 +1,101 @@
+# Sourced by tests/integration/t*.sh: a private state directory, a real
+# berth-hostd on it, TAP helpers, and a cleanup that removes every domain,
+# volume, file and process the test made, also when it fails.
+set -u
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BIN=${BERTH_BIN:-$ROOT/bin}
+# Short path: the hostd socket must fit a UNIX socket address.
+T=$(mktemp -d /tmp/berth-t.XXXXXX)
+STATE=$T/state
+HOSTD_PID=
+n=0
+nfail=0
+VIRSH="virsh -q -c qemu:///system"
+
+ok() { n=$((n + 1)); echo "ok $n - $*"; }
+not_ok() { n=$((n + 1)); nfail=$((nfail + 1)); echo "not ok $n - $*"; }
+skip() { n=$((n + 1)); echo "ok $n # SKIP $*"; }
+diag() { echo "# $*"; }
+
+# check DESC CMD...: passes when CMD exits 0.
+check() {
+	local desc=$1
+	shift
+	if "$@"; then ok "$desc"; else not_ok "$desc"; diag "command failed: $*"; fi
+}
+# check_eq DESC EXPECTED ACTUAL
+check_eq() {
+	if [ "$2" = "$3" ]; then ok "$1"; else not_ok "$1"; diag "expected '$2', got '$3'"; fi
+}
+# check_match DESC REGEX ACTUAL
+check_match() {
+	if [[ $3 =~ $2 ]]; then ok "$1"; else not_ok "$1"; diag "'$3' does not match /$2/"; fi
+}
+
+berth() { "$BIN/berth" --state "$STATE" "$@"; }
+# jq-less JSON field access: json FIELD.PATH < JSON
+json() {
+	python3 -c 'import json,sys
+v=json.load(sys.stdin)
+for k in sys.argv[1].split("."):
+    v = v[int(k)] if isinstance(v, list) else v.get(k) if isinstance(v, dict) else None
+print("" if v is None else (json.dumps(v) if isinstance(v,(dict,list)) else v))' "$1"
+}
+
+start_hostd() {
+	env "$@" "$BIN/berth-hostd" --state "$STATE" >> "$T/hostd.log" 2>&1 &
+	HOSTD_PID=$!
+	for _ in $(seq 200); do
+		berth info >/dev/null 2>&1 && return 0
+		kill -0 "$HOSTD_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	diag "berth-hostd did not come up; log:"
+	sed 's/^/# /' "$T/hostd.log" | tail -20
+	return 1
+}
+kill_hostd() {
+	[ -n "$HOSTD_PID" ] || return 0
+	kill "-${1:-TERM}" "$HOSTD_PID" 2>/dev/null
+	wait "$HOSTD_PID" 2>/dev/null
+	HOSTD_PID=
+}
+
+# Domains whose disks live under this test's directory.
+test_domains() {
+	local d
+	for d in $($VIRSH list --all --name 2>/dev/null); do
+		case $d in berth-*) ;; *) continue ;; esac
+		$VIRSH dumpxml "$d" 2>/dev/null | grep -q "$T/" && echo "$d"
+	done
+}
+dom_of() { berth show "$1" --json | json domain; }
+dom_state() { $VIRSH domstate "$1" 2>/dev/null | head -1; }
+
+cleanup() {
+	local d
+	kill_hostd KILL
+	for d in $(test_domains); do
+		$VIRSH destroy "$d" >/dev/null 2>&1
+		$VIRSH undefine --managed-save --nvram "$d" >/dev/null 2>&1 ||
+			$VIRSH undefine --managed-save "$d" >/dev/null 2>&1
+	done
+	if [ "${KEEP:-}" = 1 ]; then diag "kept $T"; else rm -rf "$T"; fi
+}
+trap cleanup EXIT
+
+# finish: end of a test script; exit status tells the runner.
+finish() {
+	if [ "$nfail" -gt 0 ]; then
+		diag "hostd log tail:"
+		tail -30 "$T/hostd.log" | sed 's/^/# /'
+	fi
+	echo "1..$n"
+	[ "$nfail" -eq 0 ]
+	exit $?
+}
+
+# Every test that boots needs the tiny image in its state directory.
+build_tiny() {
+	berth image build tiny >/dev/null 2>"$T/build.err" || { cat "$T/build.err"; return 1; }
+}

@@ -444,6 +444,29 @@ int main(int argc, char **argv)
 		fputs(usage_text, stderr);
 		return 2;
 	}
+	/* --state and --json may also follow the command (up to "--"). */
+	int n = 0;
+	char **args = argv + i;
+	int nargs = argc - i;
+	for (int j = 0; j < nargs; j++) {
+		const char *v;
+		if (!strcmp(args[j], "--")) {
+			for (; j < nargs; j++)
+				args[n++] = args[j];
+			break;
+		}
+		if (!strcmp(args[j], "--json"))
+			c.json = true;
+		else if ((v = optval(nargs, args, &j, "--state")))
+			state = v;
+		else
+			args[n++] = args[j];
+	}
+	nargs = n;
+	if (nargs == 0) {
+		fputs(usage_text, stderr);
+		return 2;
+	}
 	if (!state || !*state)
 		state = "/var/lib/berth";
 	if (state[0] != '/') {
@@ -455,23 +478,6 @@ int main(int argc, char **argv)
 		snprintf(c.state, sizeof(c.state), "%s", state);
 	}
 	snprintf(c.sock, sizeof(c.sock), "%s/hostd.sock", c.state);
-
-	/* --json may also follow the command. */
-	int n = 0;
-	char **args = argv + i;
-	int nargs = argc - i;
-	for (int j = 0; j < nargs; j++) {
-		if (!strcmp(args[j], "--"))  {
-			for (; j < nargs; j++)
-				args[n++] = args[j];
-			break;
-		}
-		if (!strcmp(args[j], "--json"))
-			c.json = true;
-		else
-			args[n++] = args[j];
-	}
-	nargs = n;
 	const char *cmd = args[0];
 
 	if (!strcmp(cmd, "up"))

@@ -377,7 +377,8 @@ EOF
 # PWRF/00000080 and runs that file from its config directory.
 cat >"$R/etc/acpi/PWRF/00000080" <<'EOF'
 #!/bin/sh
-exec /sbin/poweroff
+echo poweroff >/run/shutdown-request
+exec /bin/busybox poweroff
 EOF
 chmod 755 "$R/etc/acpi/PWRF/00000080"
 
@@ -556,23 +557,6 @@ exit 0
 EOF
 chmod 755 "$R/etc/rc"
 
-# poweroff, reboot and halt note what they asked for, so that rc.shutdown can
-# finish the job itself instead of waiting through busybox init's two
-# one-second pauses.
-for cmd in poweroff reboot halt; do
-	rm -f "$R/sbin/$cmd"
-	cat >"$R/sbin/$cmd" <<EOF
-#!/bin/sh
-# berth tiny: busybox $cmd, remembering the request for /etc/rc.shutdown.
-case " \$* " in
-*" -f "*) ;;
-*) echo $cmd >/run/shutdown-request 2>/dev/null ;;
-esac
-exec /bin/busybox $cmd "\$@"
-EOF
-	chmod 755 "$R/sbin/$cmd"
-done
-
 cat >"$R/etc/rc.shutdown" <<'EOF'
 #!/bin/sh
 # berth tiny: run by busybox init before it powers off, reboots or halts.
@@ -601,7 +585,9 @@ pids=$(others)
 sync
 mount -o remount,ro / 2>/dev/null || echo "tiny: cannot remount / read-only"
 sync
-# Known request: do it now (init would add two seconds of pauses).
+# A known request (the ACPI power button's handler leaves one) is carried
+# out at once: busybox init would add two one-second pauses.  (A `poweroff`
+# typed in busybox sh runs the applet directly, so no wrapper could note it.)
 req=$(cat /run/shutdown-request 2>/dev/null)
 case $req in
 poweroff | reboot | halt)

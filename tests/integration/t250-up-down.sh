@@ -1,0 +1,39 @@
+#!/bin/bash
+# The embedded default: `berth up --detach` starts hostd, builds the tiny
+# image, boots machine demo and prints how to reach it; `berth down` stops
+# the machine and hostd, and the disks stay.
+. "$(dirname "$0")/../lib.sh"
+
+out=$("$BIN/berth" up --state "$STATE" --detach 2>"$T/up.err")
+rc=$?
+check_eq "berth up --detach succeeds" 0 "$rc"
+[ "$rc" -eq 0 ] || sed 's/^/# /' "$T/up.err"
+check_match "it prints how to reach demo" "exec demo -- uname -a" "$out"
+check_match "it names the hypervisor" "machines run under (kvm|tcg)" "$out"
+check_eq "demo answers" demo "$(berth exec demo -- hostname)"
+check_eq "demo runs the tiny image" tiny "$(berth show demo --json | json image)"
+HOSTD_PID=$(cat "$STATE/hostd.pid")
+check_match "hostd runs" '^[0-9]+$' "$HOSTD_PID"
+berth info > "$T/info"
+check_match "berth info says KVM or TCG" 'hypervisor: (kvm|tcg)' "$(head -1 "$T/info")"
+check_match "berth info names the storage backend" 'storage: +qcow2' "$(cat "$T/info")"
+
+out=$("$BIN/berth" up --state "$STATE" --detach 2>&1)
+check_eq "a second up is harmless" 0 "$?"
+
+dom=$(dom_of demo)
+out=$("$BIN/berth" down --state "$STATE" 2>&1)
+check_eq "berth down succeeds" 0 "$?"
+kill -0 "$HOSTD_PID" 2>/dev/null
+check_eq "hostd is gone" 1 "$?"
+HOSTD_PID=
+check_eq "demo is shut off" "shut off" "$(dom_state "$dom")"
+check_eq "its disk stays" 2 "$(ls "$STATE/volumes" | wc -l)"
+
+# up again brings the same demo back.
+"$BIN/berth" up --state "$STATE" --detach >/dev/null 2>&1
+HOSTD_PID=$(cat "$STATE/hostd.pid" 2>/dev/null)
+check_eq "up again: demo answers" demo "$(berth exec demo -- hostname)"
+"$BIN/berth" down --state "$STATE" >/dev/null 2>&1
+HOSTD_PID=
+finish

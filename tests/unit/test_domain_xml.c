@@ -1,0 +1,386 @@
+/*
+ * Unit tests for virt_domain_xml (hostd/virt.h): the libvirt domain XML of a
+ * machine, for network=user (QEMU user networking with a loopback SSH
+ * forward on QEMU's command line) and network=nat (a libvirt network), with
+ * every value XML-escaped, and the refusal of invalid specs.  Pure: no
+ * libvirt connection.  The XML is also checked for well-formedness with
+ * xmllint and against libvirt's own domain schema with virt-xml-validate
+ * when those are installed (skipped, never passed, when not).
+ *
+ * Built by the Makefile as build/default/tests/test_domain_xml.  Prints TAP
+ * lines and a closing count; exits 1 when a test failed.
+ */
+#include "hostd/virt.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/err.h"
+#include "tests/unit/tap.h"
+#include "common/banned.h"
+
+#define XMLLINT "/usr/bin/xmllint"
+
+static const char *const UUID = "6f1c2a4e-8d0b-4c57-9e3a-2b7d5f60a1c9";
+static const char *const MAC = "52:54:00:12:34:56";
+
+/* A complete, valid spec for network=user. */
+static struct domain_spec spec_user(void)
+{
+	struct domain_spec s = {
+		.dom_name = "berth-i1-alice-devbox",
+		.uuid = UUID,
+		.owner = "alice",
+		.name = "devbox",
+		.kvm = false,
+		.vcpus = 2,
+		.memory = 512ULL << 20,
+		.kernel = "/var/lib/berth/images/tiny/vmlinuz",
+		.initrd = "/var/lib/berth/images/tiny/initrd.img",
+		.cmdline = "console=ttyS0 root=/dev/vda rw",
+		.disk_path = "/var/lib/berth/volumes/m-1.qcow2",
+		.disk_format = "qcow2",
+		.disk_block = false,
+		.seed_path = "/var/lib/berth/machines/1/seed.iso",
+		.mac = MAC,
+		.network = "user",
+		.nat_network = "default",
+		.ssh_port = 40022,
+		.console_log = "/var/lib/berth/machines/1/console.log",
+	};
+	return s;
+}
+
+/* Render S; the XML (malloc'd) or NULL, with *RC and E filled. */
+static char *render(const struct domain_spec *s, int *rc, struct err *e)
+{
+	struct buf b = BUF_INIT;
+
+	err_clear(e);
+	*rc = virt_domain_xml(s, &b, e);
+	return buf_detach(&b);
+}
+
+/* Well-formed per xmllint (skip when it is not installed). */
+static void check_wellformed(const char *xml, const char *what)
+{
+	char *argv[] = { XMLLINT, "--noout", "-", NULL };
+	char *out = NULL;
+	int rc;
+
+	if (access(XMLLINT, X_OK) != 0) {
+		skip(what, "xmllint not installed");
+		return;
+	}
+	rc = tool_run(argv, xml, &out);
+	if (!check(rc == 0, "%s", what)) {
+		diag("xmllint (status %d): %s", rc, out ? out : "");
+		diag("xml: %s", xml);
+	}
+	free(out);
+}
+
+/* Valid per libvirt's domain schema (skip when virt-xml-validate is not
+ * installed). */
+static void check_schema(const char *xml, const char *what)
+{
+	char tool[4096], dir[64], file[128];
+	char *out = NULL;
+	int rc;
+
+	if (!tool_find("virt-xml-validate", tool, sizeof(tool))) {
+		skip(what, "virt-xml-validate not installed");
+		return;
+	}
+	if (!tmpdir_make(dir, sizeof(dir))) {
+		check(false, "%s", what);
+		diag("cannot make a temporary directory");
+		return;
+	}
+	snprintf(file, sizeof(file), "%s/domain.xml", dir);
+	if (write_file(file, xml, strlen(xml)) < 0) {
+		check(false, "%s", what);
+		diag("cannot write %s", file);
+		tmpdir_remove(dir);
+		return;
+	}
+	{
+		char *argv[] = { tool, file, "domain", NULL };
+		rc = tool_run(argv, NULL, &out);
+	}
+	if (!check(rc == 0, "%s", what)) {
+		diag("virt-xml-validate (status %d): %s", rc, out ? out : "");
+		diag("xml: %s", xml);
+	}
+	free(out);
+	tmpdir_remove(dir);
+}
+
+static void test_user(void)
+{
+	struct domain_spec s = spec_user();
+	struct err e;
+	char *xml;
+	int rc;
+
+	xml = render(&s, &rc, &e);
+	if (!check(rc == 0 && !err_isset(&e), "user: valid spec renders"))
+		diag("rc %d: %s", rc, e.msg);
+	check_has(xml, "<domain type='qemu'", "user: kvm=false gives type='qemu'");
+	check_lacks(xml, "type='kvm'", "user: kvm=false has no type='kvm'");
+	check_has(xml, "xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'",
+		  "user: declares the qemu namespace");
+	check_has(xml, "<name>berth-i1-alice-devbox</name>", "user: domain name");
+	check_has(xml, "<uuid>6f1c2a4e-8d0b-4c57-9e3a-2b7d5f60a1c9</uuid>",
+		  "user: the UUID");
+	check_has(xml, "<berth:owner>alice</berth:owner>", "user: owner in metadata");
+	check_has(xml, "<berth:name>devbox</berth:name>", "user: name in metadata");
+	check_has(xml, "<memory unit='KiB'>524288</memory>",
+		  "user: 512 MiB of memory as 524288 KiB");
+	check_has(xml, "<vcpu>2</vcpu>", "user: vcpus");
+	check_has(xml, "<kernel>/var/lib/berth/images/tiny/vmlinuz</kernel>",
+		  "user: kernel");
+	check_has(xml, "<initrd>/var/lib/berth/images/tiny/initrd.img</initrd>",
+		  "user: initrd");
+	check_has(xml, "<cmdline>console=ttyS0 root=/dev/vda rw</cmdline>",
+		  "user: cmdline");
+	check_has(xml, "<disk type='file' device='disk'>\n"
+		       "      <driver name='qemu' type='qcow2' discard='unmap'/>\n"
+		       "      <source file='/var/lib/berth/volumes/m-1.qcow2'/>\n"
+		       "      <target dev='vda' bus='virtio'/>",
+		  "user: root disk: file, qcow2, path, vda");
+	check_has(xml, "<driver name='qemu' type='raw'/>\n"
+		       "      <source file='/var/lib/berth/machines/1/seed.iso'/>\n"
+		       "      <target dev='vdb' bus='virtio'/>\n"
+		       "      <readonly/>",
+		  "user: seed as a raw read-only vdb");
+	check_has(xml, "<log file='/var/lib/berth/machines/1/console.log' append='on'/>",
+		  "user: serial console logged");
+	check_has(xml, "<qemu:commandline>", "user: has a qemu:commandline");
+	check_has(xml, "hostfwd=tcp:127.0.0.1:40022-:22",
+		  "user: loopback forward of the SSH port to :22");
+	check_has(xml, "mac=52:54:00:12:34:56'", "user: the MAC on the QEMU NIC");
+	check_lacks(xml, "<interface", "user: no libvirt <interface>");
+	check_has(xml, "</domain>\n", "user: document closed");
+	check_wellformed(xml, "user: well-formed (xmllint)");
+	check_schema(xml, "user: valid per libvirt's domain schema");
+	free(xml);
+
+	s.kvm = true;
+	xml = render(&s, &rc, &e);
+	check(rc == 0, "user kvm: renders");
+	check_has(xml, "<domain type='kvm'", "user kvm: kvm=true gives type='kvm'");
+	check_lacks(xml, "type='qemu'", "user kvm: no type='qemu'");
+	free(xml);
+
+	/* Optional parts left out. */
+	s = spec_user();
+	s.initrd = NULL;
+	s.cmdline = NULL;
+	s.seed_path = NULL;
+	s.console_log = NULL;
+	xml = render(&s, &rc, &e);
+	check(rc == 0, "user minimal: renders without initrd, cmdline, seed, log");
+	check_lacks(xml, "<initrd>", "user minimal: no <initrd>");
+	check_has(xml, "<cmdline></cmdline>", "user minimal: empty cmdline");
+	check_lacks(xml, "vdb", "user minimal: no seed disk");
+	check_lacks(xml, "<log ", "user minimal: no console log");
+	check_wellformed(xml, "user minimal: well-formed (xmllint)");
+	free(xml);
+
+	s = spec_user();
+	s.initrd = "";
+	xml = render(&s, &rc, &e);
+	check(rc == 0 && strstr(xml, "<initrd>") == NULL,
+	      "user: empty initrd gives no <initrd>");
+	free(xml);
+
+	/* A block device root disk. */
+	s = spec_user();
+	s.disk_block = true;
+	s.disk_path = "/dev/berth/m-1";
+	s.disk_format = "raw";
+	xml = render(&s, &rc, &e);
+	check(rc == 0, "block: renders");
+	check_has(xml, "<disk type='block' device='disk'>\n"
+		       "      <driver name='qemu' type='raw' discard='unmap'/>\n"
+		       "      <source dev='/dev/berth/m-1'/>",
+		  "block: disk type='block', raw, source dev");
+	free(xml);
+
+	/* Memory is rounded down to KiB, never up. */
+	s = spec_user();
+	s.memory = (1ULL << 30) + 1023;
+	xml = render(&s, &rc, &e);
+	check_has(xml, "<memory unit='KiB'>1048576</memory>",
+		  "memory: 1 GiB + 1023 bytes is 1048576 KiB");
+	free(xml);
+}
+
+static void test_nat(void)
+{
+	struct domain_spec s = spec_user();
+	struct err e;
+	char *xml;
+	int rc;
+
+	s.network = "nat";
+	s.nat_network = "berthnet";
+	s.ssh_port = 0;  /* not needed with nat */
+	xml = render(&s, &rc, &e);
+	if (!check(rc == 0 && !err_isset(&e), "nat: renders without an SSH port"))
+		diag("rc %d: %s", rc, e.msg);
+	check_has(xml, "<interface type='network'>\n"
+		       "      <source network='berthnet'/>\n"
+		       "      <mac address='52:54:00:12:34:56'/>\n"
+		       "      <model type='virtio'/>\n"
+		       "    </interface>",
+		  "nat: interface on the network with the MAC, virtio");
+	check_lacks(xml, "qemu:commandline", "nat: no qemu:commandline");
+	check_lacks(xml, "hostfwd", "nat: no hostfwd");
+	check_has(xml, "<domain type='qemu'", "nat: type='qemu' with kvm=false");
+	check_wellformed(xml, "nat: well-formed (xmllint)");
+	check_schema(xml, "nat: valid per libvirt's domain schema");
+	free(xml);
+}
+
+static void test_escaping(void)
+{
+	struct domain_spec s = spec_user();
+	struct err e;
+	char *xml;
+	int rc;
+
+	s.dom_name = "berth-i1-<a&b>";
+	s.owner = "o'wn&er";
+	s.name = "n\"am<e";
+	s.kernel = "/k&k/vmlinuz<1>";
+	s.initrd = "/i'i/initrd";
+	s.cmdline = "console=ttyS0 a=\"x y\" b='1' c&d <e>";
+	s.disk_path = "/tmp/a&b<c'd.qcow2";
+	s.seed_path = "/tmp/s'e&e<d.iso";
+	s.console_log = "/tmp/l'o&g>.log";
+	xml = render(&s, &rc, &e);
+	check(rc == 0, "escaping: renders");
+	check_has(xml, "<name>berth-i1-&lt;a&amp;b&gt;</name>", "escaping: domain name");
+	check_has(xml, "<berth:owner>o&apos;wn&amp;er</berth:owner>", "escaping: owner");
+	check_has(xml, "<berth:name>n&quot;am&lt;e</berth:name>", "escaping: name");
+	check_has(xml, "<kernel>/k&amp;k/vmlinuz&lt;1&gt;</kernel>", "escaping: kernel");
+	check_has(xml, "<initrd>/i&apos;i/initrd</initrd>", "escaping: initrd");
+	check_has(xml, "<cmdline>console=ttyS0 a=&quot;x y&quot; b=&apos;1&apos; "
+		       "c&amp;d &lt;e&gt;</cmdline>", "escaping: cmdline");
+	check_has(xml, "<source file='/tmp/a&amp;b&lt;c&apos;d.qcow2'/>",
+		  "escaping: disk path in an attribute");
+	check_has(xml, "<source file='/tmp/s&apos;e&amp;e&lt;d.iso'/>",
+		  "escaping: seed path");
+	check_has(xml, "<log file='/tmp/l&apos;o&amp;g&gt;.log'", "escaping: log path");
+	check_lacks(xml, "a&b<c'd", "escaping: raw disk path absent");
+	check_lacks(xml, "c&d <e>", "escaping: raw cmdline absent");
+	check_wellformed(xml, "escaping: well-formed (xmllint)");
+	free(xml);
+
+	s = spec_user();
+	s.network = "nat";
+	s.nat_network = "net'<&>";
+	xml = render(&s, &rc, &e);
+	check_has(xml, "<source network='net&apos;&lt;&amp;&gt;'/>",
+		  "escaping: nat network name");
+	check_wellformed(xml, "escaping nat: well-formed (xmllint)");
+	free(xml);
+
+	/* A control character cannot be escaped in XML 1.0: the spec must be
+	 * refused, or the result still be well-formed. */
+	s = spec_user();
+	s.cmdline = "console=ttyS0 \x01";
+	xml = render(&s, &rc, &e);
+	if (rc < 0)
+		check(err_isset(&e), "control character in cmdline: refused");
+	else
+		check_wellformed(xml, "control character in cmdline: refused or "
+				 "well-formed XML");
+	free(xml);
+}
+
+static void refused(const struct domain_spec *s, const char *what)
+{
+	struct err e;
+	char *xml;
+	int rc;
+
+	xml = render(s, &rc, &e);
+	if (!check(rc == -1 && err_isset(&e) && e.msg[0] != '\0' &&
+		   strstr(e.msg, s->dom_name) != NULL,
+		   "invalid: %s: -1, error names the domain", what)) {
+		diag("rc %d, status %d, code '%s', msg '%s'", rc, e.status, e.code, e.msg);
+		if (rc == 0)
+			diag("xml: %s", xml);
+	}
+	free(xml);
+}
+
+static void test_invalid(void)
+{
+	struct domain_spec s;
+
+	s = spec_user();
+	s.vcpus = 0;
+	refused(&s, "vcpus 0");
+	s = spec_user();
+	s.vcpus = -1;
+	refused(&s, "vcpus -1");
+	s = spec_user();
+	s.memory = 1023ULL << 10;
+	refused(&s, "memory under 1 MiB");
+	s = spec_user();
+	s.kernel = NULL;
+	refused(&s, "no kernel");
+	s = spec_user();
+	s.disk_path = NULL;
+	refused(&s, "no disk path");
+	s = spec_user();
+	s.ssh_port = 0;
+	refused(&s, "network user without an SSH port");
+	s = spec_user();
+	s.ssh_port = 65536;
+	refused(&s, "network user with SSH port 65536");
+	s = spec_user();
+	s.ssh_port = -22;
+	refused(&s, "network user with SSH port -22");
+	/* Neither "user" nor "nat": a domain without any network would be
+	 * unreachable. */
+	s = spec_user();
+	s.network = "bridge";
+	refused(&s, "network 'bridge' (neither user nor nat)");
+
+	{
+		/* The first error is kept: a set error is not overwritten. */
+		struct buf b = BUF_INIT;
+		struct err e;
+		err_clear(&e);
+		err_set(&e, 409, "earlier", "the first error");
+		s = spec_user();
+		s.vcpus = 0;
+		check(virt_domain_xml(&s, &b, &e) == -1 &&
+		      strcmp(e.code, "earlier") == 0,
+		      "invalid: an error already set is kept");
+		buf_free(&b);
+		/* E may be NULL. */
+		check(virt_domain_xml(&s, &b, NULL) == -1,
+		      "invalid: NULL error pointer is allowed");
+		buf_free(&b);
+	}
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);  /* xmllint may close its stdin early */
+	test_user();
+	test_nat();
+	test_escaping();
+	test_invalid();
+	return tap_done("test_domain_xml");
+}

@@ -245,6 +245,10 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 exec </dev/console >/dev/console 2>&1
+# Block on /dev/random in the background: this starts the kernel's entropy
+# collection now, so that the random pool is ready (dropbear waits for it)
+# about a second earlier than when the first reader comes along later.
+dd if=/dev/random of=/dev/null bs=1 count=1 2>/dev/null &
 
 rescue() {
 	echo "tiny-init: $*"
@@ -582,6 +586,11 @@ while [ $i -lt 20 ] && [ -n "$(others)" ]; do
 done
 pids=$(others)
 [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+i=0
+while [ $i -lt 20 ] && [ -n "$(others)" ]; do
+	usleep 50000
+	i=$((i + 1))
+done
 sync
 mount -o remount,ro / 2>/dev/null || echo "tiny: cannot remount / read-only"
 sync

@@ -55,15 +55,22 @@ static char *yaml_as_json(const char *text, const char **why)
 	char *out = NULL;
 	int rc;
 
-	*why = "python3 not installed";
-	if (!tool_find("python3", py, sizeof(py)))
-		return NULL;
-	{
-		char *argv[] = { py, "-c", "import yaml", NULL };
-		*why = "PyYAML not installed";
-		if (tool_run(argv, NULL, NULL) != 0)
-			return NULL;
+	static const char *missing;  /* cached: why YAML cannot be checked */
+	static bool probed;
+
+	if (!probed) {
+		probed = true;
+		if (!tool_find("python3", py, sizeof(py))) {
+			missing = "python3 not installed";
+		} else {
+			char *argv[] = { py, "-c", "import yaml", NULL };
+			if (tool_run(argv, NULL, NULL) != 0)
+				missing = "PyYAML not installed";
+		}
 	}
+	*why = missing;
+	if (missing || !tool_find("python3", py, sizeof(py)))
+		return NULL;
 	{
 		char *argv[] = { py, "-c",
 			"import sys, json, yaml\n"

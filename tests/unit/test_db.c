@@ -1,0 +1,489 @@
+/*
+ * Unit tests for hostd's SQLite state (hostd/db.h) on a temporary file:
+ * meta values, machines (insert in state "creating", uniqueness per owner,
+ * lookups, state changes), the usage ledger those changes write (one row
+ * per state interval, contiguous, only the last open), images, and that
+ * everything is still there after closing and reopening the database.
+ *
+ * Built by the Makefile as build/default/tests/test_db.  Prints TAP lines
+ * and a closing count; exits 1 when a test failed.
+ */
+#include "hostd/db.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "tests/unit/tap.h"
+#include "common/banned.h"
+
+#define MIB (1ULL << 20)
+#define GIB (1ULL << 30)
+
+#define ID1 "11111111-1111-4111-8111-111111111111"
+#define ID2 "22222222-2222-4222-8222-222222222222"
+#define ID3 "33333333-3333-4333-8333-333333333333"
+#define ID4 "44444444-4444-4444-8444-444444444444"
+
+static char dir[64];
+static char dbpath[128];
+
+static struct machine machine_of(const char *id, const char *owner, const char *name,
+				 int port)
+{
+	struct machine m;
+
+	memset(&m, 0, sizeof(m));
+	snprintf(m.id, sizeof(m.id), "%s", id);
+	snprintf(m.owner, sizeof(m.owner), "%s", owner);
+	snprintf(m.name, sizeof(m.name), "%s", name);
+	snprintf(m.image, sizeof(m.image), "tiny");
+	m.vcpus = 2;
+	m.memory = 512 * MIB;
+	m.disk = 4 * GIB;
+	snprintf(m.state, sizeof(m.state), "running");  /* insert forces "creating" */
+	snprintf(m.volume, sizeof(m.volume), "m-%s", id);
+	snprintf(m.mac, sizeof(m.mac), "52:54:00:00:00:%02x", port % 256);
+	m.ssh_port = port;
+	return m;
+}
+
+static bool machine_eq(const struct machine *a, const struct machine *b)
+{
+	return strcmp(a->id, b->id) == 0 && strcmp(a->owner, b->owner) == 0 &&
+	       strcmp(a->name, b->name) == 0 && strcmp(a->image, b->image) == 0 &&
+	       a->vcpus == b->vcpus && a->memory == b->memory && a->disk == b->disk &&
+	       strcmp(a->state, b->state) == 0 && strcmp(a->volume, b->volume) == 0 &&
+	       strcmp(a->mac, b->mac) == 0 && a->ssh_port == b->ssh_port &&
+	       a->created == b->created && a->state_since == b->state_since;
+}
+
+/* ---- the ledger ----------------------------------------------------------------- */
+
+struct row {
+	char id[40], owner[64], name[64], state[16];
+	int64_t start, end;
+};
+
+struct rows {
+	struct row r[32];
+	size_t n;
+};
+
+static void collect(const char *id, const char *owner, const char *name,
+		    const char *state, int64_t start, int64_t end, void *data)
+{
+	struct rows *rs = data;
+	struct row *r;
+
+	if (rs->n >= 32)
+		return;
+	r = &rs->r[rs->n++];
+	snprintf(r->id, sizeof(r->id), "%s", id);
+	snprintf(r->owner, sizeof(r->owner), "%s", owner);
+	snprintf(r->name, sizeof(r->name), "%s", name);
+	snprintf(r->state, sizeof(r->state), "%s", state);
+	r->start = start;
+	r->end = end;
+}
+
+static size_t walk(struct db *db, const char *id, struct rows *rs)
+{
+	struct err e;
+
+	rs->n = 0;
+	err_clear(&e);
+	if (db_ledger_walk(db, id, collect, rs, &e) < 0) {
+		diag("ledger walk: %s", e.msg);
+		return (size_t)-1;
+	}
+	return rs->n;
+}
+
+/* "creating,stopped,..." of RS. */
+static void states_of(const struct rows *rs, char *out, size_t outlen)
+{
+	size_t len = 0;
+
+	out[0] = '\0';
+	for (size_t i = 0; i < rs->n && len < outlen; i++)
+		len += (size_t)snprintf(out + len, outlen - len, "%s%s", i ? "," : "",
+					rs->r[i].state);
+}
+
+/* Every row closed but the last (open when LAST_OPEN), each end the next
+ * start, starts not after ends, all of machine ID. */
+static bool contiguous(const struct rows *rs, const char *id, bool last_open)
+{
+	for (size_t i = 0; i < rs->n; i++) {
+		const struct row *r = &rs->r[i];
+		bool last = i + 1 == rs->n;
+		if (strcmp(r->id, id) != 0)
+			return false;
+		if (last && last_open) {
+			if (r->end != 0)
+				return false;
+			continue;
+		}
+		if (r->end == 0 || r->end < r->start)
+			return false;
+		if (!last && r->end != rs->r[i + 1].start)
+			return false;
+	}
+	return rs->n > 0;
+}
+
+/* ---- tests --------------------------------------------------------------------- */
+
+static void test_open_errors(void)
+{
+	struct err e;
+	struct db *db;
+	char p[160];
+
+	err_clear(&e);
+	snprintf(p, sizeof(p), "%s/no/such/dir/berth.db", dir);
+	db = db_open(p, &e);
+	if (!check(db == NULL && err_isset(&e) && strstr(e.msg, p),
+		   "open: in a missing directory fails, naming the file"))
+		diag("%s", e.msg);
+	db_close(db);
+
+	snprintf(p, sizeof(p), "%s/garbage.db", dir);
+	{
+		char junk[4096];
+		memset(junk, 'j', sizeof(junk));
+		write_file(p, junk, sizeof(junk));
+	}
+	err_clear(&e);
+	db = db_open(p, &e);
+	if (!check(db == NULL && err_isset(&e) && strstr(e.msg, p),
+		   "open: a file that is not a database fails, naming it"))
+		diag("%s", e.msg);
+	db_close(db);
+	db_close(NULL);
+	check(true, "close: NULL is accepted");
+}
+
+static void test_meta(struct db *db)
+{
+	struct err e;
+	char v[64];
+	int rc;
+
+	err_clear(&e);
+	rc = db_meta_get(db, "instance", v, sizeof(v), &e);
+	check(rc == 1 && !err_isset(&e), "meta: absent key gives 1");
+	rc = db_meta_set(db, "instance", "a1b2c3d4", &e);
+	check(rc == 0, "meta: set");
+	rc = db_meta_get(db, "instance", v, sizeof(v), &e);
+	check(rc == 0 && strcmp(v, "a1b2c3d4") == 0, "meta: get what was set");
+	rc = db_meta_set(db, "instance", "e5f6", &e);
+	rc |= db_meta_get(db, "instance", v, sizeof(v), &e);
+	check(rc == 0 && strcmp(v, "e5f6") == 0, "meta: set replaces");
+	rc = db_meta_set(db, "quote", "it's \"x\"; DROP TABLE meta;--", &e);
+	rc |= db_meta_get(db, "quote", v, sizeof(v), &e);
+	check(rc == 0 && strcmp(v, "it's \"x\"; DROP TABLE meta;--") == 0,
+	      "meta: values are bound, not spliced into SQL");
+	{
+		char small[4];
+		rc = db_meta_get(db, "instance", small, sizeof(small), &e);
+		check(rc == 0 && strcmp(small, "e5f") == 0, "meta: get truncates to outlen");
+	}
+}
+
+static void test_machines(struct db *db)
+{
+	struct machine m1 = machine_of(ID1, "alice", "devbox", 40022);
+	struct machine dup = machine_of(ID2, "alice", "devbox", 40023);
+	struct machine bob = machine_of(ID3, "bob", "devbox", 40024);
+	struct machine aard = machine_of(ID4, "alice", "aardvark", 40025);
+	struct machine got, *list = NULL;
+	struct rows rs;
+	struct err e;
+	char states[256];
+	size_t n = 0;
+	int64_t t0 = now_s();
+	int rc;
+
+	err_clear(&e);
+	rc = db_machine_insert(db, &m1, &e);
+	if (!check(rc == 0, "machine insert: alice/devbox"))
+		diag("%s", e.msg);
+	check_str(m1.state, "creating", "machine insert: state forced to creating");
+	check(m1.created >= t0 && m1.created <= now_s() && m1.state_since == m1.created,
+	      "machine insert: created = state_since = now");
+	check(walk(db, ID1, &rs) == 1 && strcmp(rs.r[0].state, "creating") == 0 &&
+	      rs.r[0].end == 0 && rs.r[0].start == m1.created &&
+	      strcmp(rs.r[0].owner, "alice") == 0 && strcmp(rs.r[0].name, "devbox") == 0,
+	      "machine insert: one open ledger row in creating");
+
+	err_clear(&e);
+	rc = db_machine_insert(db, &dup, &e);
+	if (!check(rc == -1 && e.status == 409 && strcmp(e.code, "exists") == 0 &&
+		   strstr(e.msg, "devbox"),
+		   "machine insert: same owner and name: 409 exists"))
+		diag("rc %d status %d code '%s' msg '%s'", rc, e.status, e.code, e.msg);
+	check(walk(db, ID2, &rs) == 0, "machine insert: the refused one has no ledger row");
+	err_clear(&e);
+	rc = db_machine_get_id(db, ID2, &got, &e);
+	check(rc == -1 && e.status == 404, "machine insert: the refused one has no row");
+
+	err_clear(&e);
+	rc = db_machine_insert(db, &bob, &e);
+	if (!check(rc == 0, "machine insert: same name for another owner is fine"))
+		diag("%s", e.msg);
+	err_clear(&e);
+	rc = db_machine_insert(db, &aard, &e);
+	check(rc == 0, "machine insert: alice/aardvark");
+	{
+		struct machine again = machine_of(ID1, "carol", "other", 40026);
+		err_clear(&e);
+		rc = db_machine_insert(db, &again, &e);
+		check(rc == -1 && err_isset(&e), "machine insert: a duplicate id is refused");
+	}
+
+	/* Lookups. */
+	err_clear(&e);
+	rc = db_machine_get(db, "alice", "devbox", &got, &e);
+	check(rc == 0 && machine_eq(&got, &m1), "machine get: by owner and name, every field");
+	err_clear(&e);
+	rc = db_machine_get_id(db, ID1, &got, &e);
+	check(rc == 0 && machine_eq(&got, &m1), "machine get: by id, every field");
+	err_clear(&e);
+	rc = db_machine_get(db, "bob", "devbox", &got, &e);
+	check(rc == 0 && strcmp(got.id, ID3) == 0, "machine get: bob's devbox is bob's");
+	err_clear(&e);
+	rc = db_machine_get(db, "alice", "ghost", &got, &e);
+	if (!check(rc == -1 && e.status == 404 && strcmp(e.code, "not_found") == 0 &&
+		   strstr(e.msg, "no machine ghost"),
+		   "machine get: missing: 404 not_found naming it"))
+		diag("status %d code '%s' msg '%s'", e.status, e.code, e.msg);
+	err_clear(&e);
+	rc = db_machine_get(db, "carol", "devbox", &got, &e);
+	check(rc == -1 && e.status == 404, "machine get: another owner's name is not found");
+	err_clear(&e);
+	rc = db_machine_get_id(db, "00000000-0000-4000-8000-000000000000", &got, &e);
+	check(rc == -1 && e.status == 404 && strcmp(e.code, "not_found") == 0,
+	      "machine get: missing id: 404 not_found");
+
+	err_clear(&e);
+	rc = db_machine_list(db, "alice", &list, &n, &e);
+	check(rc == 0 && n == 2 && strcmp(list[0].name, "aardvark") == 0 &&
+	      strcmp(list[1].name, "devbox") == 0,
+	      "machine list: alice's two, sorted by name");
+	free(list);
+	rc = db_machine_list(db, NULL, &list, &n, &e);
+	check(rc == 0 && n == 3 && strcmp(list[0].owner, "alice") == 0 &&
+	      strcmp(list[2].owner, "bob") == 0,
+	      "machine list: all three, sorted by owner");
+	free(list);
+	rc = db_machine_list(db, "nobody", &list, &n, &e);
+	check(rc == 0 && n == 0, "machine list: an owner with none gives 0");
+	free(list);
+
+	/* State changes and the ledger. */
+	err_clear(&e);
+	rc = db_machine_set_state(db, ID1, "stopped", &e);
+	check(rc == 0, "set_state: creating -> stopped");
+	rc = db_machine_set_state(db, ID1, "running", &e);
+	check(rc == 0, "set_state: stopped -> running");
+	rc = db_machine_get_id(db, ID1, &got, &e);
+	check(rc == 0 && strcmp(got.state, "running") == 0 && got.state_since >= m1.created,
+	      "set_state: the row says running");
+	walk(db, ID1, &rs);
+	states_of(&rs, states, sizeof(states));
+	check_str(states, "creating,stopped,running", "ledger: one row per state, in order");
+	check(contiguous(&rs, ID1, true),
+	      "ledger: all closed but the last, each end is the next start");
+	err_clear(&e);
+	rc = db_machine_set_state(db, ID1, "running", &e);
+	check(rc == 0 && walk(db, ID1, &rs) == 3,
+	      "set_state: the same state again adds no row");
+	err_clear(&e);
+	rc = db_machine_set_state(db, "00000000-0000-4000-8000-000000000000", "running", &e);
+	check(rc == -1 && e.status == 404 && strcmp(e.code, "not_found") == 0,
+	      "set_state: missing machine: 404 not_found");
+	db_machine_set_state(db, ID1, "suspended", &e);
+	db_machine_set_state(db, ID1, "running", &e);
+	walk(db, ID1, &rs);
+	states_of(&rs, states, sizeof(states));
+	check_str(states, "creating,stopped,running,suspended,running",
+		  "ledger: five intervals after suspend and resume");
+	check(contiguous(&rs, ID1, true), "ledger: still contiguous");
+	check(walk(db, ID3, &rs) == 1 && strcmp(rs.r[0].state, "creating") == 0,
+	      "ledger: other machines untouched");
+	check(walk(db, NULL, &rs) == 7, "ledger: walk of all machines gives every row");
+
+	/* Ports. */
+	check(db_port_used(db, 40022) && !db_port_used(db, 40100),
+	      "ports: 40022 used, 40100 free");
+	err_clear(&e);
+	rc = db_machine_set_port(db, ID1, 40100, &e);
+	check(rc == 0 && db_port_used(db, 40100) && !db_port_used(db, 40022),
+	      "ports: set_port moves the machine to 40100");
+
+	/* Delete: the row goes, the ledger stays (closed). */
+	err_clear(&e);
+	rc = db_machine_delete(db, ID1, &e);
+	check(rc == 0, "delete: alice/devbox");
+	err_clear(&e);
+	rc = db_machine_get_id(db, ID1, &got, &e);
+	check(rc == -1 && e.status == 404, "delete: the row is gone");
+	err_clear(&e);
+	rc = db_machine_get(db, "alice", "devbox", &got, &e);
+	check(rc == -1 && e.status == 404, "delete: not found by name either");
+	check(walk(db, ID1, &rs) == 5 && contiguous(&rs, ID1, false),
+	      "delete: ledger rows kept, all closed");
+	check(!db_port_used(db, 40100), "delete: its port is free again");
+	{
+		/* The name can be used again, with a fresh ledger. */
+		struct machine re = machine_of(ID2, "alice", "devbox", 40030);
+		err_clear(&e);
+		rc = db_machine_insert(db, &re, &e);
+		check(rc == 0 && walk(db, ID2, &rs) == 1,
+		      "delete: the name is free again for a new machine");
+	}
+}
+
+static struct image image_of(const char *name)
+{
+	struct image img;
+
+	memset(&img, 0, sizeof(img));
+	snprintf(img.name, sizeof(img.name), "%s", name);
+	snprintf(img.volume, sizeof(img.volume), "base-%s", name);
+	snprintf(img.format, sizeof(img.format), "qcow2");
+	snprintf(img.boot, sizeof(img.boot), "direct");
+	snprintf(img.kernel, sizeof(img.kernel), "/var/lib/berth/images/%s/vmlinuz", name);
+	snprintf(img.initrd, sizeof(img.initrd), "/var/lib/berth/images/%s/initrd", name);
+	snprintf(img.cmdline, sizeof(img.cmdline), "console=ttyS0 root=/dev/vda");
+	snprintf(img.user, sizeof(img.user), "root");
+	img.virtual_size = 2 * GIB;
+	memset(img.sha256, 'a', 64);
+	img.created = 1700000000;
+	return img;
+}
+
+static bool image_eq(const struct image *a, const struct image *b)
+{
+	return strcmp(a->name, b->name) == 0 && strcmp(a->volume, b->volume) == 0 &&
+	       strcmp(a->format, b->format) == 0 && strcmp(a->boot, b->boot) == 0 &&
+	       strcmp(a->kernel, b->kernel) == 0 && strcmp(a->initrd, b->initrd) == 0 &&
+	       strcmp(a->cmdline, b->cmdline) == 0 && strcmp(a->user, b->user) == 0 &&
+	       a->virtual_size == b->virtual_size && strcmp(a->sha256, b->sha256) == 0 &&
+	       a->created == b->created;
+}
+
+static void test_images(struct db *db)
+{
+	struct image tiny = image_of("tiny"), alpine = image_of("alpine"), got, *list = NULL;
+	struct err e;
+	size_t n = 0;
+	int rc;
+
+	err_clear(&e);
+	rc = db_image_insert(db, &tiny, &e);
+	check(rc == 0, "image insert: tiny");
+	rc = db_image_insert(db, &alpine, &e);
+	check(rc == 0, "image insert: alpine");
+	err_clear(&e);
+	rc = db_image_insert(db, &tiny, &e);
+	check(rc == -1 && e.status == 409 && strcmp(e.code, "exists") == 0,
+	      "image insert: again: 409 exists");
+	err_clear(&e);
+	rc = db_image_get(db, "tiny", &got, &e);
+	check(rc == 0 && image_eq(&got, &tiny), "image get: every field");
+	err_clear(&e);
+	rc = db_image_get(db, "ghost", &got, &e);
+	check(rc == -1 && e.status == 404 && strcmp(e.code, "not_found") == 0,
+	      "image get: missing: 404 not_found");
+	rc = db_image_list(db, &list, &n, &e);
+	check(rc == 0 && n == 2 && strcmp(list[0].name, "alpine") == 0 &&
+	      strcmp(list[1].name, "tiny") == 0 && image_eq(&list[1], &tiny),
+	      "image list: both, sorted by name");
+	free(list);
+	err_clear(&e);
+	check(db_image_users(db, "tiny", &e) == 3, "image users: three machines use tiny");
+	check(db_image_users(db, "alpine", &e) == 0, "image users: none use alpine");
+	err_clear(&e);
+	rc = db_image_delete(db, "alpine", &e);
+	check(rc == 0, "image delete: alpine");
+	err_clear(&e);
+	rc = db_image_get(db, "alpine", &got, &e);
+	check(rc == -1 && e.status == 404, "image delete: gone");
+	rc = db_image_list(db, &list, &n, &e);
+	check(rc == 0 && n == 1 && strcmp(list[0].name, "tiny") == 0,
+	      "image list: one left");
+	free(list);
+}
+
+static void test_reopen(void)
+{
+	struct machine got, *list = NULL;
+	struct image img, tiny = image_of("tiny");
+	struct rows rs;
+	struct err e;
+	struct db *db;
+	char v[64], states[256];
+	size_t n = 0;
+
+	err_clear(&e);
+	db = db_open(dbpath, &e);
+	if (!check(db != NULL, "reopen: opens")) {
+		diag("%s", e.msg);
+		return;
+	}
+	check(db_meta_get(db, "instance", v, sizeof(v), &e) == 0 && strcmp(v, "e5f6") == 0,
+	      "reopen: meta persisted");
+	check(db_machine_list(db, NULL, &list, &n, &e) == 0 && n == 3,
+	      "reopen: three machines persisted");
+	free(list);
+	check(db_machine_get(db, "bob", "devbox", &got, &e) == 0 &&
+	      strcmp(got.id, ID3) == 0 && strcmp(got.state, "creating") == 0 &&
+	      got.ssh_port == 40024 && got.memory == 512 * MIB,
+	      "reopen: bob's machine with its fields");
+	walk(db, ID1, &rs);
+	states_of(&rs, states, sizeof(states));
+	check(strcmp(states, "creating,stopped,running,suspended,running") == 0 &&
+	      contiguous(&rs, ID1, false),
+	      "reopen: the deleted machine's ledger persisted, closed");
+	check(db_image_get(db, "tiny", &img, &e) == 0 && image_eq(&img, &tiny),
+	      "reopen: image persisted");
+	check(db_machine_set_state(db, ID3, "stopped", &e) == 0 &&
+	      walk(db, ID3, &rs) == 2 && contiguous(&rs, ID3, true),
+	      "reopen: state changes keep working");
+	db_close(db);
+}
+
+int main(void)
+{
+	struct db *db;
+	struct err e;
+	int rc;
+
+	log_threshold = LOG_WARN;
+	if (!tmpdir_make(dir, sizeof(dir))) {
+		check(false, "make a temporary directory");
+		return tap_done("test_db");
+	}
+	snprintf(dbpath, sizeof(dbpath), "%s/berth.db", dir);
+	test_open_errors();
+	err_clear(&e);
+	db = db_open(dbpath, &e);
+	if (check(db != NULL, "open: a new database in a temporary directory")) {
+		test_meta(db);
+		test_machines(db);
+		test_images(db);
+		db_close(db);
+		test_reopen();
+	} else {
+		diag("%s", e.msg);
+	}
+	rc = tap_done("test_db");
+	tmpdir_remove(dir);
+	return rc;
+}

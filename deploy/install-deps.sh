@@ -12,7 +12,7 @@ libjansson-dev libssh-dev libcurl4-openssl-dev"
 # Run: the hypervisor, libvirt, the tools hostd runs from argv, and what the
 # tiny image recipe takes from Debian.
 run="qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
-genisoimage busybox-static dropbear-bin kmod cpio e2fsprogs zstd
+genisoimage busybox-static dropbear-bin kmod cpio e2fsprogs zstd xz-utils
 ca-certificates"
 # Test: real clients the tests drive.
 test="openssh-client procps psmisc curl python3"

@@ -13,6 +13,16 @@
 #include "common/util.h"
 #include "common/banned.h"
 
+/* rm -rf PATH, from argv: a recipe's build directory may have subdirectories. */
+static void remove_recursive(const char *path)
+{
+	char *const argv[] = { "rm", "-rf", "--", (char *)path, NULL };
+	struct err e = { 0 };
+
+	if (run_argv(argv, NULL, &e) < 0)
+		log_warn("cannot remove %s: %s", path, e.msg);
+}
+
 static int sha256_file(const char *path, char out[65], struct err *e)
 {
 	struct buf o = BUF_INIT;
@@ -169,7 +179,7 @@ out:
 			remove_tree(dir, NULL);
 	}
 	if (tmp[0])
-		remove_tree(tmp, NULL);
+		remove_recursive(tmp);
 	hostd_busy_release(h, key);
 	return rc;
 }
@@ -249,8 +259,8 @@ void image_reconcile(struct hostd *h)
 		if (de->d_name[0] == '.')
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-		char *const argv[] = { "rm", "-rf", "--", path, NULL };
-		run_argv(argv, NULL, NULL);
+		log_info("reconcile: removing the interrupted build %s", path);
+		remove_recursive(path);
 	}
 	closedir(d);
 }

@@ -40,6 +40,18 @@ button evdev"
 # Loaded when this kernel has them, silently skipped otherwise.
 OPTIONAL_MODULES="virtio_rng"
 
+# BERTH_TINY_PVH=1: also write OUTDIR/vmlinux, the kernel uncompressed, and
+# name it in image.json.  QEMU boots such an ELF through its PVH entry point
+# and skips the real-mode setup and the in-guest decompression of vmlinuz:
+# under TCG the guest answers ssh about 3 s sooner (4 s instead of 7 s);
+# the price is a 65 MB file instead of 8 MB.
+PVH=
+case ${BERTH_TINY_PVH:-0} in
+1 | yes | true) PVH=1 ;;
+0 | no | false | "") ;;
+*) echo "tiny: error: BERTH_TINY_PVH must be 0 or 1" >&2; exit 2 ;;
+esac
+
 say() { printf 'tiny: %s\n' "$*" >&2; }
 die() {
 	trap - ERR
@@ -144,7 +156,7 @@ case $KVER in
 esac
 
 KDIR=$CACHE/kernel/$KVER
-if [ -f "$KDIR/.complete" ]; then
+if [ -f "$KDIR/.complete" ] && [ -f "$KDIR/config" ]; then
 	say "using cached kernel $KVER"
 else
 	deb=$(ls -t "$CACHE/debs/${KPKG}_"*_amd64.deb 2>/dev/null | head -n 1 || true)
@@ -177,6 +189,9 @@ else
 	fi
 	[ -f "$x/root/boot/vmlinuz-$KVER" ] || die "${deb##*/} has no /boot/vmlinuz-$KVER"
 	mv "$x/root/boot/vmlinuz-$KVER" "$x/k/vmlinuz"
+	if [ -f "$x/root/boot/config-$KVER" ]; then
+		mv "$x/root/boot/config-$KVER" "$x/k/config"
+	fi
 	depmod -b "$x/k" "$KVER" || die "depmod failed"
 	touch "$x/k/.complete"
 	rm -rf -- "$KDIR"
@@ -184,6 +199,29 @@ else
 	rm -rf -- "$x"
 fi
 MODDIR=$KDIR/lib/modules/$KVER
+
+# Writes the ELF kernel inside a bzImage (as the kernel's
+# scripts/extract-vmlinux does): decompress from each xz, zstd or gzip magic
+# until an ELF file comes out.
+extract_vmlinux() { # BZIMAGE OUT
+	local magic dec off
+	for magic in xz zstd gzip; do
+		case $magic in
+		xz) pat='\xfd7zXZ\x00' dec="xz -dc --single-stream" ;;
+		zstd) pat='\x28\xb5\x2f\xfd' dec="zstd -dcq" ;;
+		gzip) pat='\x1f\x8b\x08' dec="gzip -dcq" ;;
+		esac
+		command -v "${dec%% *}" >/dev/null 2>&1 || continue
+		for off in $(LC_ALL=C grep -obUaP "$pat" "$1" | cut -d: -f1 | head -n 8 || true); do
+			tail -c "+$((off + 1))" "$1" | $dec >"$2" 2>/dev/null || true
+			if [ "$(head -c 4 "$2" | od -An -c | tr -d ' ')" = '177ELF' ]; then
+				return 0
+			fi
+		done
+	done
+	rm -f "$2"
+	return 1
+}
 
 # --------------------------------------------------------------- initrd ---
 
@@ -616,20 +654,39 @@ qemu-img convert -q -f raw -O qcow2 "$TMP/root.ext4" "$TMP/root.qcow2" ||
 rm -f "$TMP/root.ext4"
 
 cp "$KDIR/vmlinuz" "$TMP/vmlinuz"
-printf '{"name":"%s","format":"qcow2","boot":"direct","kernel":"vmlinuz","initrd":"initrd.img","cmdline":"%s","user":"root","kernel_version":"%s"}\n' \
-	"$NAME" "$CMDLINE" "$KVER" >"$TMP/image.json"
+OUTPUTS="vmlinuz initrd.img root.qcow2 image.json"
+KERNEL_FILE=vmlinuz
+if [ "$PVH" = 1 ]; then
+	if [ ! -f "$KDIR/vmlinux" ]; then
+		say "extracting the uncompressed kernel (PVH boot)"
+		grep -q '^CONFIG_PVH=y' "$KDIR/config" 2>/dev/null ||
+			die "kernel $KVER is not built with CONFIG_PVH=y: cannot boot it as vmlinux"
+		CLEAN+=("$KDIR/vmlinux.tmp")
+		extract_vmlinux "$KDIR/vmlinuz" "$KDIR/vmlinux.tmp" ||
+			die "cannot extract vmlinux from $KDIR/vmlinuz"
+		mv -f "$KDIR/vmlinux.tmp" "$KDIR/vmlinux"
+	fi
+	cp "$KDIR/vmlinux" "$TMP/vmlinux"
+	OUTPUTS="vmlinux $OUTPUTS"
+	KERNEL_FILE=vmlinux
+fi
+printf '{"name":"%s","format":"qcow2","boot":"direct","kernel":"%s","initrd":"initrd.img","cmdline":"%s","user":"root","kernel_version":"%s"}\n' \
+	"$NAME" "$KERNEL_FILE" "$CMDLINE" "$KVER" >"$TMP/image.json"
 
 # ---------------------------------------------------------------- output ---
 
 # Each output is copied next to its final name and renamed over it, so a
 # reader never sees a half-written file (and a running VM keeps its inode).
-for f in vmlinuz initrd.img root.qcow2 image.json; do
+for f in $OUTPUTS; do
 	tmpf=$OUT/.$f.tiny-tmp.$$
 	CLEAN+=("$tmpf")
 	cp "$TMP/$f" "$tmpf"
 	chmod 644 "$tmpf"
 	mv -f "$tmpf" "$OUT/$f"
 done
+if [ "$PVH" != 1 ]; then
+	rm -f "$OUT/vmlinux" # from an earlier BERTH_TINY_PVH=1 build
+fi
 
 # Drop other kernels from the cache (about 0.5 GB each).
 for d in "$CACHE"/kernel/*/; do
@@ -646,4 +703,4 @@ for f in "$CACHE"/debs/linux-image-*.deb; do
 done
 
 END=$(date +%s.%N)
-say "wrote $OUT: vmlinuz, initrd.img ($nmod modules, $(du -k "$OUT/initrd.img" | cut -f1) KiB), root.qcow2 ($(du -k "$OUT/root.qcow2" | cut -f1) KiB), image.json; kernel $KVER; $(awk -v s="$START" -v e="$END" 'BEGIN { printf "%.1f", e - s }') s"
+say "wrote $OUT: ${PVH:+vmlinux (PVH), }vmlinuz, initrd.img ($nmod modules, $(du -k "$OUT/initrd.img" | cut -f1) KiB), root.qcow2 ($(du -k "$OUT/root.qcow2" | cut -f1) KiB), image.json; kernel $KVER; $(awk -v s="$START" -v e="$END" 'BEGIN { printf "%.1f", e - s }') s"

@@ -12,6 +12,7 @@
 #include "hostd/seed.h"
 
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,16 +48,18 @@ static struct seed seed_of(const char *host, const char *user,
 	return s;
 }
 
-/* What python3's yaml.safe_load makes of TEXT, as sorted compact JSON (a
- * malloc'd string), or NULL when python3 or PyYAML is missing (*WHY). */
+/* What python3's yaml.safe_load_all makes of TEXT (the YAML 1.1 parser
+ * cloud-init itself uses), as sorted compact JSON (a malloc'd string): the
+ * document itself when TEXT holds one, else the list of documents.  Values
+ * JSON cannot hold (a date) come out as "<type value>".  NULL when python3
+ * or PyYAML is missing or fails (*WHY says which). */
 static char *yaml_as_json(const char *text, const char **why)
 {
+	static const char *missing;  /* cached: why YAML cannot be checked */
+	static bool probed;
 	char py[4096];
 	char *out = NULL;
 	int rc;
-
-	static const char *missing;  /* cached: why YAML cannot be checked */
-	static bool probed;
 
 	if (!probed) {
 		probed = true;
@@ -68,14 +71,16 @@ static char *yaml_as_json(const char *text, const char **why)
 				missing = "PyYAML not installed";
 		}
 	}
-	*why = missing;
+	*why = missing ? missing : "python3 not installed";
 	if (missing || !tool_find("python3", py, sizeof(py)))
 		return NULL;
 	{
 		char *argv[] = { py, "-c",
 			"import sys, json, yaml\n"
-			"print(json.dumps(yaml.safe_load(sys.stdin.read()),"
-			" sort_keys=True, separators=(',', ':')))",
+			"d = list(yaml.safe_load_all(sys.stdin.read()))\n"
+			"print(json.dumps(d[0] if len(d) == 1 else d, sort_keys=True,"
+			" separators=(',', ':'),"
+			" default=lambda o: '<%s %s>' % (type(o).__name__, o)))",
 			NULL };
 		rc = tool_run(argv, text, &out);
 	}
@@ -101,6 +106,61 @@ static void check_yaml(const char *text, const char *want, const char *what)
 	}
 	check_str(got, want, what);
 	free(got);
+}
+
+/* Every valid machine name must reach cloud-init as that string: YAML 1.1
+ * reads a bare 1234 as a number, yes as a boolean, null as nothing and
+ * 2024-01-01 as a date.  One python3 run for all names: the meta-data and
+ * user-data of each, as a stream of YAML documents. */
+static void test_hostnames_yaml(void)
+{
+	static const char *const names[] = { "devbox", "web-1", "1234", "0123", "yes",
+					     "null", "2024-01-01", NULL };
+	struct buf stream = BUF_INIT;
+	const char *why = NULL;
+	json_error_t je;
+	json_t *docs = NULL;
+	char *text;
+	size_t n = 0;
+
+	for (size_t i = 0; names[i]; i++, n++) {
+		struct buf meta = BUF_INIT, user = BUF_INIT;
+		struct seed s = seed_of(names[i], "root", two_keys);
+		seed_render(&s, &meta, &user, NULL);
+		buf_printf(&stream, "%s%s\n---\n%s", i ? "\n---\n" : "",
+			   buf_str(&meta), buf_str(&user));
+		buf_free(&meta);
+		buf_free(&user);
+	}
+	text = yaml_as_json(buf_str(&stream), &why);
+	buf_free(&stream);
+	if (!text) {
+		skip("render: every valid name reaches cloud-init as a string", "%s", why);
+		return;
+	}
+	docs = json_loads(text, 0, &je);
+	if (!check(json_is_array(docs) && json_array_size(docs) == 2 * n,
+		   "yaml: python3 read %zu documents", 2 * n))
+		diag("%s", text);
+	for (size_t i = 0; names[i] && json_array_size(docs) == 2 * n; i++) {
+		json_t *meta = json_array_get(docs, 2 * i);
+		json_t *user = json_array_get(docs, 2 * i + 1);
+		json_t *lh = json_object_get(meta, "local-hostname");
+		json_t *hn = json_object_get(user, "hostname");
+		bool ok = json_is_string(lh) && strcmp(json_string_value(lh), names[i]) == 0 &&
+			  json_is_string(hn) && strcmp(json_string_value(hn), names[i]) == 0;
+		if (!check(ok, "render: machine name '%s' is the string '%s' in meta-data "
+			   "and user-data (YAML)", names[i], names[i])) {
+			char *a = json_dumps(lh ? lh : json_null(), JSON_ENCODE_ANY);
+			char *b = json_dumps(hn ? hn : json_null(), JSON_ENCODE_ANY);
+			diag("YAML reads local-hostname as %s, hostname as %s", a ? a : "?",
+			     b ? b : "?");
+			free(a);
+			free(b);
+		}
+	}
+	json_decref(docs);
+	free(text);
 }
 
 /* ---- seed_render --------------------------------------------------------- */
@@ -496,6 +556,7 @@ static void test_write_real(void)
 int main(void)
 {
 	test_render();
+	test_hostnames_yaml();
 	test_refusals();
 	test_write_dry();
 	test_write_real();

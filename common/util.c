@@ -41,9 +41,10 @@ int size_parse(const char *s, uint64_t unit, uint64_t *out)
 	if (!*p)
 		return -1;
 	for (; *p >= '0' && *p <= '9'; p++) {
-		if (v > (UINT64_MAX - 9) / 10)
+		uint64_t d = (uint64_t)(*p - '0');
+		if (v > (UINT64_MAX - d) / 10)
 			return -1;
-		v = v * 10 + (uint64_t)(*p - '0');
+		v = v * 10 + d;
 	}
 	if (p == s)
 		return -1;

@@ -89,9 +89,11 @@ int config_set(struct config *c, const char *key, const char *value,
 						       "%s: %s = '%s' is not one of the allowed values",
 						       where, key, value);
 			}
-			if ((size_t)snprintf(field, o->len, "%s", value) >= o->len)
+			if (strlen(value) >= o->len)
 				return err_set(e, 400, "invalid_config",
-					       "%s: %s: value too long", where, key);
+					       "%s: %s = '%s' is longer than %zu bytes", where, key,
+					       value, o->len - 1);
+			snprintf(field, o->len, "%s", value);
 			return 0;
 		case C_INT: {
 			char *end;
@@ -134,7 +136,8 @@ static char *trim(char *s)
 int config_load(struct config *c, const char *file, int required, struct err *e)
 {
 	FILE *f = fopen(file, "re");
-	char line[4096], where[PATH_MAX + 32];
+	char *line = NULL, where[PATH_MAX + 32];
+	size_t cap = 0;
 	int lineno = 0, rc = 0;
 
 	if (!f) {
@@ -142,7 +145,7 @@ int config_load(struct config *c, const char *file, int required, struct err *e)
 			return 0;
 		return err_errno(e, errno, "config %s", file);
 	}
-	while (fgets(line, sizeof(line), f)) {
+	while (getline(&line, &cap, f) >= 0) {
 		char *s = trim(line), *eq;
 		lineno++;
 		snprintf(where, sizeof(where), "%s:%d", file, lineno);
@@ -160,6 +163,9 @@ int config_load(struct config *c, const char *file, int required, struct err *e)
 			break;
 		}
 	}
+	if (rc == 0 && ferror(f))
+		rc = err_errno(e, errno, "config %s: read", file);
+	free(line);
 	fclose(f);
 	return rc;
 }

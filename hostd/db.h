@@ -68,14 +68,13 @@ int db_machine_get_id(struct db *db, const char *id, struct machine *m, struct e
 int db_machine_list(struct db *db, const char *owner, struct machine **out,
 		    size_t *n, struct err *e);
 /* Move machine ID to STATE: closes the open ledger row at now and opens
- * one for STATE, in one transaction.  No-op when already in STATE.
- * Updates M->state when M is non-NULL. */
+ * one for STATE, in one transaction.  No-op when already in STATE. */
 int db_machine_set_state(struct db *db, const char *id, const char *state,
 			 struct err *e);
 int db_machine_set_port(struct db *db, const char *id, int port, struct err *e);
 /* Remove the row and close its ledger row (ledger rows are kept). */
 int db_machine_delete(struct db *db, const char *id, struct err *e);
-/* Ports used by any machine (for picking a new one); malloc'd array. */
+/* Whether any machine's SSH forward uses PORT (for picking a new one). */
 bool db_port_used(struct db *db, int port);
 
 int db_image_insert(struct db *db, const struct image *img, struct err *e);

@@ -123,6 +123,10 @@ static int validate_create(struct hostd *h, const struct create_req *r,
 			       "memory %llu bytes is out of range %s..%s (whole MiB)",
 			       (unsigned long long)r->memory, a, b);
 	}
+	if (r->disk % 512)
+		return err_set(e, 400, "invalid_disk",
+			       "disk %llu bytes is not a multiple of 512 bytes",
+			       (unsigned long long)r->disk);
 	if (db_image_get(h->db, r->image, img, e) < 0)
 		return -1;
 	if (r->disk && (r->disk < img->virtual_size || r->disk > h->cfg.max_disk)) {
@@ -327,8 +331,12 @@ int machine_act(struct hostd *h, const char *owner, const char *name,
 			goto out;
 		break;
 	case ACT_RESTART:
-		if (do_stop(h, &m, vs, timeout, e) < 0 ||
-		    do_start(h, &m, VS_STOPPED, e) < 0)
+		if (do_stop(h, &m, vs, timeout, e) < 0)
+			goto out;
+		/* The machine was off in between: the ledger says so. */
+		if (vs != VS_STOPPED && db_machine_set_state(h->db, m.id, "stopped", e) < 0)
+			goto out;
+		if (do_start(h, &m, VS_STOPPED, e) < 0)
 			goto out;
 		break;
 	}

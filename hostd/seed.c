@@ -22,21 +22,24 @@ int seed_render(const struct seed *s, struct buf *meta, struct buf *user,
 		return err_set(e, 400, "invalid_name", "seed: invalid hostname '%s'", s->hostname);
 	if (!clean_value(s->instance_id) || !clean_value(s->user))
 		return err_set(e, 400, "invalid_seed", "seed: invalid instance id or user");
-	buf_printf(meta, "instance-id: %s\nlocal-hostname: %s\n", s->instance_id, s->hostname);
-	buf_printf(user, "#cloud-config\nhostname: %s\nssh_authorized_keys:\n", s->hostname);
-	for (size_t i = 0; s->keys && s->keys[i]; i++) {
+	for (size_t i = 0; s->keys && s->keys[i]; i++)
 		if (!clean_value(s->keys[i]))
 			return err_set(e, 400, "invalid_key",
 				       "seed: public key %zu has a newline or a quote", i + 1);
-		buf_printf(user, "  - %s\n", s->keys[i]);
-	}
+	/* Every value quoted: YAML reads a bare 1234, 0123, yes or null as
+	 * something other than a string, and a ": " in a key's comment as a
+	 * mapping.  Single quotes need no escaping: values never hold one. */
+	buf_printf(meta, "instance-id: '%s'\nlocal-hostname: '%s'\n", s->instance_id, s->hostname);
+	buf_printf(user, "#cloud-config\nhostname: '%s'\nssh_authorized_keys:\n", s->hostname);
+	for (size_t i = 0; s->keys && s->keys[i]; i++)
+		buf_printf(user, "  - '%s'\n", s->keys[i]);
 	/* For cloud images whose default user is not root (cloud-init's
 	 * "users" module): the same keys for that user, passwordless sudo. */
 	if (strcmp(s->user, "root") != 0) {
-		buf_printf(user, "users:\n  - name: %s\n    sudo: ALL=(ALL) NOPASSWD:ALL\n"
+		buf_printf(user, "users:\n  - name: '%s'\n    sudo: 'ALL=(ALL) NOPASSWD:ALL'\n"
 			   "    shell: /bin/bash\n    ssh_authorized_keys:\n", s->user);
 		for (size_t i = 0; s->keys && s->keys[i]; i++)
-			buf_printf(user, "      - %s\n", s->keys[i]);
+			buf_printf(user, "      - '%s'\n", s->keys[i]);
 	}
 	return 0;
 }

@@ -56,10 +56,40 @@ static int verr(struct err *e, const char *what, const char *uuid)
 	return err_set(e, 500, "libvirt", "%s %s: %s", what, uuid ? uuid : "", vmsg());
 }
 
+/* XML 1.0 cannot carry control characters other than tab and newlines. */
+static bool xml_text_ok(const char *s)
+{
+	for (; s && *s; s++)
+		if ((unsigned char)*s < 0x20 && *s != '\t' && *s != '\n' && *s != '\r')
+			return false;
+	return true;
+}
+
 int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 {
-	if (s->vcpus < 1 || s->memory < (1 << 20) || !s->disk_path || !s->kernel)
-		return err_set(e, 500, "internal", "domain %s: incomplete spec", s->dom_name);
+	const char *fields[] = { s->dom_name, s->uuid, s->owner, s->name, s->kernel,
+				 s->initrd, s->cmdline, s->disk_path, s->disk_format,
+				 s->seed_path, s->mac, s->nat_network, s->console_log };
+	bool user, nat;
+
+	if (s->vcpus < 1 || s->memory < (1 << 20) || !s->disk_path || !s->kernel ||
+	    !s->dom_name || !s->uuid || !s->owner || !s->name || !s->disk_format ||
+	    !s->mac || !s->network)
+		return err_set(e, 500, "internal", "domain %s: incomplete spec",
+			       s->dom_name ? s->dom_name : "?");
+	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+		if (!xml_text_ok(fields[i]))
+			return err_set(e, 400, "invalid_spec",
+				       "domain %s: a value has a control character", s->dom_name);
+	user = strcmp(s->network, "user") == 0;
+	nat = strcmp(s->network, "nat") == 0;
+	if (!user && !nat)
+		return err_set(e, 500, "internal", "domain %s: unknown network '%s'",
+			       s->dom_name, s->network);
+	if (nat && !s->nat_network)
+		return err_set(e, 500, "internal", "domain %s: no NAT network", s->dom_name);
+	if (user && (s->ssh_port < 1 || s->ssh_port > 65535))
+		return err_set(e, 500, "internal", "domain %s: no SSH port", s->dom_name);
 	buf_printf(b, "<domain type='%s' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>\n",
 		   s->kvm ? "kvm" : "qemu");
 	buf_adds(b, "  <name>");
@@ -105,7 +135,7 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 		buf_add_xml(b, s->seed_path);
 		buf_adds(b, "'/>\n      <target dev='vdb' bus='virtio'/>\n      <readonly/>\n    </disk>\n");
 	}
-	if (strcmp(s->network, "nat") == 0) {
+	if (nat) {
 		buf_adds(b, "    <interface type='network'>\n      <source network='");
 		buf_add_xml(b, s->nat_network);
 		buf_adds(b, "'/>\n      <mac address='");
@@ -124,13 +154,11 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 		    "    <memballoon model='none'/>\n"
 		    "    <rng model='virtio'><backend model='random'>/dev/urandom</backend></rng>\n"
 		    "  </devices>\n");
-	if (strcmp(s->network, "user") == 0) {
+	if (user) {
 		/* QEMU user-mode networking with one loopback port forward to the
 		 * guest's sshd: needs no bridge, survives managed save/restore.
 		 * libvirt 9.0 has no <portForward>, so it is QEMU's argv.  Its PCI
 		 * slot is fixed (0x1e) so it never takes one libvirt assigns. */
-		if (s->ssh_port < 1 || s->ssh_port > 65535)
-			return err_set(e, 500, "internal", "domain %s: no SSH port", s->dom_name);
 		buf_printf(b, "  <qemu:commandline>\n"
 			      "    <qemu:arg value='-netdev'/>\n"
 			      "    <qemu:arg value='user,id=berthnet0,hostfwd=tcp:127.0.0.1:%d-:22'/>\n"

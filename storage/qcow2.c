@@ -40,6 +40,10 @@ static int qcow2_open(const char *location, void **priv, struct err *e)
 	DIR *d;
 	struct dirent *de;
 
+	if (location[0] != '/')
+		return err_set(e, 400, "invalid_config",
+			       "qcow2 pool '%s' must be an absolute path (qemu resolves backing "
+			       "files relative to each overlay)", location);
 	if (mkdir_p(location, 0700) < 0)
 		return err_errno(e, errno, "qcow2 pool %s", location);
 	p = calloc(1, sizeof(*p));
@@ -164,6 +168,11 @@ static int qcow2_vol_create(void *priv, const char *vol, const char *base,
 		return err_set(e, 409, "exists", "volume %s exists", vol);
 	if (header_size(basepath, &base_size, e) < 0)
 		return -1;
+	if (bytes % 512) {
+		return err_set(e, 400, "invalid_disk",
+			       "disk size %llu is not a multiple of 512 bytes",
+			       (unsigned long long)bytes);
+	}
 	if (bytes < base_size) {
 		char want[32], have[32];
 		size_format(bytes, want, sizeof(want));

@@ -604,12 +604,18 @@ cat >"$R/etc/rc.shutdown" <<'EOF'
 # berth tiny: run by busybox init before it powers off, reboots or halts.
 export PATH=/sbin:/bin:/usr/sbin:/usr/bin
 trap '' TERM HUP
-others() { # the other user-space processes (not init, not this script)
+others() { # the other user-space processes: not init, not this script,
+	# not kernel threads, not zombies (an exiting process loses its exe link
+	# before it closes its files, so the state is what counts)
 	read -r self _ </proc/self/stat # the subshell running this function
 	for d in /proc/[0-9]*; do
 		p=${d#/proc/}
-		case $p in 1 | $$ | $self) continue ;; esac
-		[ -e "$d/exe" ] && echo "$p"
+		case $p in 1 | 2 | $$ | $self) continue ;; esac
+		read -r st 2>/dev/null <"$d/stat" || continue
+		set -- ${st##*) }
+		case $1 in Z | X) continue ;; esac
+		[ "$2" = 2 ] && continue
+		echo "$p"
 	done
 }
 # kill(-1) would hit this script too when kill is not a shell builtin.
@@ -630,7 +636,12 @@ while [ $i -lt 20 ] && [ -n "$(others)" ]; do
 	i=$((i + 1))
 done
 sync
-mount -o remount,ro / 2>/dev/null || echo "tiny: cannot remount / read-only"
+i=0
+until mount -o remount,ro / 2>/dev/null; do
+	i=$((i + 1))
+	[ $i -lt 20 ] || { echo "tiny: cannot remount / read-only"; break; }
+	usleep 50000
+done
 sync
 # A known request (the ACPI power button's handler leaves one) is carried
 # out at once: busybox init would add two one-second pauses.  (A `poweroff`

@@ -36,6 +36,7 @@ expect "memory malformed" POST /v1/machines '{"name":"x4","memory":"lots"}' 400 
 expect "vcpus zero" POST /v1/machines '{"name":"x5","vcpus":0}' 400 invalid_vcpus "vcpus"
 expect "vcpus too many" POST /v1/machines '{"name":"x6","vcpus":100000}' 400 invalid_vcpus "vcpus"
 expect "disk smaller than the image" POST /v1/machines '{"name":"x7","disk":"1M"}' 400 invalid_disk "out of range"
+expect "disk not in whole sectors" POST /v1/machines '{"name":"x11","disk":1000000001}' 400 invalid_disk "multiple of 512"
 expect "disk too large" POST /v1/machines '{"name":"x8","disk":"900P"}' 400 invalid_disk "size"
 expect "unknown field" POST /v1/machines '{"name":"x9","colour":"red"}' 400 unknown_field "colour"
 expect "malformed JSON body" POST /v1/machines '{"name": "x10",' 400 invalid_json "malformed JSON"

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -202,8 +203,16 @@ static inline int tool_run(char *const argv[], const char *in, char **out)
 	ip[0] = -1;
 	close(op[1]);
 	op[1] = -1;
-	if (in && write(ip[1], in, strlen(in)) < 0) {
-		/* The tool closed its stdin early: its status tells. */
+	if (in) {
+		/* A tool that exits without reading must not kill us with
+		 * SIGPIPE: ignore it around the write; the status tells. */
+		struct sigaction ign = { .sa_handler = SIG_IGN }, old;
+		sigemptyset(&ign.sa_mask);
+		sigaction(SIGPIPE, &ign, &old);
+		if (write(ip[1], in, strlen(in)) < 0) {
+			/* EPIPE: the tool closed its stdin early. */
+		}
+		sigaction(SIGPIPE, &old, NULL);
 	}
 	close(ip[1]);
 	ip[1] = -1;

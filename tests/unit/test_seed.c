@@ -32,13 +32,13 @@
 static const char *const two_keys[] = { KEY1, KEY2, NULL };
 
 static const char *const want_meta =
-	"instance-id: " ID "\nlocal-hostname: devbox\n";
+	"instance-id: '" ID "'\nlocal-hostname: 'devbox'\n";
 static const char *const want_user_root =
 	"#cloud-config\n"
-	"hostname: devbox\n"
+	"hostname: 'devbox'\n"
 	"ssh_authorized_keys:\n"
-	"  - " KEY1 "\n"
-	"  - " KEY2 "\n";
+	"  - '" KEY1 "'\n"
+	"  - '" KEY2 "'\n";
 
 static struct seed seed_of(const char *host, const char *user,
 			   const char *const *keys)
@@ -51,28 +51,20 @@ static struct seed seed_of(const char *host, const char *user,
 /* What python3's yaml.safe_load_all makes of TEXT (the YAML 1.1 parser
  * cloud-init itself uses), as sorted compact JSON (a malloc'd string): the
  * document itself when TEXT holds one, else the list of documents.  Values
- * JSON cannot hold (a date) come out as "<type value>".  NULL when python3
- * or PyYAML is missing or fails (*WHY says which). */
+ * JSON cannot hold (a date) come out as "<type value>"; when the text is
+ * not YAML, a message saying so.  NULL when python3 or PyYAML is missing
+ * (*WHY says which). */
 static char *yaml_as_json(const char *text, const char **why)
 {
 	static const char *missing;  /* cached: why YAML cannot be checked */
-	static bool probed;
 	char py[4096];
 	char *out = NULL;
 	int rc;
 
-	if (!probed) {
-		probed = true;
-		if (!tool_find("python3", py, sizeof(py))) {
-			missing = "python3 not installed";
-		} else {
-			char *argv[] = { py, "-c", "import yaml", NULL };
-			if (tool_run(argv, NULL, NULL) != 0)
-				missing = "PyYAML not installed";
-		}
-	}
-	*why = missing ? missing : "python3 not installed";
-	if (missing || !tool_find("python3", py, sizeof(py)))
+	if (!missing && !tool_find("python3", py, sizeof(py)))
+		missing = "python3 not installed";
+	*why = missing;
+	if (missing)
 		return NULL;
 	{
 		char *argv[] = { py, "-c",
@@ -84,12 +76,19 @@ static char *yaml_as_json(const char *text, const char **why)
 			NULL };
 		rc = tool_run(argv, text, &out);
 	}
-	*why = "python3 failed";
-	if (rc != 0) {
-		if (out)
-			diag("python3: %s", out);
+	if (rc != 0 && out && strstr(out, "No module named 'yaml'")) {
+		missing = "PyYAML not installed";
+		*why = missing;
 		free(out);
 		return NULL;
+	}
+	if (rc != 0) {
+		/* Not YAML at all (or python3 broke): a result that fails every
+		 * comparison, with the story in it. */
+		struct buf b = BUF_INIT;
+		buf_printf(&b, "python3/yaml failed (status %d): %s", rc, out ? out : "");
+		free(out);
+		return buf_detach(&b);
 	}
 	out[strcspn(out, "\n")] = '\0';
 	return out;
@@ -180,9 +179,9 @@ static void test_render(void)
 	check_str(buf_str(&meta), want_meta, "render: exact meta-data");
 	check(strncmp(buf_str(&user), "#cloud-config\n", 14) == 0,
 	      "render: user-data starts with #cloud-config");
-	check_has(buf_str(&user), "\nhostname: devbox\n", "render: hostname line");
-	check_has(buf_str(&user), "ssh_authorized_keys:\n  - " KEY1 "\n  - " KEY2 "\n",
-		  "render: each key as '  - KEY' under ssh_authorized_keys");
+	check_has(buf_str(&user), "\nhostname: 'devbox'\n", "render: hostname line");
+	check_has(buf_str(&user), "ssh_authorized_keys:\n  - '" KEY1 "'\n  - '" KEY2 "'\n",
+		  "render: each key as '  - KEY' (quoted) under ssh_authorized_keys");
 	check_lacks(buf_str(&user), "users:", "render: root adds no users: entry");
 	check_str(buf_str(&user), want_user_root, "render: exact user-data for root");
 	check_yaml(buf_str(&user),
@@ -215,12 +214,12 @@ static void test_render(void)
 		  "render: non-root: root's part as for root");
 	check_has(buf_str(&user),
 		  "users:\n"
-		  "  - name: debian\n"
-		  "    sudo: ALL=(ALL) NOPASSWD:ALL\n"
+		  "  - name: 'debian'\n"
+		  "    sudo: 'ALL=(ALL) NOPASSWD:ALL'\n"
 		  "    shell: /bin/bash\n"
 		  "    ssh_authorized_keys:\n"
-		  "      - " KEY1 "\n"
-		  "      - " KEY2 "\n",
+		  "      - '" KEY1 "'\n"
+		  "      - '" KEY2 "'\n",
 		  "render: non-root: users: entry with the keys and sudo");
 	check_yaml(buf_str(&user),
 		   "{\"hostname\":\"devbox\",\"ssh_authorized_keys\":[\"" KEY1
@@ -235,7 +234,7 @@ static void test_render(void)
 	s = seed_of("devbox", "root", NULL);
 	err_clear(&e);
 	rc = seed_render(&s, &meta, &user, &e);
-	check(rc == 0 && strcmp(buf_str(&user), "#cloud-config\nhostname: devbox\n"
+	check(rc == 0 && strcmp(buf_str(&user), "#cloud-config\nhostname: 'devbox'\n"
 				"ssh_authorized_keys:\n") == 0,
 	      "render: NULL key list gives an empty ssh_authorized_keys");
 
@@ -517,7 +516,7 @@ static void test_write_real(void)
 	rc = seed_write(&s, dir, &e);
 	{
 		char *text = read_in(dir, "meta-data");
-		check(rc == 0 && text && strstr(text, "local-hostname: other\n") &&
+		check(rc == 0 && text && strstr(text, "local-hostname: 'other'\n") &&
 		      iso_volume_id(iso, vol),
 		      "real: a second seed_write replaces the seed");
 		free(text);

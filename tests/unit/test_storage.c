@@ -234,7 +234,8 @@ static void test_dry(void)
 	rc = storage_base_import(st, "base-v", src, "vmdk", &e);
 	refused_dry(rc, &e, &log, 400, "invalid_format",
 		    "dry import: format vmdk refused (400 invalid_format), no command");
-	rc = storage_base_import(st, "base-x", src, "raw", (err_clear(&e), &e));
+	err_clear(&e);
+	rc = storage_base_import(st, "base-x", src, "raw", &e);
 	refused_dry(rc, &e, &log, 409, "exists",
 		    "dry import: existing base: 409 exists, no command");
 
@@ -268,9 +269,9 @@ static void test_dry(void)
 	refused_dry(rc, &e, &log, 400, "invalid_disk",
 		    "dry create: one byte under the base's size: 400 invalid_disk, no command");
 	err_clear(&e);
-	rc = storage_vol_create(st, "m-3", "base-x", 400, &e);
+	rc = storage_vol_create(st, "m-3", "base-x", 512, &e);
 	refused_dry(rc, &e, &log, 400, "invalid_disk",
-		    "dry create: 400 bytes: 400 invalid_disk, no command");
+		    "dry create: 512 bytes: 400 invalid_disk, no command");
 	check_has(e.msg, "1G", "dry create: the message names the image's size");
 	err_clear(&e);
 	rc = storage_vol_create(st, "m-1", "base-x", 4 * GIB, &e);
@@ -386,6 +387,23 @@ static void test_real(void)
 	if (!check(rc == 0 && vi.allocated_bytes > 0 && vi.allocated_bytes < MIB,
 		   "real info: m-2 allocates well under 1 MiB"))
 		diag("allocated %llu", (unsigned long long)vi.allocated_bytes);
+
+	/* A size qemu-img cannot make exactly (not a multiple of 512): the
+	 * volume must be BYTES, or be refused; not silently rounded up. */
+	err_clear(&e);
+	rc = storage_vol_create(st, "m-u", "base-x", GIB + 1, &e);
+	if (rc == 0) {
+		err_clear(&e);
+		rc = storage_vol_info(st, "m-u", &vi, &e);
+		if (!check(rc == 0 && vi.virtual_bytes == GIB + 1,
+			   "real create: 1 GiB + 1 byte is refused or exactly that size"))
+			diag("asked %llu bytes, got a volume of %llu", GIB + 1,
+			     (unsigned long long)vi.virtual_bytes);
+	} else {
+		check(e.status == 400, "real create: 1 GiB + 1 byte is refused or exactly "
+		      "that size");
+	}
+	storage_vol_remove(st, "m-u", NULL);
 
 	/* qemu-img agrees: m-1 is an overlay on base-x, in qcow2. */
 	{

@@ -86,6 +86,16 @@ trap cleanup EXIT
 
 # finish: end of a test script; exit status tells the runner.
 finish() {
+	# hostd exits cleanly so a sanitizer build reports leaks, then its
+	# logs must hold no sanitizer report.
+	kill_hostd TERM
+	local reports
+	reports=$(grep -h -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' \
+		"$T/hostd.log" "$STATE/hostd.log" 2>/dev/null | head -5)
+	if [ -n "$reports" ]; then
+		not_ok "no sanitizer reports in hostd's log"
+		echo "$reports" | sed 's/^/# /'
+	fi
 	if [ "$nfail" -gt 0 ]; then
 		diag "hostd log tail:"
 		tail -30 "$T/hostd.log" | sed 's/^/# /'

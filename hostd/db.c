@@ -1,6 +1,7 @@
 #include "hostd/db.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,8 +81,10 @@ void db_close(struct db *db)
 	free(db);
 }
 
-/* Prepare SQL; binds are done by the caller.  NULL with E set. */
-static sqlite3_stmt *prep(struct db *db, const char *sql, struct err *e)
+/* Prepare SQL and bind the arguments TYPES describes, one per character:
+ * 's' text, 'i' int, 'I' int64.  NULL with E set.  Caller holds the lock. */
+static sqlite3_stmt *vquery(struct db *db, struct err *e, const char *sql,
+			    const char *types, va_list ap)
 {
 	sqlite3_stmt *st = NULL;
 
@@ -89,7 +92,99 @@ static sqlite3_stmt *prep(struct db *db, const char *sql, struct err *e)
 		sql_err(db, e, "prepare");
 		return NULL;
 	}
+	for (int i = 0; types[i]; i++) {
+		switch (types[i]) {
+		case 's': sqlite3_bind_text(st, i + 1, va_arg(ap, const char *), -1, SQLITE_STATIC); break;
+		case 'i': sqlite3_bind_int(st, i + 1, va_arg(ap, int)); break;
+		case 'I': sqlite3_bind_int64(st, i + 1, va_arg(ap, int64_t)); break;
+		default: abort();
+		}
+	}
 	return st;
+}
+
+static sqlite3_stmt *query(struct db *db, struct err *e, const char *sql,
+			   const char *types, ...)
+{
+	va_list ap;
+	sqlite3_stmt *st;
+
+	va_start(ap, types);
+	st = vquery(db, e, sql, types, ap);
+	va_end(ap);
+	return st;
+}
+
+/* Run a statement that returns no rows (caller holds the lock).  0 when
+ * done, 1 on a constraint violation (E untouched: the caller names it),
+ * -1 with E set, naming WHAT, otherwise. */
+static int execute(struct db *db, struct err *e, const char *what, const char *sql,
+		   const char *types, ...)
+{
+	va_list ap;
+	sqlite3_stmt *st;
+	int step, rc;
+
+	va_start(ap, types);
+	st = vquery(db, e, sql, types, ap);
+	va_end(ap);
+	if (!st)
+		return -1;
+	step = sqlite3_step(st);
+	rc = step == SQLITE_DONE ? 0 : step == SQLITE_CONSTRAINT ? 1 : sql_err(db, e, what);
+	sqlite3_finalize(st);
+	return rc;
+}
+
+/* The same, taking the lock. */
+static int execute_locked(struct db *db, struct err *e, const char *what, const char *sql,
+			  const char *types, ...)
+{
+	va_list ap;
+	sqlite3_stmt *st;
+	int step, rc = -1;
+
+	pthread_mutex_lock(&db->lock);
+	va_start(ap, types);
+	st = vquery(db, e, sql, types, ap);
+	va_end(ap);
+	if (st) {
+		step = sqlite3_step(st);
+		rc = step == SQLITE_DONE ? 0 : step == SQLITE_CONSTRAINT ? 1 : sql_err(db, e, what);
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+/* Collect the rows of ST into a malloc'd array of ELEM-sized items filled
+ * by FROM_ROW.  Finalizes ST.  0, or -1 with E set (naming WHAT). */
+static int collect(struct db *db, sqlite3_stmt *st, size_t elem,
+		   void (*from_row)(sqlite3_stmt *, void *), void **out, size_t *n,
+		   const char *what, struct err *e)
+{
+	char *v = NULL;
+	size_t len = 0, cap = 0;
+	int step;
+
+	while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+		if (len == cap) {
+			cap = cap ? cap * 2 : 16;
+			v = realloc(v, cap * elem);
+			if (!v)
+				abort();
+		}
+		from_row(st, v + len * elem);
+		len++;
+	}
+	sqlite3_finalize(st);
+	if (step != SQLITE_DONE) {
+		free(v);
+		return sql_err(db, e, what);
+	}
+	*out = v;
+	*n = len;
+	return 0;
 }
 
 static int exec_simple(struct db *db, const char *sql, struct err *e)
@@ -117,40 +212,23 @@ int db_meta_get(struct db *db, const char *key, char *out, size_t outlen, struct
 	sqlite3_stmt *st;
 
 	pthread_mutex_lock(&db->lock);
-	st = prep(db, "SELECT value FROM meta WHERE key = ?", e);
-	if (!st)
-		goto out;
-	sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-	switch (sqlite3_step(st)) {
-	case SQLITE_ROW: copy_text(st, 0, out, outlen); rc = 0; break;
-	case SQLITE_DONE: rc = 1; break;
-	default: sql_err(db, e, "meta");
+	st = query(db, e, "SELECT value FROM meta WHERE key = ?", "s", key);
+	if (st) {
+		switch (sqlite3_step(st)) {
+		case SQLITE_ROW: copy_text(st, 0, out, outlen); rc = 0; break;
+		case SQLITE_DONE: rc = 1; break;
+		default: sql_err(db, e, "meta");
+		}
+		sqlite3_finalize(st);
 	}
-out:
-	sqlite3_finalize(st);
 	pthread_mutex_unlock(&db->lock);
 	return rc;
 }
 
 int db_meta_set(struct db *db, const char *key, const char *value, struct err *e)
 {
-	int rc = -1;
-	sqlite3_stmt *st;
-
-	pthread_mutex_lock(&db->lock);
-	st = prep(db, "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", e);
-	if (!st)
-		goto out;
-	sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 2, value, -1, SQLITE_STATIC);
-	if (sqlite3_step(st) != SQLITE_DONE)
-		sql_err(db, e, "meta");
-	else
-		rc = 0;
-out:
-	sqlite3_finalize(st);
-	pthread_mutex_unlock(&db->lock);
-	return rc;
+	return execute_locked(db, e, "meta", "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)",
+			      "ss", key, value) == 0 ? 0 : -1;
 }
 
 #define MACHINE_COLS "id, owner, name, image, vcpus, memory, disk, state, volume," \
@@ -174,98 +252,64 @@ static void machine_from_row(sqlite3_stmt *st, struct machine *m)
 	m->state_since = sqlite3_column_int64(st, 12);
 }
 
-/* Open a ledger row for machine M in STATE at time T (caller holds lock and
- * a transaction). */
+/* Open a ledger row for machine M in STATE at time T (caller holds the lock
+ * and a transaction). */
 static int ledger_open(struct db *db, const struct machine *m, const char *state,
 		       int64_t t, struct err *e)
 {
-	sqlite3_stmt *st = prep(db, "INSERT INTO ledger(machine_id, owner, name, state,"
-				" vcpus, memory, start) VALUES(?,?,?,?,?,?,?)", e);
-	int rc = -1;
-
-	if (!st)
-		return -1;
-	sqlite3_bind_text(st, 1, m->id, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 2, m->owner, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 3, m->name, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 4, state, -1, SQLITE_STATIC);
-	sqlite3_bind_int(st, 5, m->vcpus);
-	sqlite3_bind_int64(st, 6, (sqlite3_int64)m->memory);
-	sqlite3_bind_int64(st, 7, t);
-	if (sqlite3_step(st) != SQLITE_DONE)
-		sql_err(db, e, "ledger insert");
-	else
-		rc = 0;
-	sqlite3_finalize(st);
-	return rc;
+	return execute(db, e, "ledger insert",
+		       "INSERT INTO ledger(machine_id, owner, name, state, vcpus, memory, start)"
+		       " VALUES(?,?,?,?,?,?,?)", "ssssiII", m->id, m->owner, m->name, state,
+		       m->vcpus, (int64_t)m->memory, t) == 0 ? 0 : -1;
 }
 
 static int ledger_close(struct db *db, const char *id, int64_t t, struct err *e)
 {
-	sqlite3_stmt *st = prep(db, "UPDATE ledger SET end = ? WHERE machine_id = ?"
-				" AND end IS NULL", e);
+	return execute(db, e, "ledger close",
+		       "UPDATE ledger SET end = ? WHERE machine_id = ? AND end IS NULL",
+		       "Is", t, id) == 0 ? 0 : -1;
+}
+
+/* Run FN(db, data, e) inside BEGIN IMMEDIATE ... COMMIT, rolling back when
+ * it fails.  Takes the lock. */
+static int transaction(struct db *db, int (*fn)(struct db *, void *, struct err *),
+		       void *data, struct err *e)
+{
 	int rc = -1;
 
-	if (!st)
-		return -1;
-	sqlite3_bind_int64(st, 1, t);
-	sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
-	if (sqlite3_step(st) != SQLITE_DONE)
-		sql_err(db, e, "ledger close");
-	else
-		rc = 0;
-	sqlite3_finalize(st);
+	pthread_mutex_lock(&db->lock);
+	if (exec_simple(db, "BEGIN IMMEDIATE", e) == 0) {
+		rc = fn(db, data, e);
+		if (rc == 0 && exec_simple(db, "COMMIT", e) < 0)
+			rc = -1;
+		if (rc != 0)
+			exec_simple(db, "ROLLBACK", NULL);
+	}
+	pthread_mutex_unlock(&db->lock);
 	return rc;
+}
+
+static int insert_machine_tx(struct db *db, void *data, struct err *e)
+{
+	struct machine *m = data;
+	int rc = execute(db, e, "insert machine",
+			 "INSERT INTO machines(" MACHINE_COLS ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+			 "ssssiIIsssiII", m->id, m->owner, m->name, m->image, m->vcpus,
+			 (int64_t)m->memory, (int64_t)m->disk, m->state, m->volume, m->mac,
+			 m->ssh_port, m->created, m->state_since);
+
+	if (rc == 1)
+		return err_set(e, 409, "exists", "machine %s exists", m->name);
+	if (rc < 0)
+		return -1;
+	return ledger_open(db, m, m->state, m->created, e);
 }
 
 int db_machine_insert(struct db *db, struct machine *m, struct err *e)
 {
-	sqlite3_stmt *st = NULL;
-	int rc = -1, step;
-	int64_t t = now_s();
-
 	snprintf(m->state, sizeof(m->state), "creating");
-	m->created = m->state_since = t;
-	pthread_mutex_lock(&db->lock);
-	if (exec_simple(db, "BEGIN IMMEDIATE", e) < 0)
-		goto out;
-	st = prep(db, "INSERT INTO machines(" MACHINE_COLS ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)", e);
-	if (!st)
-		goto rollback;
-	sqlite3_bind_text(st, 1, m->id, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 2, m->owner, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 3, m->name, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 4, m->image, -1, SQLITE_STATIC);
-	sqlite3_bind_int(st, 5, m->vcpus);
-	sqlite3_bind_int64(st, 6, (sqlite3_int64)m->memory);
-	sqlite3_bind_int64(st, 7, (sqlite3_int64)m->disk);
-	sqlite3_bind_text(st, 8, m->state, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 9, m->volume, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 10, m->mac, -1, SQLITE_STATIC);
-	sqlite3_bind_int(st, 11, m->ssh_port);
-	sqlite3_bind_int64(st, 12, m->created);
-	sqlite3_bind_int64(st, 13, m->state_since);
-	step = sqlite3_step(st);
-	if (step == SQLITE_CONSTRAINT) {
-		err_set(e, 409, "exists", "machine %s exists", m->name);
-		goto rollback;
-	}
-	if (step != SQLITE_DONE) {
-		sql_err(db, e, "insert machine");
-		goto rollback;
-	}
-	if (ledger_open(db, m, m->state, t, e) < 0)
-		goto rollback;
-	if (exec_simple(db, "COMMIT", e) < 0)
-		goto rollback;
-	rc = 0;
-	goto out;
-rollback:
-	exec_simple(db, "ROLLBACK", NULL);
-out:
-	sqlite3_finalize(st);
-	pthread_mutex_unlock(&db->lock);
-	return rc;
+	m->created = m->state_since = now_s();
+	return transaction(db, insert_machine_tx, m, e);
 }
 
 static int machine_query(struct db *db, const char *sql, const char *a,
@@ -276,19 +320,15 @@ static int machine_query(struct db *db, const char *sql, const char *a,
 	int rc = -1;
 
 	pthread_mutex_lock(&db->lock);
-	st = prep(db, sql, e);
-	if (!st)
-		goto out;
-	sqlite3_bind_text(st, 1, a, -1, SQLITE_STATIC);
-	if (b)
-		sqlite3_bind_text(st, 2, b, -1, SQLITE_STATIC);
-	switch (sqlite3_step(st)) {
-	case SQLITE_ROW: machine_from_row(st, m); rc = 0; break;
-	case SQLITE_DONE: err_set(e, 404, "not_found", "no machine %s", what); break;
-	default: sql_err(db, e, "select machine");
+	st = b ? query(db, e, sql, "ss", a, b) : query(db, e, sql, "s", a);
+	if (st) {
+		switch (sqlite3_step(st)) {
+		case SQLITE_ROW: machine_from_row(st, m); rc = 0; break;
+		case SQLITE_DONE: err_set(e, 404, "not_found", "no machine %s", what); break;
+		default: sql_err(db, e, "select machine");
+		}
+		sqlite3_finalize(st);
 	}
-out:
-	sqlite3_finalize(st);
 	pthread_mutex_unlock(&db->lock);
 	return rc;
 }
@@ -306,117 +346,74 @@ int db_machine_get_id(struct db *db, const char *id, struct machine *m, struct e
 			     id, NULL, m, id, e);
 }
 
+static void machine_row(sqlite3_stmt *st, void *out)
+{
+	machine_from_row(st, out);
+}
+
 int db_machine_list(struct db *db, const char *owner, struct machine **out,
 		    size_t *n, struct err *e)
 {
 	sqlite3_stmt *st;
-	struct machine *v = NULL;
-	size_t len = 0, cap = 0;
-	int rc = -1, step;
+	int rc = -1;
 
 	*out = NULL;
 	*n = 0;
 	pthread_mutex_lock(&db->lock);
-	st = prep(db, owner ? "SELECT " MACHINE_COLS " FROM machines WHERE owner = ?"
-			      " ORDER BY owner, name"
-			    : "SELECT " MACHINE_COLS " FROM machines ORDER BY owner, name", e);
-	if (!st)
-		goto out;
-	if (owner)
-		sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-	while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-		if (len == cap) {
-			cap = cap ? cap * 2 : 16;
-			v = realloc(v, cap * sizeof(*v));
-			if (!v)
-				abort();
-		}
-		machine_from_row(st, &v[len++]);
-	}
-	if (step != SQLITE_DONE) {
-		sql_err(db, e, "list machines");
-		free(v);
-		goto out;
-	}
-	*out = v;
-	*n = len;
-	rc = 0;
-out:
-	sqlite3_finalize(st);
+	st = owner ? query(db, e, "SELECT " MACHINE_COLS " FROM machines WHERE owner = ?"
+			   " ORDER BY owner, name", "s", owner)
+		   : query(db, e, "SELECT " MACHINE_COLS " FROM machines ORDER BY owner, name", "");
+	if (st)
+		rc = collect(db, st, sizeof(**out), machine_row, (void **)out, n,
+			     "list machines", e);
 	pthread_mutex_unlock(&db->lock);
 	return rc;
+}
+
+struct set_state {
+	const char *id, *state;
+};
+
+static int set_state_tx(struct db *db, void *data, struct err *e)
+{
+	struct set_state *a = data;
+	struct machine m;
+	sqlite3_stmt *st;
+	int64_t t = now_s();
+	int step;
+
+	st = query(db, e, "SELECT " MACHINE_COLS " FROM machines WHERE id = ?", "s", a->id);
+	if (!st)
+		return -1;
+	step = sqlite3_step(st);
+	if (step == SQLITE_ROW)
+		machine_from_row(st, &m);
+	sqlite3_finalize(st);
+	if (step != SQLITE_ROW)
+		return err_set(e, 404, "not_found", "no machine %s", a->id);
+	if (strcmp(m.state, a->state) == 0)
+		return 0;
+	if (execute(db, e, "update state",
+		    "UPDATE machines SET state = ?, state_since = ? WHERE id = ?",
+		    "sIs", a->state, t, a->id) != 0 ||
+	    ledger_close(db, a->id, t, e) < 0 || ledger_open(db, &m, a->state, t, e) < 0)
+		return -1;
+	log_info("machine %s/%s: %s -> %s", m.owner, m.name, m.state, a->state);
+	return 0;
 }
 
 int db_machine_set_state(struct db *db, const char *id, const char *state,
 			 struct err *e)
 {
-	sqlite3_stmt *st = NULL;
-	struct machine m;
-	int rc = -1;
-	int64_t t = now_s();
+	struct set_state a = { id, state };
 
-	pthread_mutex_lock(&db->lock);
-	if (exec_simple(db, "BEGIN IMMEDIATE", e) < 0)
-		goto out;
-	st = prep(db, "SELECT " MACHINE_COLS " FROM machines WHERE id = ?", e);
-	if (!st)
-		goto rollback;
-	sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-	if (sqlite3_step(st) != SQLITE_ROW) {
-		err_set(e, 404, "not_found", "no machine %s", id);
-		goto rollback;
-	}
-	machine_from_row(st, &m);
-	sqlite3_finalize(st);
-	st = NULL;
-	if (strcmp(m.state, state) == 0) {
-		exec_simple(db, "ROLLBACK", NULL);
-		rc = 0;
-		goto out;
-	}
-	st = prep(db, "UPDATE machines SET state = ?, state_since = ? WHERE id = ?", e);
-	if (!st)
-		goto rollback;
-	sqlite3_bind_text(st, 1, state, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 2, t);
-	sqlite3_bind_text(st, 3, id, -1, SQLITE_STATIC);
-	if (sqlite3_step(st) != SQLITE_DONE) {
-		sql_err(db, e, "update state");
-		goto rollback;
-	}
-	if (ledger_close(db, id, t, e) < 0 || ledger_open(db, &m, state, t, e) < 0 ||
-	    exec_simple(db, "COMMIT", e) < 0)
-		goto rollback;
-	log_info("machine %s/%s: %s -> %s", m.owner, m.name, m.state, state);
-	rc = 0;
-	goto out;
-rollback:
-	exec_simple(db, "ROLLBACK", NULL);
-out:
-	sqlite3_finalize(st);
-	pthread_mutex_unlock(&db->lock);
-	return rc;
+	return transaction(db, set_state_tx, &a, e);
 }
 
 int db_machine_set_port(struct db *db, const char *id, int port, struct err *e)
 {
-	sqlite3_stmt *st;
-	int rc = -1;
-
-	pthread_mutex_lock(&db->lock);
-	st = prep(db, "UPDATE machines SET ssh_port = ? WHERE id = ?", e);
-	if (!st)
-		goto out;
-	sqlite3_bind_int(st, 1, port);
-	sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
-	if (sqlite3_step(st) != SQLITE_DONE)
-		sql_err(db, e, "update port");
-	else
-		rc = 0;
-out:
-	sqlite3_finalize(st);
-	pthread_mutex_unlock(&db->lock);
-	return rc;
+	return execute_locked(db, e, "update port", "UPDATE machines SET ssh_port = ? WHERE id = ?",
+			      "is", port, id) == 0 ? 0 : -1;
 }
 
 bool db_port_used(struct db *db, int port)
@@ -425,51 +422,37 @@ bool db_port_used(struct db *db, int port)
 	bool used = true;
 
 	pthread_mutex_lock(&db->lock);
-	st = prep(db, "SELECT 1 FROM machines WHERE ssh_port = ?", NULL);
+	st = query(db, NULL, "SELECT 1 FROM machines WHERE ssh_port = ?", "i", port);
 	if (st) {
-		sqlite3_bind_int(st, 1, port);
 		used = sqlite3_step(st) == SQLITE_ROW;
+		sqlite3_finalize(st);
 	}
-	sqlite3_finalize(st);
 	pthread_mutex_unlock(&db->lock);
 	return used;
 }
 
+static int delete_machine_tx(struct db *db, void *data, struct err *e)
+{
+	const char *id = data;
+
+	if (ledger_close(db, id, now_s(), e) < 0)
+		return -1;
+	return execute(db, e, "delete machine", "DELETE FROM machines WHERE id = ?",
+		       "s", id) == 0 ? 0 : -1;
+}
+
 int db_machine_delete(struct db *db, const char *id, struct err *e)
 {
-	sqlite3_stmt *st = NULL;
-	int rc = -1;
-
-	pthread_mutex_lock(&db->lock);
-	if (exec_simple(db, "BEGIN IMMEDIATE", e) < 0)
-		goto out;
-	if (ledger_close(db, id, now_s(), e) < 0)
-		goto rollback;
-	st = prep(db, "DELETE FROM machines WHERE id = ?", e);
-	if (!st)
-		goto rollback;
-	sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-	if (sqlite3_step(st) != SQLITE_DONE) {
-		sql_err(db, e, "delete machine");
-		goto rollback;
-	}
-	if (exec_simple(db, "COMMIT", e) < 0)
-		goto rollback;
-	rc = 0;
-	goto out;
-rollback:
-	exec_simple(db, "ROLLBACK", NULL);
-out:
-	sqlite3_finalize(st);
-	pthread_mutex_unlock(&db->lock);
-	return rc;
+	return transaction(db, delete_machine_tx, (void *)id, e);
 }
 
 #define IMAGE_COLS "name, volume, format, boot, kernel, initrd, cmdline, user," \
 		   " virtual_size, sha256, created"
 
-static void image_from_row(sqlite3_stmt *st, struct image *img)
+static void image_from_row(sqlite3_stmt *st, void *out)
 {
+	struct image *img = out;
+
 	memset(img, 0, sizeof(*img));
 	copy_text(st, 0, img->name, sizeof(img->name));
 	copy_text(st, 1, img->volume, sizeof(img->volume));
@@ -486,34 +469,14 @@ static void image_from_row(sqlite3_stmt *st, struct image *img)
 
 int db_image_insert(struct db *db, const struct image *img, struct err *e)
 {
-	sqlite3_stmt *st;
-	int rc = -1, step;
+	int rc = execute_locked(db, e, "insert image",
+				"INSERT INTO images(" IMAGE_COLS ") VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+				"ssssssssIsI", img->name, img->volume, img->format, img->boot,
+				img->kernel, img->initrd, img->cmdline, img->user,
+				(int64_t)img->virtual_size, img->sha256, img->created);
 
-	pthread_mutex_lock(&db->lock);
-	st = prep(db, "INSERT INTO images(" IMAGE_COLS ") VALUES(?,?,?,?,?,?,?,?,?,?,?)", e);
-	if (!st)
-		goto out;
-	sqlite3_bind_text(st, 1, img->name, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 2, img->volume, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 3, img->format, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 4, img->boot, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 5, img->kernel, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 6, img->initrd, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 7, img->cmdline, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 8, img->user, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 9, (sqlite3_int64)img->virtual_size);
-	sqlite3_bind_text(st, 10, img->sha256, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 11, img->created);
-	step = sqlite3_step(st);
-	if (step == SQLITE_CONSTRAINT)
-		err_set(e, 409, "exists", "image %s exists", img->name);
-	else if (step != SQLITE_DONE)
-		sql_err(db, e, "insert image");
-	else
-		rc = 0;
-out:
-	sqlite3_finalize(st);
-	pthread_mutex_unlock(&db->lock);
+	if (rc == 1)
+		return err_set(e, 409, "exists", "image %s exists", img->name);
 	return rc;
 }
 
@@ -523,17 +486,15 @@ int db_image_get(struct db *db, const char *name, struct image *img, struct err 
 	int rc = -1;
 
 	pthread_mutex_lock(&db->lock);
-	st = prep(db, "SELECT " IMAGE_COLS " FROM images WHERE name = ?", e);
-	if (!st)
-		goto out;
-	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-	switch (sqlite3_step(st)) {
-	case SQLITE_ROW: image_from_row(st, img); rc = 0; break;
-	case SQLITE_DONE: err_set(e, 404, "not_found", "no image %s", name); break;
-	default: sql_err(db, e, "select image");
+	st = query(db, e, "SELECT " IMAGE_COLS " FROM images WHERE name = ?", "s", name);
+	if (st) {
+		switch (sqlite3_step(st)) {
+		case SQLITE_ROW: image_from_row(st, img); rc = 0; break;
+		case SQLITE_DONE: err_set(e, 404, "not_found", "no image %s", name); break;
+		default: sql_err(db, e, "select image");
+		}
+		sqlite3_finalize(st);
 	}
-out:
-	sqlite3_finalize(st);
 	pthread_mutex_unlock(&db->lock);
 	return rc;
 }
@@ -541,57 +502,23 @@ out:
 int db_image_list(struct db *db, struct image **out, size_t *n, struct err *e)
 {
 	sqlite3_stmt *st;
-	struct image *v = NULL;
-	size_t len = 0, cap = 0;
-	int rc = -1, step;
+	int rc = -1;
 
 	*out = NULL;
 	*n = 0;
 	pthread_mutex_lock(&db->lock);
-	st = prep(db, "SELECT " IMAGE_COLS " FROM images ORDER BY name", e);
-	if (!st)
-		goto out;
-	while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-		if (len == cap) {
-			cap = cap ? cap * 2 : 8;
-			v = realloc(v, cap * sizeof(*v));
-			if (!v)
-				abort();
-		}
-		image_from_row(st, &v[len++]);
-	}
-	if (step != SQLITE_DONE) {
-		sql_err(db, e, "list images");
-		free(v);
-		goto out;
-	}
-	*out = v;
-	*n = len;
-	rc = 0;
-out:
-	sqlite3_finalize(st);
+	st = query(db, e, "SELECT " IMAGE_COLS " FROM images ORDER BY name", "");
+	if (st)
+		rc = collect(db, st, sizeof(**out), image_from_row, (void **)out, n,
+			     "list images", e);
 	pthread_mutex_unlock(&db->lock);
 	return rc;
 }
 
 int db_image_delete(struct db *db, const char *name, struct err *e)
 {
-	sqlite3_stmt *st;
-	int rc = -1;
-
-	pthread_mutex_lock(&db->lock);
-	st = prep(db, "DELETE FROM images WHERE name = ?", e);
-	if (!st)
-		goto out;
-	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-	if (sqlite3_step(st) != SQLITE_DONE)
-		sql_err(db, e, "delete image");
-	else
-		rc = 0;
-out:
-	sqlite3_finalize(st);
-	pthread_mutex_unlock(&db->lock);
-	return rc;
+	return execute_locked(db, e, "delete image", "DELETE FROM images WHERE name = ?",
+			      "s", name) == 0 ? 0 : -1;
 }
 
 int db_image_users(struct db *db, const char *name, struct err *e)
@@ -600,16 +527,14 @@ int db_image_users(struct db *db, const char *name, struct err *e)
 	int rc = -1;
 
 	pthread_mutex_lock(&db->lock);
-	st = prep(db, "SELECT count(*) FROM machines WHERE image = ?", e);
-	if (!st)
-		goto out;
-	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-	if (sqlite3_step(st) == SQLITE_ROW)
-		rc = sqlite3_column_int(st, 0);
-	else
-		sql_err(db, e, "count users");
-out:
-	sqlite3_finalize(st);
+	st = query(db, e, "SELECT count(*) FROM machines WHERE image = ?", "s", name);
+	if (st) {
+		if (sqlite3_step(st) == SQLITE_ROW)
+			rc = sqlite3_column_int(st, 0);
+		else
+			sql_err(db, e, "count users");
+		sqlite3_finalize(st);
+	}
 	pthread_mutex_unlock(&db->lock);
 	return rc;
 }
@@ -624,14 +549,12 @@ int db_ledger_walk(struct db *db, const char *id,
 	int rc = -1, step;
 
 	pthread_mutex_lock(&db->lock);
-	st = prep(db, id ? "SELECT machine_id, owner, name, state, start, end FROM ledger"
-			   " WHERE machine_id = ? ORDER BY id"
-			 : "SELECT machine_id, owner, name, state, start, end FROM ledger"
-			   " ORDER BY id", e);
+	st = id ? query(db, e, "SELECT machine_id, owner, name, state, start, end FROM ledger"
+			" WHERE machine_id = ? ORDER BY id", "s", id)
+		: query(db, e, "SELECT machine_id, owner, name, state, start, end FROM ledger"
+			" ORDER BY id", "");
 	if (!st)
 		goto out;
-	if (id)
-		sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
 	while ((step = sqlite3_step(st)) == SQLITE_ROW)
 		fn((const char *)sqlite3_column_text(st, 0),
 		   (const char *)sqlite3_column_text(st, 1),

@@ -15,7 +15,7 @@ run="qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
 genisoimage busybox-static dropbear-bin kmod cpio e2fsprogs zstd xz-utils
 ca-certificates"
 # Test: real clients the tests drive.
-test="openssh-client procps psmisc curl python3"
+test="openssh-client procps psmisc curl python3 python3-yaml libxml2-utils"
 
 case $what in
 build) want=$build ;;

@@ -594,6 +594,8 @@ if [ -e /sys/class/net/eth0 ]; then
 else
 	echo "tiny: no eth0"
 fi
+# The seed's keys, the hostname and the host key survive a crash from now on.
+sync
 echo "tiny: up"
 exit 0
 EOF

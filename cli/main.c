@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,9 @@ static const char usage_text[] =
 	"  start|stop|suspend|resume|restart NAME [--no-wait] [--timeout S]\n"
 	"  rm NAME                        delete a machine and its disk\n"
 	"  exec NAME [--no-wake] -- CMD...  run CMD in the machine; exits with its status\n"
+	"  checkpoint NAME [CKPT] | checkpoints NAME | checkpoint rm NAME CKPT\n"
+	"  restore NAME CKPT [--no-wait]      return the machine to a checkpoint\n"
+	"  fork NAME NEW [--from CKPT] [--no-start] [--no-wait]\n"
 	"  image ls | image build RECIPE [--name N] | image rm NAME\n"
 	"\n"
 	"  --state DIR   state directory of the hostd to talk to (default $BERTH_STATE or /var/lib/berth)\n"
@@ -357,6 +361,148 @@ static int cmd_exec(struct client *c, int argc, char **argv)
 	return status;
 }
 
+static int cmd_checkpoint(struct client *c, int argc, char **argv)
+{
+	char path[256];
+	json_t *r, *body, *ck;
+	size_t i;
+
+	if (!strcmp(argv[0], "checkpoints")) {
+		if (argc != 2 || !name_valid(argv[1])) {
+			fprintf(stderr, "usage: berth checkpoints NAME\n");
+			return 2;
+		}
+		snprintf(path, sizeof(path), "/v1/machines/%s/checkpoints", argv[1]);
+		if (cli_call(c, "GET", path, NULL, &r) < 0)
+			return 1;
+		if (c->json) {
+			print_json(r);
+		} else {
+			printf("%-40s %s\n", "CHECKPOINT", "CREATED");
+			json_array_foreach(json_object_get(r, "checkpoints"), i, ck) {
+				char when[32];
+				time_t t = (time_t)jint(ck, "created");
+				struct tm tm;
+				gmtime_r(&t, &tm);
+				strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%SZ", &tm);
+				printf("%-40s %s\n", jstr(ck, "name"), when);
+			}
+		}
+		json_decref(r);
+		return 0;
+	}
+	if (argc == 4 && !strcmp(argv[1], "rm")) {
+		if (!name_valid(argv[2]) || !name_valid(argv[3])) {
+			fprintf(stderr, "berth: invalid machine or checkpoint name\n");
+			return 2;
+		}
+		snprintf(path, sizeof(path), "/v1/machines/%s/checkpoints/%s", argv[2], argv[3]);
+		if (cli_call(c, "DELETE", path, NULL, &r) < 0)
+			return 1;
+		if (c->json)
+			print_json(r);
+		else
+			printf("deleted checkpoint %s of %s\n", argv[3], argv[2]);
+		json_decref(r);
+		return 0;
+	}
+	if (argc < 2 || argc > 3 || !name_valid(argv[1])) {
+		fprintf(stderr, "usage: berth checkpoint NAME [CKPT] | checkpoint rm NAME CKPT\n");
+		return 2;
+	}
+	body = argc == 3 ? json_pack("{s:s}", "name", argv[2]) : json_object();
+	snprintf(path, sizeof(path), "/v1/machines/%s/checkpoints", argv[1]);
+	int rc = cli_call(c, "POST", path, body, &r);
+	json_decref(body);
+	if (rc < 0)
+		return 1;
+	if (c->json)
+		print_json(r);
+	else
+		printf("checkpoint %s of %s (%.1f ms)\n", jstr(r, "name"), argv[1],
+		       json_number_value(json_object_get(r, "took_ms")));
+	json_decref(r);
+	return 0;
+}
+
+static int cmd_restore(struct client *c, int argc, char **argv)
+{
+	char path[256];
+	bool wait = true;
+	const char *name = NULL, *ckpt = NULL;
+	json_t *r, *body;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--no-wait"))
+			wait = false;
+		else if (!name)
+			name = argv[i];
+		else if (!ckpt)
+			ckpt = argv[i];
+		else
+			name = NULL, i = argc;
+	}
+	if (!name || !ckpt || !name_valid(name)) {
+		fprintf(stderr, "usage: berth restore NAME CKPT [--no-wait]\n");
+		return 2;
+	}
+	snprintf(path, sizeof(path), "/v1/machines/%s/restore", name);
+	body = json_pack("{s:s, s:b}", "checkpoint", ckpt, "wait", wait);
+	int rc = cli_call(c, "POST", path, body, &r);
+	json_decref(body);
+	if (rc < 0)
+		return 1;
+	if (c->json)
+		print_json(r);
+	else
+		printf("%s: restored to %s, %s\n", name, ckpt, jstr(r, "state"));
+	json_decref(r);
+	return 0;
+}
+
+static int cmd_fork(struct client *c, int argc, char **argv)
+{
+	char path[256];
+	bool start = true, wait = true;
+	const char *name = NULL, *new_name = NULL, *from = NULL, *v;
+	json_t *r, *body;
+
+	for (int i = 1; i < argc; i++) {
+		if ((v = optval(argc, argv, &i, "--from")))
+			from = v;
+		else if (!strcmp(argv[i], "--no-start"))
+			start = false;
+		else if (!strcmp(argv[i], "--no-wait"))
+			wait = false;
+		else if (!strcmp(argv[i], "--live")) {
+			fprintf(stderr, "berth fork: --live is not implemented yet\n");
+			return 2;
+		} else if (argv[i][0] != '-' && !name)
+			name = argv[i];
+		else if (argv[i][0] != '-' && !new_name)
+			new_name = argv[i];
+		else {
+			fprintf(stderr, "berth fork: unexpected argument '%s'\n", argv[i]);
+			return 2;
+		}
+	}
+	if (!name || !new_name || !name_valid(name)) {
+		fprintf(stderr, "usage: berth fork NAME NEW [--from CKPT] [--no-start] [--no-wait]\n");
+		return 2;
+	}
+	snprintf(path, sizeof(path), "/v1/machines/%s/fork", name);
+	body = json_pack("{s:s, s:b, s:b}", "name", new_name, "start", start, "wait", start && wait);
+	if (from)
+		json_object_set_new(body, "from", json_string(from));
+	int rc = cli_call(c, "POST", path, body, &r);
+	json_decref(body);
+	if (rc < 0)
+		return 1;
+	print_machine(c, r);
+	json_decref(r);
+	return 0;
+}
+
 static int cmd_image(struct client *c, int argc, char **argv)
 {
 	json_t *r, *img;
@@ -501,8 +647,13 @@ int main(int argc, char **argv)
 		return cmd_exec(&c, nargs, args);
 	if (!strcmp(cmd, "image"))
 		return cmd_image(&c, nargs, args);
-	if (!strcmp(cmd, "checkpoint") || !strcmp(cmd, "checkpoints") || !strcmp(cmd, "restore") ||
-	    !strcmp(cmd, "fork") || !strcmp(cmd, "desktop") || !strcmp(cmd, "usage") ||
+	if (!strcmp(cmd, "checkpoint") || !strcmp(cmd, "checkpoints"))
+		return cmd_checkpoint(&c, nargs, args);
+	if (!strcmp(cmd, "restore"))
+		return cmd_restore(&c, nargs, args);
+	if (!strcmp(cmd, "fork"))
+		return cmd_fork(&c, nargs, args);
+	if (!strcmp(cmd, "desktop") || !strcmp(cmd, "usage") ||
 	    !strcmp(cmd, "key") || !strcmp(cmd, "token")) {
 		fprintf(stderr, "berth: '%s' is not implemented yet\n", cmd);
 		return 2;

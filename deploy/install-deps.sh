@@ -12,8 +12,8 @@ libjansson-dev libssh-dev libcurl4-openssl-dev"
 # Run: the hypervisor, libvirt, the tools hostd runs from argv, and what the
 # tiny image recipe takes from Debian.
 run="qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
-genisoimage busybox-static dropbear-bin kmod cpio e2fsprogs zstd xz-utils
-ca-certificates"
+genisoimage busybox-static dropbear-bin openssh-sftp-server kmod cpio e2fsprogs
+zstd xz-utils ca-certificates"
 # Test: real clients the tests drive.
 test="openssh-client procps psmisc curl python3 python3-yaml libxml2-utils"
 

@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "hostd/checkpoint.h"
 #include "hostd/image.h"
 #include "hostd/machine.h"
 #include "common/banned.h"
@@ -423,6 +424,88 @@ static struct reply do_ledger(struct api *a, const char *owner)
 	return ok(200, json_pack("{s:o}", "ledger", mine));
 }
 
+static struct reply do_checkpoint(struct api *a, const char *owner, const char *name,
+				  const struct buf *body)
+{
+	static const char *const allowed[] = { "name", NULL };
+	struct err e = { 0 };
+	struct checkpoint c;
+	const char *ckpt = NULL;
+	json_t *j = api_parse_body(body, allowed, &e);
+	struct reply rep;
+
+	if (!j)
+		return fail(&e);
+	if (json_unpack(j, "{s?s}", "name", &ckpt) < 0) {
+		json_decref(j);
+		return fail_now(400, "invalid_name", "name must be a string");
+	}
+	int64_t t0 = mono_us();
+	if (checkpoint_create(a->h, owner, name, ckpt, &c, &e) < 0) {
+		rep = fail(&e);
+	} else {
+		rep = ok(201, checkpoint_json(&c));
+		json_object_set_new(rep.body, "took_ms", json_real((double)(mono_us() - t0) / 1000.0));
+	}
+	json_decref(j);
+	return rep;
+}
+
+static struct reply do_restore(struct api *a, const char *owner, const char *name,
+			       const struct buf *body)
+{
+	static const char *const allowed[] = { "checkpoint", "wait", NULL };
+	struct err e = { 0 };
+	struct machine m;
+	const char *ckpt = NULL;
+	int wait = 0;
+	json_t *j = api_parse_body(body, allowed, &e);
+	struct reply rep;
+
+	if (!j)
+		return fail(&e);
+	if (json_unpack(j, "{s:s, s?b}", "checkpoint", &ckpt, "wait", &wait) < 0) {
+		json_decref(j);
+		return fail_now(400, "invalid_json", "checkpoint (a string) is required");
+	}
+	if (machine_restore(a->h, owner, name, ckpt, wait, &m, &e) < 0)
+		rep = fail(&e);
+	else
+		rep = ok(200, machine_json(a->h, &m));
+	json_decref(j);
+	return rep;
+}
+
+static struct reply do_fork(struct api *a, const char *owner, const char *name,
+			    const struct buf *body)
+{
+	static const char *const allowed[] = { "name", "from", "start", "wait", NULL };
+	struct err e = { 0 };
+	struct machine m;
+	const char *new_name = NULL, *from = NULL;
+	int start = 0, wait = 0;
+	json_t *j = api_parse_body(body, allowed, &e);
+	struct reply rep;
+
+	if (!j)
+		return fail(&e);
+	if (json_unpack(j, "{s:s, s?s, s?b, s?b}", "name", &new_name, "from", &from,
+			"start", &start, "wait", &wait) < 0) {
+		json_decref(j);
+		return fail_now(400, "invalid_json", "name (a string) is required; from is a "
+				"string, start and wait are true or false");
+	}
+	int64_t t0 = mono_us();
+	if (machine_fork(a->h, owner, name, new_name, from, start, wait, &m, &e) < 0) {
+		rep = fail(&e);
+	} else {
+		rep = ok(201, machine_json(a->h, &m));
+		json_object_set_new(rep.body, "took_ms", json_real((double)(mono_us() - t0) / 1000.0));
+	}
+	json_decref(j);
+	return rep;
+}
+
 /* Split "/v1/machines/NAME/ACTION" into at most 4 segments. */
 static size_t split_path(char *path, char *seg[], size_t max)
 {
@@ -478,6 +561,23 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 		}
 		if (n == 4 && post && !strcmp(seg[3], "ssh"))
 			return do_ssh(a, owner, seg[2], uid, body);
+		if (n == 4 && !strcmp(seg[3], "checkpoints")) {
+			if (post)
+				return do_checkpoint(a, owner, seg[2], body);
+			if (get) {
+				json_t *l = checkpoint_list_json(a->h, owner, seg[2], &e);
+				return l ? ok(200, l) : fail(&e);
+			}
+		}
+		if (n == 5 && del && !strcmp(seg[3], "checkpoints")) {
+			if (checkpoint_delete(a->h, owner, seg[2], seg[4], &e) < 0)
+				return fail(&e);
+			return ok(200, json_pack("{s:s}", "deleted", seg[4]));
+		}
+		if (n == 4 && post && !strcmp(seg[3], "restore"))
+			return do_restore(a, owner, seg[2], body);
+		if (n == 4 && post && !strcmp(seg[3], "fork"))
+			return do_fork(a, owner, seg[2], body);
 		if (n == 4 && post)
 			return do_action(a, owner, seg[2], seg[3], body);
 	}

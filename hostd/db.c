@@ -35,7 +35,11 @@ static const char schema[] =
 	"  id INTEGER PRIMARY KEY, machine_id TEXT NOT NULL, owner TEXT NOT NULL,"
 	"  name TEXT NOT NULL, state TEXT NOT NULL, vcpus INTEGER NOT NULL,"
 	"  memory INTEGER NOT NULL, start INTEGER NOT NULL, end INTEGER);"
-	"CREATE INDEX IF NOT EXISTS ledger_machine ON ledger(machine_id, end);";
+	"CREATE INDEX IF NOT EXISTS ledger_machine ON ledger(machine_id, end);"
+	/* A checkpoint names a frozen volume; the machine goes on above it. */
+	"CREATE TABLE IF NOT EXISTS checkpoints("
+	"  machine_id TEXT NOT NULL, name TEXT NOT NULL, volume TEXT NOT NULL,"
+	"  created INTEGER NOT NULL, PRIMARY KEY(machine_id, name));";
 
 static int sql_err(struct db *db, struct err *e, const char *what)
 {
@@ -437,6 +441,9 @@ static int delete_machine_tx(struct db *db, void *data, struct err *e)
 
 	if (ledger_close(db, id, now_s(), e) < 0)
 		return -1;
+	if (execute(db, e, "delete checkpoints", "DELETE FROM checkpoints WHERE machine_id = ?",
+		    "s", id) != 0)
+		return -1;
 	return execute(db, e, "delete machine", "DELETE FROM machines WHERE id = ?",
 		       "s", id) == 0 ? 0 : -1;
 }
@@ -533,6 +540,118 @@ int db_image_users(struct db *db, const char *name, struct err *e)
 			rc = sqlite3_column_int(st, 0);
 		else
 			sql_err(db, e, "count users");
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_machine_set_volume(struct db *db, const char *id, const char *volume,
+			  struct err *e)
+{
+	return execute_locked(db, e, "update volume", "UPDATE machines SET volume = ? WHERE id = ?",
+			      "ss", volume, id) == 0 ? 0 : -1;
+}
+
+static void ckpt_from_row(sqlite3_stmt *st, void *out)
+{
+	struct checkpoint *c = out;
+
+	memset(c, 0, sizeof(*c));
+	copy_text(st, 0, c->machine_id, sizeof(c->machine_id));
+	copy_text(st, 1, c->name, sizeof(c->name));
+	copy_text(st, 2, c->volume, sizeof(c->volume));
+	c->created = sqlite3_column_int64(st, 3);
+}
+
+struct ckpt_tx {
+	const struct checkpoint *c;
+	const char *new_top;
+};
+
+static int ckpt_insert_tx(struct db *db, void *data, struct err *e)
+{
+	struct ckpt_tx *a = data;
+	int rc = execute(db, e, "insert checkpoint",
+			 "INSERT INTO checkpoints(machine_id, name, volume, created) VALUES(?,?,?,?)",
+			 "sssI", a->c->machine_id, a->c->name, a->c->volume, a->c->created);
+
+	if (rc == 1)
+		return err_set(e, 409, "exists", "checkpoint %s exists", a->c->name);
+	if (rc < 0)
+		return -1;
+	return execute(db, e, "update volume", "UPDATE machines SET volume = ? WHERE id = ?",
+		       "ss", a->new_top, a->c->machine_id) == 0 ? 0 : -1;
+}
+
+int db_ckpt_insert(struct db *db, const struct checkpoint *c, const char *new_top,
+		   struct err *e)
+{
+	struct ckpt_tx a = { c, new_top };
+
+	return transaction(db, ckpt_insert_tx, &a, e);
+}
+
+int db_ckpt_get(struct db *db, const char *machine_id, const char *name,
+		struct checkpoint *c, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT machine_id, name, volume, created FROM checkpoints"
+		   " WHERE machine_id = ? AND name = ?", "ss", machine_id, name);
+	if (st) {
+		switch (sqlite3_step(st)) {
+		case SQLITE_ROW: ckpt_from_row(st, c); rc = 0; break;
+		case SQLITE_DONE: err_set(e, 404, "not_found", "no checkpoint %s", name); break;
+		default: sql_err(db, e, "select checkpoint");
+		}
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_ckpt_list(struct db *db, const char *machine_id, struct checkpoint **out,
+		 size_t *n, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT machine_id, name, volume, created FROM checkpoints"
+		   " WHERE machine_id = ? ORDER BY created, name", "s", machine_id);
+	if (st)
+		rc = collect(db, st, sizeof(**out), ckpt_from_row, (void **)out, n,
+			     "list checkpoints", e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_ckpt_delete(struct db *db, const char *machine_id, const char *name, struct err *e)
+{
+	return execute_locked(db, e, "delete checkpoint",
+			      "DELETE FROM checkpoints WHERE machine_id = ? AND name = ?",
+			      "ss", machine_id, name) == 0 ? 0 : -1;
+}
+
+int db_volume_named(struct db *db, const char *volume, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT (SELECT count(*) FROM machines WHERE volume = ?1)"
+		   " + (SELECT count(*) FROM checkpoints WHERE volume = ?1)"
+		   " + (SELECT count(*) FROM images WHERE volume = ?1)", "s", volume);
+	if (st) {
+		if (sqlite3_step(st) == SQLITE_ROW)
+			rc = sqlite3_column_int(st, 0);
+		else
+			sql_err(db, e, "volume references");
 		sqlite3_finalize(st);
 	}
 	pthread_mutex_unlock(&db->lock);

@@ -72,7 +72,8 @@ int db_machine_list(struct db *db, const char *owner, struct machine **out,
 int db_machine_set_state(struct db *db, const char *id, const char *state,
 			 struct err *e);
 int db_machine_set_port(struct db *db, const char *id, int port, struct err *e);
-/* Remove the row and close its ledger row (ledger rows are kept). */
+/* Remove the row and its checkpoint rows, and close its ledger row (ledger
+ * rows are kept). */
 int db_machine_delete(struct db *db, const char *id, struct err *e);
 /* Whether any machine's SSH forward uses PORT (for picking a new one). */
 bool db_port_used(struct db *db, int port);
@@ -83,6 +84,31 @@ int db_image_list(struct db *db, struct image **out, size_t *n, struct err *e);
 int db_image_delete(struct db *db, const char *name, struct err *e);
 /* Number of machines using image NAME, or -1. */
 int db_image_users(struct db *db, const char *name, struct err *e);
+
+struct checkpoint {
+	char machine_id[37];
+	char name[64];
+	char volume[80];      /* the frozen volume holding the checkpoint's disk */
+	int64_t created;
+};
+
+/* The machine's current (writable) volume. */
+int db_machine_set_volume(struct db *db, const char *id, const char *volume,
+			  struct err *e);
+/* Record checkpoint C and move its machine onto NEW_TOP, in one
+ * transaction.  409 "exists" when the machine has a checkpoint of that name. */
+int db_ckpt_insert(struct db *db, const struct checkpoint *c, const char *new_top,
+		   struct err *e);
+/* 404 "not_found" ("no checkpoint NAME") when absent. */
+int db_ckpt_get(struct db *db, const char *machine_id, const char *name,
+		struct checkpoint *c, struct err *e);
+/* The machine's checkpoints, oldest first; *OUT malloc'd. */
+int db_ckpt_list(struct db *db, const char *machine_id, struct checkpoint **out,
+		 size_t *n, struct err *e);
+int db_ckpt_delete(struct db *db, const char *machine_id, const char *name,
+		   struct err *e);
+/* How many rows (machines, checkpoints, images) name VOLUME, or -1. */
+int db_volume_named(struct db *db, const char *volume, struct err *e);
 
 /* Ledger rows of machine ID (all when NULL) as a JSON-ready callback walk:
  * FN(state, start, end (0 = open), data). */

@@ -39,8 +39,7 @@ static void dom_name(struct hostd *h, const struct machine *m, char *out, size_t
 	snprintf(out, outlen, "%s%s-%s", h->dom_prefix, m->owner, m->name);
 }
 
-/* Render and define M's domain (same UUID: a redefinition keeps it). */
-static int define_domain(struct hostd *h, const struct machine *m, struct err *e)
+int machine_define(struct hostd *h, const struct machine *m, struct err *e)
 {
 	struct image img;
 	struct storage_vol_info vi;
@@ -81,12 +80,37 @@ static int pick_port(struct hostd *h)
 	return -1;
 }
 
-/* Remove every resource of M (domain, machine dir, volume) and its row.
- * Used to undo a failed or interrupted create and to finish a delete.
- * Keeps going after a failure and reports the first. */
+void volume_gc(struct hostd *h, const char *vol)
+{
+	char cur[80], parent[80];
+	struct err e = { 0 };
+
+	snprintf(cur, sizeof(cur), "%s", vol);
+	while (cur[0]) {
+		err_clear(&e);
+		if (!storage_vol_exists(h->st, cur) || db_volume_named(h->db, cur, &e) != 0 ||
+		    storage_vol_dependents(h->st, cur, &e) != 0 ||
+		    storage_vol_parent(h->st, cur, parent, sizeof(parent), &e) < 0)
+			break;
+		if (storage_vol_remove(h->st, cur, &e) < 0) {
+			log_error("remove volume %s: %s", cur, e.msg);
+			break;
+		}
+		log_debug("removed volume %s (nothing names or needs it)", cur);
+		snprintf(cur, sizeof(cur), "%s", parent);
+	}
+}
+
+/* Remove every resource of M (domain, machine dir, row, checkpoints) and
+ * then its volumes, unless other volumes still depend on them (forks keep
+ * the checkpoints they were made from).  Used to undo a failed or
+ * interrupted create and to finish a delete.  Keeps going after a failure
+ * and reports the first. */
 static int machine_destroy_all(struct hostd *h, const struct machine *m, struct err *e)
 {
 	char dir[PATH_MAX];
+	struct checkpoint *cs = NULL;
+	size_t nc = 0;
 	int rc = 0;
 
 	machine_dir(h, m->id, dir, sizeof(dir));
@@ -94,11 +118,20 @@ static int machine_destroy_all(struct hostd *h, const struct machine *m, struct 
 		rc = -1;
 	if (remove_tree(dir, e) < 0)
 		rc = -1;
-	if (m->volume[0] && storage_vol_remove(h->st, m->volume, e) < 0)
-		rc = -1;
-	if (rc == 0 && db_machine_delete(h->db, m->id, e) < 0)
-		rc = -1;
-	return rc;
+	if (rc < 0)
+		return -1;
+	if (db_ckpt_list(h->db, m->id, &cs, &nc, e) < 0 || db_machine_delete(h->db, m->id, e) < 0) {
+		free(cs);
+		return -1;
+	}
+	/* The rows are gone: a crash from here leaves volumes that nothing
+	 * names, which start-up reconciliation collects. */
+	if (m->volume[0])
+		volume_gc(h, m->volume);
+	for (size_t i = 0; i < nc; i++)
+		volume_gc(h, cs[i].volume);
+	free(cs);
+	return 0;
 }
 
 static int validate_create(struct hostd *h, const struct create_req *r,
@@ -142,6 +175,12 @@ static int validate_create(struct hostd *h, const struct create_req *r,
 int machine_create(struct hostd *h, const struct create_req *r,
 		   struct machine *out, struct err *e)
 {
+	return machine_create_from(h, r, NULL, out, e);
+}
+
+int machine_create_from(struct hostd *h, const struct create_req *r, const char *base,
+			struct machine *out, struct err *e)
+{
 	struct image img;
 	struct machine m;
 	char dir[PATH_MAX];
@@ -168,7 +207,7 @@ int machine_create(struct hostd *h, const struct create_req *r,
 		return -1;
 	hostd_busy_acquire(h, m.id, "create", m.name, NULL);
 	hostd_crash_point(h, "create-after-row");
-	if (storage_vol_create(h->st, m.volume, img.volume, m.disk, e) < 0)
+	if (storage_vol_create(h->st, m.volume, base ? base : img.volume, m.disk, e) < 0)
 		goto undo;
 	hostd_crash_point(h, "create-after-volume");
 	machine_dir(h, m.id, dir, sizeof(dir));
@@ -180,7 +219,7 @@ int machine_create(struct hostd *h, const struct create_req *r,
 	if (seed_write(&s, dir, e) < 0)
 		goto undo;
 	hostd_crash_point(h, "create-after-seed");
-	if (define_domain(h, &m, e) < 0)
+	if (machine_define(h, &m, e) < 0)
 		goto undo;
 	hostd_crash_point(h, "create-after-define");
 	if (db_machine_set_state(h->db, m.id, "stopped", e) < 0)
@@ -210,7 +249,7 @@ int machine_endpoint(struct hostd *h, const struct machine *m, char *host,
 	return virt_nat_address(h->virt, m->id, host, hostlen, e);
 }
 
-static int wait_ready(struct hostd *h, const struct machine *m, int timeout_s,
+int machine_wait_ready(struct hostd *h, const struct machine *m, int timeout_s,
 		      struct err *e)
 {
 	int64_t deadline = mono_ms() + (int64_t)timeout_s * 1000;
@@ -236,7 +275,7 @@ static int wait_ready(struct hostd *h, const struct machine *m, int timeout_s,
 
 /* Start M from stopped (a cold boot: the domain is redefined so its XML
  * follows the config) or from suspended (restore the saved memory). */
-static int do_start(struct hostd *h, struct machine *m, enum vstate vs, struct err *e)
+int machine_do_start(struct hostd *h, struct machine *m, enum vstate vs, struct err *e)
 {
 	if (vs == VS_STOPPED || vs == VS_MISSING) {
 		if (strcmp(h->cfg.network, "user") == 0 && !port_is_free(m->ssh_port)) {
@@ -249,13 +288,13 @@ static int do_start(struct hostd *h, struct machine *m, enum vstate vs, struct e
 				return -1;
 			m->ssh_port = p;
 		}
-		if (define_domain(h, m, e) < 0)
+		if (machine_define(h, m, e) < 0)
 			return -1;
 	}
 	return virt_start(h->virt, m->id, e);
 }
 
-static int do_stop(struct hostd *h, struct machine *m, enum vstate vs, int timeout_s,
+int machine_do_stop(struct hostd *h, struct machine *m, enum vstate vs, int timeout_s,
 		   struct err *e)
 {
 	bool forced = false;
@@ -265,7 +304,7 @@ static int do_stop(struct hostd *h, struct machine *m, enum vstate vs, int timeo
 	if (vs == VS_SUSPENDED) {
 		/* Stopping a suspended machine discards its saved memory:
 		 * undefine-and-redefine is the portable way to drop it. */
-		if (virt_remove(h->virt, m->id, e) < 0 || define_domain(h, m, e) < 0)
+		if (virt_remove(h->virt, m->id, e) < 0 || machine_define(h, m, e) < 0)
 			return -1;
 		return 0;
 	}
@@ -311,11 +350,11 @@ int machine_act(struct hostd *h, const char *owner, const char *name,
 			err_set(e, 409, "paused", "machine %s is paused by libvirt", name);
 			goto out;
 		}
-		if (vs != VS_RUNNING && do_start(h, &m, vs, e) < 0)
+		if (vs != VS_RUNNING && machine_do_start(h, &m, vs, e) < 0)
 			goto out;
 		break;
 	case ACT_STOP:
-		if (do_stop(h, &m, vs, timeout, e) < 0)
+		if (machine_do_stop(h, &m, vs, timeout, e) < 0)
 			goto out;
 		break;
 	case ACT_SUSPEND:
@@ -331,12 +370,12 @@ int machine_act(struct hostd *h, const char *owner, const char *name,
 			goto out;
 		break;
 	case ACT_RESTART:
-		if (do_stop(h, &m, vs, timeout, e) < 0)
+		if (machine_do_stop(h, &m, vs, timeout, e) < 0)
 			goto out;
 		/* The machine was off in between: the ledger says so. */
 		if (vs != VS_STOPPED && db_machine_set_state(h->db, m.id, "stopped", e) < 0)
 			goto out;
-		if (do_start(h, &m, VS_STOPPED, e) < 0)
+		if (machine_do_start(h, &m, VS_STOPPED, e) < 0)
 			goto out;
 		break;
 	}
@@ -347,7 +386,7 @@ out:
 		db_machine_set_state(h->db, m.id, vstate_name(vs), NULL);
 	hostd_busy_release(h, m.id);
 	if (rc == 0 && o && o->wait && a != ACT_STOP && a != ACT_SUSPEND) {
-		if (wait_ready(h, &m, h->cfg.boot_timeout_s, e) < 0)
+		if (machine_wait_ready(h, &m, h->cfg.boot_timeout_s, e) < 0)
 			rc = -1;
 		else if (ready_ms)
 			*ready_ms = mono_ms() - t0;
@@ -425,8 +464,6 @@ struct sweep {
 	struct hostd *h;
 	struct machine *ms;
 	size_t n;
-	struct image *imgs;
-	size_t nimg;
 };
 
 static bool known_machine(const struct sweep *s, const char *uuid)
@@ -452,19 +489,49 @@ static void sweep_domain(const char *name, const char *uuid, void *data)
 static void sweep_volume(const char *vol, void *data)
 {
 	struct sweep *s = data;
-	struct err e = { 0 };
 
-	for (size_t i = 0; i < s->n; i++)
-		if (strcmp(s->ms[i].volume, vol) == 0)
-			return;
-	for (size_t i = 0; i < s->nimg; i++)
-		if (strcmp(s->imgs[i].volume, vol) == 0)
-			return;
-	if (strncmp(vol, "m-", 2) != 0 && strncmp(vol, "base-", 5) != 0)
+	if (storage_vol_exists(s->h->st, vol) && db_volume_named(s->h->db, vol, NULL) == 0 &&
+	    storage_vol_dependents(s->h->st, vol, NULL) == 0)
+		log_warn("reconcile: volume %s is named by nothing and needed by nothing; removing it",
+			 vol);
+	volume_gc(s->h, vol);
+}
+
+struct find_path {
+	struct hostd *h;
+	const char *path;
+	char vol[80];
+};
+
+static void match_path(const char *vol, void *data)
+{
+	struct find_path *f = data;
+	struct storage_vol_info vi;
+
+	if (storage_vol_info(f->h->st, vol, &vi, NULL) == 0 && strcmp(vi.path, f->path) == 0)
+		snprintf(f->vol, sizeof(f->vol), "%s", vol);
+}
+
+/* A running machine's disk is whatever file QEMU writes: a crash between
+ * a live checkpoint's snapshot and its database update leaves the row
+ * naming the frozen volume.  Follow libvirt. */
+static void sync_live_volume(struct hostd *h, struct machine *m)
+{
+	char path[4096];
+	struct storage_vol_info vi;
+	struct find_path f = { .h = h, .path = path };
+
+	if (virt_disk_path(h->virt, m->id, path, sizeof(path), NULL) != 0 ||
+	    (storage_vol_info(h->st, m->volume, &vi, NULL) == 0 && strcmp(vi.path, path) == 0))
 		return;
-	log_warn("reconcile: volume %s belongs to no machine or image; removing it", vol);
-	if (storage_vol_remove(s->h->st, vol, &e) < 0)
-		log_error("reconcile: %s", e.msg);
+	if (storage_vol_list(h->st, match_path, &f, NULL) < 0 || !f.vol[0]) {
+		log_error("reconcile: %s/%s runs on %s, which is no volume", m->owner, m->name, path);
+		return;
+	}
+	log_warn("reconcile: %s/%s runs on volume %s, the database said %s; correcting",
+		 m->owner, m->name, f.vol, m->volume);
+	if (db_machine_set_volume(h->db, m->id, f.vol, NULL) == 0)
+		snprintf(m->volume, sizeof(m->volume), "%s", f.vol);
 }
 
 void machine_reconcile(struct hostd *h)
@@ -496,7 +563,7 @@ void machine_reconcile(struct hostd *h)
 		if (vs == VS_MISSING) {
 			log_warn("reconcile: %s/%s has no libvirt domain; defining it again",
 				 m->owner, m->name);
-			if (define_domain(h, m, &e) < 0) {
+			if (machine_define(h, m, &e) < 0) {
 				log_error("reconcile: %s/%s: %s", m->owner, m->name, e.msg);
 				continue;
 			}
@@ -504,19 +571,20 @@ void machine_reconcile(struct hostd *h)
 		}
 		if (vs == VS_BUSY)
 			continue;
+		if (vs == VS_RUNNING || vs == VS_PAUSED)
+			sync_live_volume(h, m);
 		if (strcmp(m->state, vstate_name(vs)) != 0) {
 			log_warn("reconcile: %s/%s is %s in libvirt, %s in the database; correcting",
 				 m->owner, m->name, vstate_name(vs), m->state);
 			db_machine_set_state(h->db, m->id, vstate_name(vs), NULL);
 		}
 	}
-	/* Orphans: domains and volumes of this instance that no row names. */
+	/* Orphans: domains of this instance that no row names, and volumes
+	 * that no row names and no volume needs. */
 	err_clear(&e);
 	if (virt_list_prefix(h->virt, h->dom_prefix, sweep_domain, &s, &e) < 0)
 		log_error("reconcile: %s", e.msg);
-	if (db_image_list(h->db, &s.imgs, &s.nimg, &e) == 0 &&
-	    storage_vol_list(h->st, sweep_volume, &s, &e) < 0)
+	if (storage_vol_list(h->st, sweep_volume, &s, &e) < 0)
 		log_error("reconcile: %s", e.msg);
 	free(s.ms);
-	free(s.imgs);
 }

@@ -45,6 +45,23 @@ int machine_endpoint(struct hostd *h, const struct machine *m, char *host,
 /* JSON for the API (a new reference). */
 json_t *machine_json(struct hostd *h, const struct machine *m);
 
+/* The same, with the new disk layered on volume BASE (a checkpoint's) instead
+ * of the image's base volume.  BASE NULL: the image's. */
+int machine_create_from(struct hostd *h, const struct create_req *req, const char *base,
+			struct machine *out, struct err *e);
+
+/* For checkpoint.c: the steps machine_act is made of.  The caller holds the
+ * machine's busy mark.  VS is the domain's state as libvirt reports it. */
+int machine_define(struct hostd *h, const struct machine *m, struct err *e);
+int machine_do_start(struct hostd *h, struct machine *m, enum vstate vs, struct err *e);
+int machine_do_stop(struct hostd *h, struct machine *m, enum vstate vs, int timeout_s,
+		    struct err *e);
+int machine_wait_ready(struct hostd *h, const struct machine *m, int timeout_s,
+		       struct err *e);
+/* Remove volume VOL if no row names it and no volume depends on it, then its
+ * parent the same way, up the chain. */
+void volume_gc(struct hostd *h, const char *vol);
+
 /* Bring the database in line with libvirt and storage: finish or undo
  * journaled operations, correct states, remove orphans.  Logs each fix. */
 void machine_reconcile(struct hostd *h);

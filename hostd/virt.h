@@ -81,6 +81,20 @@ int virt_managed_save(struct virt *v, const char *uuid, struct err *e);
 /* Destroy if running and undefine with its managed save image; a missing
  * domain is success. */
 int virt_remove(struct virt *v, const char *uuid, struct err *e);
+/* Pause / unpause the guest's CPUs (virDomainSuspend/Resume). */
+int virt_pause(struct virt *v, const char *uuid, struct err *e);
+int virt_unpause(struct virt *v, const char *uuid, struct err *e);
+/* Move the running domain's disk vda onto the qcow2 overlay NEW_PATH, which
+ * the caller made with the current disk as its backing file: an external,
+ * disk-only, atomic snapshot without libvirt metadata.  The old file is
+ * frozen from then on. */
+int virt_disk_snapshot(struct virt *v, const char *uuid, const char *new_path,
+		       struct err *e);
+/* The file the domain's vda uses now (the live definition when it runs),
+ * into OUT.  1 when it has no file-backed vda. */
+int virt_disk_path(struct virt *v, const char *uuid, char *out, size_t outlen,
+		   struct err *e);
+
 /* Call FN for each domain (defined or running) whose name starts with
  * PREFIX. */
 int virt_list_prefix(struct virt *v, const char *prefix,

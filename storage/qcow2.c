@@ -133,6 +133,54 @@ static int qcow2_base_import(void *priv, const char *vol, const char *src,
 	return 0;
 }
 
+/* The parent of VOL: its qcow2 backing file (header: u64 offset at 8, u32
+ * length at 16), when that file is a volume of this pool. */
+static int qcow2_vol_parent(void *priv, const char *vol, char *parent, size_t len,
+			    struct err *e)
+{
+	struct qcow2_pool *p = priv;
+	char path[PATH_MAX], backing[PATH_MAX];
+	unsigned char h[20];
+	uint64_t off;
+	uint32_t blen;
+	int fd, rc = -1;
+	size_t dlen = strlen(p->dir);
+
+	parent[0] = '\0';
+	if (vol_path(p, vol, "", path, sizeof(path), e) < 0)
+		return -1;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? err_set(e, 404, "not_found", "no volume %s", vol)
+				       : err_errno(e, errno, "open %s", path);
+	if (pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) || memcmp(h, "QFI\xfb", 4) != 0) {
+		err_set(e, 500, "internal", "%s: not a qcow2 file", path);
+		goto out;
+	}
+	memcpy(&off, h + 8, sizeof(off));
+	memcpy(&blen, h + 16, sizeof(blen));
+	off = be64toh(off);
+	blen = be32toh(blen);
+	if (off == 0 || blen == 0) {
+		rc = 0;
+		goto out;
+	}
+	if (blen >= sizeof(backing) || pread(fd, backing, blen, (off_t)off) != (ssize_t)blen) {
+		err_set(e, 500, "internal", "%s: unreadable backing file name", path);
+		goto out;
+	}
+	backing[blen] = '\0';
+	/* POOL/NAME.qcow2 -> NAME; a backing file elsewhere is no volume. */
+	size_t n = strlen(backing);
+	if (strncmp(backing, p->dir, dlen) == 0 && backing[dlen] == '/' && n > dlen + 7 &&
+	    strcmp(backing + n - 6, ".qcow2") == 0 && !strchr(backing + dlen + 1, '/'))
+		snprintf(parent, len, "%.*s", (int)(n - dlen - 7), backing + dlen + 1);
+	rc = 0;
+out:
+	close(fd);
+	return rc;
+}
+
 /* Read the virtual size from a qcow2 header (big-endian u64 at offset 24). */
 static int header_size(const char *path, uint64_t *out, struct err *e)
 {
@@ -181,7 +229,10 @@ static int qcow2_vol_create(void *priv, const char *vol, const char *base,
 			       "disk %s is smaller than its image (%s)", want, have);
 	}
 	snprintf(size, sizeof(size), "%llu", (unsigned long long)bytes);
-	char *const argv[] = { "qemu-img", "create", "-q", "-f", "qcow2",
+	/* -u: do not open the base, which may be the disk a running QEMU
+	 * holds locked (a checkpoint of a running machine); its size was read
+	 * from its header above. */
+	char *const argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-u",
 			       "-F", "qcow2", "-b", basepath, part, size, NULL };
 	if (run_argv(argv, NULL, e) < 0 || publish(part, final, 0600, e) < 0) {
 		unlink(part);
@@ -277,5 +328,6 @@ const struct storage_ops storage_qcow2 = {
 	.vol_exists = qcow2_vol_exists,
 	.vol_info = qcow2_vol_info,
 	.vol_list = qcow2_vol_list,
+	.vol_parent = qcow2_vol_parent,
 	.pool_info = qcow2_pool_info,
 };

@@ -132,3 +132,44 @@ int storage_pool_info(struct storage *st, struct storage_pool_info *info,
 			       st->ops->name);
 	return st->ops->pool_info(st->priv, info, e);
 }
+
+int storage_vol_parent(struct storage *st, const char *vol, char *parent,
+		       size_t len, struct err *e)
+{
+	if (len)
+		parent[0] = '\0';
+	if (check_vol(vol, e) < 0)
+		return -1;
+	if (!st->ops->vol_parent)
+		return 0;
+	return st->ops->vol_parent(st->priv, vol, parent, len, e);
+}
+
+struct dependents {
+	struct storage *st;
+	const char *vol;
+	int n;
+};
+
+static void count_child(const char *vol, void *data)
+{
+	struct dependents *d = data;
+	char parent[256];
+
+	if (d->st->ops->vol_parent(d->st->priv, vol, parent, sizeof(parent), NULL) == 0 &&
+	    strcmp(parent, d->vol) == 0)
+		d->n++;
+}
+
+int storage_vol_dependents(struct storage *st, const char *vol, struct err *e)
+{
+	struct dependents d = { st, vol, 0 };
+
+	if (check_vol(vol, e) < 0)
+		return -1;
+	if (!st->ops->vol_parent)
+		return 0;
+	if (st->ops->vol_list(st->priv, count_child, &d, e) < 0)
+		return -1;
+	return d.n;
+}

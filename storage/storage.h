@@ -62,6 +62,11 @@ struct storage_ops {
 	 * sweep at start-up). */
 	int (*vol_list)(void *priv, void (*fn)(const char *vol, void *data),
 			void *data, struct err *e);
+	/* Optional.  The volume VOL is layered on (its qcow2 backing file),
+	 * into PARENT; "" when none.  A backend whose volumes never depend on
+	 * each other (thin snapshots are independent) leaves this NULL. */
+	int (*vol_parent)(void *priv, const char *vol, char *parent, size_t len,
+			  struct err *e);
 	/* Optional.  Capacity and use of the pool. */
 	int (*pool_info)(void *priv, struct storage_pool_info *info,
 			 struct err *e);
@@ -93,5 +98,12 @@ int storage_vol_list(struct storage *st,
 		     struct err *e);
 int storage_pool_info(struct storage *st, struct storage_pool_info *info,
 		      struct err *e);
+/* VOL's parent volume into PARENT ("" when none, or when the backend's
+ * volumes are independent). */
+int storage_vol_parent(struct storage *st, const char *vol, char *parent,
+		       size_t len, struct err *e);
+/* Number of volumes layered directly on VOL (0 for independent volumes),
+ * or -1 with E set.  A volume with dependents must not be removed. */
+int storage_vol_dependents(struct storage *st, const char *vol, struct err *e);
 
 #endif

@@ -6,7 +6,8 @@
 # Writes OUTDIR/vmlinuz, OUTDIR/initrd.img, OUTDIR/root.qcow2 and
 # OUTDIR/image.json.  Run as root (the root filesystem's files must be owned
 # by root).  Needs the host packages deploy/install-deps.sh installs for
-# "run": busybox-static, dropbear-bin, kmod, cpio, e2fsprogs, qemu-utils.
+# "run": busybox-static, dropbear-bin, openssh-sftp-server, kmod, cpio,
+# e2fsprogs, qemu-utils (and xz-utils for BERTH_TINY_PVH=1).
 #
 # The kernel is Debian's: linux-image-amd64 is resolved to the real package
 # (linux-image-VERSION), which is downloaded with `apt-get download` and
@@ -23,7 +24,8 @@
 #    user-data's ssh_authorized_keys into /root/.ssh/authorized_keys (the
 #    file is replaced by the seed's keys).
 #  - eth0 via busybox udhcpc (boot waits at most ~5 s for a lease, then it
-#    keeps trying in the background); dropbear on port 22, keys only.
+#    keeps trying in the background); dropbear on port 22, keys only, with
+#    OpenSSH's sftp-server (so scp and sftp work; rsync does not).
 #  - the ACPI power button (virDomainShutdown, QEMU system_powerdown) powers
 #    off cleanly (busybox acpid); `poweroff` and `reboot` work.
 #  - root shells on ttyS0 and tty1; boot messages on ttyS0.
@@ -58,7 +60,12 @@ die() {
 	printf 'tiny: error: %s\n' "$*" >&2
 	exit 1
 }
-trap 'rc=$?; trap - ERR; printf "tiny: error: command failed (exit %s) at line %s: %s\n" "$rc" "$LINENO" "$BASH_COMMAND" >&2; exit "$rc"' ERR
+on_error() { # STATUS LINE COMMAND
+	trap - ERR
+	printf 'tiny: error: command failed (exit %s) at line %s: %s\n' "$1" "$2" "$3" >&2
+	exit "$1"
+}
+trap 'on_error $? $LINENO "$BASH_COMMAND"' ERR
 
 if [ $# -ne 1 ] || [ -z "$1" ]; then
 	echo "usage: $0 OUTDIR" >&2
@@ -80,8 +87,13 @@ if ldd $BUSYBOX >/dev/null 2>&1; then
 fi
 DROPBEAR=/usr/sbin/dropbear
 DROPBEARKEY=/usr/bin/dropbearkey
-[ -x $DROPBEAR ] && [ -x $DROPBEARKEY ] ||
+if [ ! -x $DROPBEAR ] || [ ! -x $DROPBEARKEY ]; then
 	die "dropbear not found (install dropbear-bin)"
+fi
+# OpenSSH's scp speaks SFTP by default (and sftp always): dropbear runs
+# /usr/lib/sftp-server for it.
+SFTP_SERVER=/usr/lib/openssh/sftp-server
+[ -x $SFTP_SERVER ] || die "$SFTP_SERVER not found (install openssh-sftp-server)"
 
 START=$(date +%s.%N)
 
@@ -103,71 +115,63 @@ trap 'exit 130' INT
 trap 'exit 143' TERM HUP
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/berth-tiny.XXXXXX")
 
-mkdir -p -- "$CACHE/debs" "$CACHE/kernel" "$OUT"
-OUT=$(cd -- "$OUT" && pwd)
+mkdir -p -- "$CACHE/debs" "$CACHE/kernel"
 # One build at a time per cache.
 exec 9>"$CACHE/.lock"
 flock -w 900 9 || die "timed out waiting for the lock on $CACHE"
 
 # ---------------------------------------------------------------- kernel ---
 
-candidate() {
-	apt-cache policy "$1" 2>/dev/null | awk '$1 == "Candidate:" { print $2; exit }'
+# The real kernel package that apt's candidate of linux-image-amd64 depends
+# on (what `apt-cache depends linux-image-amd64` shows; `apt-cache show` of
+# the candidate is one call instead of two).
+kernel_dependency() {
+	apt-cache show --no-all-versions linux-image-amd64 2>/dev/null |
+		awk '/^Depends:/ { sub(/^Depends:[ \t]*/, "")
+			n = split($0, d, /[,|]/)
+			for (i = 1; i <= n; i++) {
+				sub(/^[ \t]+/, "", d[i]); sub(/[ \t(].*$/, "", d[i])
+				if (d[i] ~ /^linux-image-[0-9]/) { print d[i]; exit }
+			}
+		}' || true
 }
 
 # Prints the real kernel package behind linux-image-amd64, or nothing.
 resolve_kernel_package() {
-	local cand
-	cand=$(candidate linux-image-amd64)
-	if [ -z "$cand" ] || [ "$cand" = "(none)" ]; then
+	local pkg
+	pkg=$(kernel_dependency)
+	if [ -z "$pkg" ]; then
 		say "apt has no candidate for linux-image-amd64: running apt-get update"
 		apt-get update -q >&2 || say "warning: apt-get update failed"
-		cand=$(candidate linux-image-amd64)
+		pkg=$(kernel_dependency)
 	fi
-	if [ -z "$cand" ] || [ "$cand" = "(none)" ]; then
-		return 0
-	fi
-	apt-cache depends "linux-image-amd64=$cand" 2>/dev/null |
-		awk '$1 == "Depends:" { gsub(/[<>]/, "", $2)
-			if ($2 ~ /^linux-image-[0-9]/) { print $2; exit } }'
+	printf '%s\n' "$pkg"
 }
 
 # The newest complete unpacked kernel in the cache, or nothing.
 newest_cached_kernel() {
 	local d
 	for d in "$CACHE"/kernel/*/; do
-		if [ -f "$d/.complete" ]; then basename "$d"; fi
+		if kernel_ready "$(basename "$d")"; then basename "$d"; fi
 	done | sort -V | tail -n 1
 }
 
-say "resolving the kernel package"
-KPKG=$(resolve_kernel_package)
-if [ -n "$KPKG" ]; then
-	KVER=${KPKG#linux-image-}
-else
-	KVER=$(newest_cached_kernel)
-	[ -n "$KVER" ] ||
-		die "cannot resolve linux-image-amd64 with apt and no kernel is cached in $CACHE"
-	say "warning: apt cannot resolve linux-image-amd64; using the cached kernel $KVER"
-	KPKG=linux-image-$KVER
-fi
-case $KVER in
-*[!A-Za-z0-9.+~_-]* | "") die "unexpected kernel package name: $KPKG" ;;
-esac
-
-KDIR=$CACHE/kernel/$KVER
-if [ -f "$KDIR/.complete" ] && [ -f "$KDIR/config" ]; then
-	say "using cached kernel $KVER"
-else
-	deb=$(ls -t "$CACHE/debs/${KPKG}_"*_amd64.deb 2>/dev/null | head -n 1 || true)
+# Unpacks kernel $1 (package linux-image-$1) into $CACHE/kernel/$1,
+# downloading the .deb first unless it is cached.  Fails (with a message)
+# when the package cannot be had.
+prepare_kernel() { # VERSION
+	local kver=$1 kpkg=linux-image-$1 deb dl f x
+	deb=$(ls -t "$CACHE/debs/${kpkg}_"*_amd64.deb 2>/dev/null | head -n 1 || true)
 	if [ -z "$deb" ]; then
-		say "downloading kernel $KVER"
+		say "downloading kernel $kver"
 		dl=$(mktemp -d "$CACHE/debs/.download.XXXXXX")
 		CLEAN+=("$dl")
-		(cd "$dl" && apt-get download -q -o APT::Sandbox::User=root "$KPKG" >&2) ||
-			die "apt-get download $KPKG failed"
+		if ! (cd "$dl" && apt-get download -q -o APT::Sandbox::User=root "$kpkg" >&2); then
+			say "apt-get download $kpkg failed"
+			return 1
+		fi
 		for f in "$dl"/*.deb; do
-			[ -f "$f" ] || die "apt-get download $KPKG produced no .deb"
+			[ -f "$f" ] || die "apt-get download $kpkg produced no .deb"
 			mv -f -- "$f" "$CACHE/debs/"
 			deb=$CACHE/debs/${f##*/}
 		done
@@ -175,36 +179,58 @@ else
 	else
 		say "using cached ${deb##*/}"
 	fi
-	say "unpacking kernel $KVER"
+	say "unpacking kernel $kver"
 	x=$(mktemp -d "$CACHE/kernel/.unpack.XXXXXX")
 	CLEAN+=("$x")
 	dpkg-deb -x "$deb" "$x/root" || die "dpkg-deb -x $deb failed"
 	mkdir -p "$x/k/lib/modules"
-	if [ -d "$x/root/lib/modules/$KVER" ]; then
-		mv "$x/root/lib/modules/$KVER" "$x/k/lib/modules/"
-	elif [ -d "$x/root/usr/lib/modules/$KVER" ]; then
-		mv "$x/root/usr/lib/modules/$KVER" "$x/k/lib/modules/"
+	if [ -d "$x/root/lib/modules/$kver" ]; then
+		mv "$x/root/lib/modules/$kver" "$x/k/lib/modules/"
+	elif [ -d "$x/root/usr/lib/modules/$kver" ]; then
+		mv "$x/root/usr/lib/modules/$kver" "$x/k/lib/modules/"
 	else
-		die "${deb##*/} has no modules for $KVER"
+		die "${deb##*/} has no modules for $kver"
 	fi
-	[ -f "$x/root/boot/vmlinuz-$KVER" ] || die "${deb##*/} has no /boot/vmlinuz-$KVER"
-	mv "$x/root/boot/vmlinuz-$KVER" "$x/k/vmlinuz"
-	if [ -f "$x/root/boot/config-$KVER" ]; then
-		mv "$x/root/boot/config-$KVER" "$x/k/config"
-	fi
-	depmod -b "$x/k" "$KVER" || die "depmod failed"
+	[ -f "$x/root/boot/vmlinuz-$kver" ] || die "${deb##*/} has no /boot/vmlinuz-$kver"
+	mv "$x/root/boot/vmlinuz-$kver" "$x/k/vmlinuz"
+	[ -f "$x/root/boot/config-$kver" ] || die "${deb##*/} has no /boot/config-$kver"
+	mv "$x/root/boot/config-$kver" "$x/k/config"
+	depmod -b "$x/k" "$kver" || die "depmod failed"
 	touch "$x/k/.complete"
-	rm -rf -- "$KDIR"
-	mv "$x/k" "$KDIR"
+	rm -rf -- "$CACHE/kernel/$kver"
+	mv "$x/k" "$CACHE/kernel/$kver"
 	rm -rf -- "$x"
+}
+
+kernel_ready() { [ -f "$CACHE/kernel/$1/.complete" ] && [ -f "$CACHE/kernel/$1/config" ]; }
+
+say "resolving the kernel package"
+KPKG=$(resolve_kernel_package)
+KVER=${KPKG#linux-image-}
+case $KVER in
+*[!A-Za-z0-9.+~_-]*) die "unexpected kernel package name: $KPKG" ;;
+esac
+if [ -n "$KVER" ] && kernel_ready "$KVER"; then
+	say "using cached kernel $KVER"
+elif [ -n "$KVER" ] && prepare_kernel "$KVER"; then
+	:
+else
+	# Offline, or the mirror is gone: an older cached kernel will do.
+	old=$(newest_cached_kernel)
+	[ -n "$old" ] ||
+		die "cannot get ${KPKG:-the kernel behind linux-image-amd64} and no kernel is cached in $CACHE"
+	say "warning: cannot get ${KPKG:-the kernel behind linux-image-amd64}; using the cached kernel $old"
+	KVER=$old
 fi
+KPKG=linux-image-$KVER
+KDIR=$CACHE/kernel/$KVER
 MODDIR=$KDIR/lib/modules/$KVER
 
 # Writes the ELF kernel inside a bzImage (as the kernel's
 # scripts/extract-vmlinux does): decompress from each xz, zstd or gzip magic
 # until an ELF file comes out.
 extract_vmlinux() { # BZIMAGE OUT
-	local magic dec off
+	local magic pat dec off
 	for magic in xz zstd gzip; do
 		case $magic in
 		xz) pat='\xfd7zXZ\x00' dec="xz -dc --single-stream" ;;
@@ -229,18 +255,13 @@ say "building initrd for $KVER"
 I=$TMP/initrd
 mkdir -p "$I"/{bin,sbin,usr/bin,usr/sbin,dev,proc,sys,run,tmp,newroot,etc}
 cp $BUSYBOX "$I/bin/busybox"
-# One symlink per applet; never one for busybox itself (a symlink loop makes
-# the kernel fail to run /init with error -40).
-applet_links() { # DIR
-	local a
-	$BUSYBOX --list-full | while read -r a; do
-		case $a in
-		bin/busybox | linuxrc | init) continue ;;
-		esac
-		[ -e "$1/$a" ] || [ -L "$1/$a" ] || ln -s /bin/busybox "$1/$a"
-	done
-}
-applet_links "$I"
+# Only the applets /init uses (busybox sh would find them anyway).  Never a
+# link named busybox: a symlink loop makes the kernel fail to run /init
+# with error -40.
+for a in sh cat dd mount umount insmod findfs usleep setsid cttyhack \
+	switch_root; do
+	ln -s busybox "$I/bin/$a"
+done
 mknod -m 600 "$I/dev/console" c 5 1
 mknod -m 666 "$I/dev/null" c 1 3
 
@@ -341,7 +362,7 @@ chmod 755 "$I/init"
 
 say "building root filesystem"
 R=$TMP/root
-mkdir -p "$R"/{bin,sbin,usr/bin,usr/sbin,lib,lib64,dev,proc,sys,run,tmp,mnt,home,etc,var/log,var/lib}
+mkdir -p "$R"/{bin,sbin,usr/bin,usr/sbin,usr/lib,lib,lib64,dev,proc,sys,run,tmp,mnt,home,etc,var/log,var/lib}
 mkdir -p "$R"/etc/{dropbear,udhcpc,acpi/PWRF}
 mkdir -m 700 "$R/root"
 chmod 1777 "$R/tmp"
@@ -349,13 +370,19 @@ ln -s /run "$R/var/run"
 mknod -m 600 "$R/dev/console" c 5 1
 mknod -m 666 "$R/dev/null" c 1 3
 cp $BUSYBOX "$R/bin/busybox"
-applet_links "$R"
-ln -sf /bin/busybox "$R/sbin/init"
+# One symlink per applet, where busybox --list-full puts it.
+$BUSYBOX --list-full | while read -r a; do
+	case $a in
+	bin/busybox | linuxrc) continue ;;
+	esac
+	ln -s /bin/busybox "$R/$a"
+done
 
 # dropbear and exactly the libraries ldd lists, plus the loader.
 cp $DROPBEAR "$R/usr/sbin/dropbear"
 cp $DROPBEARKEY "$R/usr/bin/dropbearkey"
-for lib in $( (ldd $DROPBEAR; ldd $DROPBEARKEY) |
+cp $SFTP_SERVER "$R/usr/lib/sftp-server"
+for lib in $( (ldd $DROPBEAR; ldd $DROPBEARKEY; ldd $SFTP_SERVER) |
 	awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u); do
 	mkdir -p "$R${lib%/*}"
 	[ -e "$R$lib" ] || cp -L "$lib" "$R$lib"
@@ -690,6 +717,8 @@ printf '{"name":"%s","format":"qcow2","boot":"direct","kernel":"%s","initrd":"in
 
 # Each output is copied next to its final name and renamed over it, so a
 # reader never sees a half-written file (and a running VM keeps its inode).
+mkdir -p -- "$OUT" || die "cannot create $OUT"
+OUT=$(cd -- "$OUT" && pwd)
 for f in $OUTPUTS; do
 	tmpf=$OUT/.$f.tiny-tmp.$$
 	CLEAN+=("$tmpf")

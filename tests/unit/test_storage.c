@@ -244,12 +244,12 @@ static void test_dry(void)
 	write_fake_qcow2(p, 4 * GIB);
 	err_clear(&e);
 	rc = storage_vol_create(st, "m-1", "base-x", 4 * GIB, &e);
-	buf_printf(&want, "qemu-img create -q -f qcow2 -F qcow2 -b %s %s/m-1.qcow2.part %llu\n",
+	buf_printf(&want, "qemu-img create -q -f qcow2 -u -F qcow2 -b %s %s/m-1.qcow2.part %llu\n",
 		   base, pool, 4 * GIB);
 	if (!check(rc == 0, "dry create: succeeds"))
 		diag("%s", e.msg);
 	check_str(buf_str(&log), buf_str(&want),
-		  "dry create: qemu-img create -q -f qcow2 -F qcow2 -b BASE POOL/m-1.qcow2.part BYTES");
+		  "dry create: qemu-img create -q -f qcow2 -u -F qcow2 -b BASE POOL/m-1.qcow2.part BYTES");
 	snprintf(p, sizeof(p), "%s/m-1.qcow2", pool);
 	check(exists(p) && mode_of(p) == 0600, "dry create: published as m-1.qcow2, mode 0600");
 	buf_reset(&log);
@@ -257,7 +257,7 @@ static void test_dry(void)
 
 	err_clear(&e);
 	rc = storage_vol_create(st, "m-2", "base-x", base_size, &e);
-	buf_printf(&want, "qemu-img create -q -f qcow2 -F qcow2 -b %s %s/m-2.qcow2.part %llu\n",
+	buf_printf(&want, "qemu-img create -q -f qcow2 -u -F qcow2 -b %s %s/m-2.qcow2.part %llu\n",
 		   base, pool, (unsigned long long)base_size);
 	check_str(buf_str(&log), buf_str(&want),
 		  "dry create: exactly the base's virtual size is accepted");

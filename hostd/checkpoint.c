@@ -1,0 +1,294 @@
+#include "hostd/checkpoint.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "hostd/machine.h"
+#include "common/banned.h"
+
+/* A new volume name for machine M's next top: m-UUID-RANDOM. */
+static int next_top(const struct machine *m, char *out, size_t outlen, struct err *e)
+{
+	unsigned char r[4];
+
+	if (random_bytes(r, sizeof(r)) < 0)
+		return err_set(e, 500, "internal", "random");
+	snprintf(out, outlen, "m-%s-%02x%02x%02x%02x", m->id, r[0], r[1], r[2], r[3]);
+	return 0;
+}
+
+/* Freeze M's current volume: make NEW_TOP on it and move M there (a live
+ * disk snapshot when the domain runs).  The database is the caller's.  On
+ * failure nothing is left. */
+static int freeze_top(struct hostd *h, struct machine *m, enum vstate vs,
+		      char *new_top, size_t len, struct err *e)
+{
+	struct storage_vol_info vi;
+	int64_t t0;
+
+	if (vs == VS_SUSPENDED)
+		return err_set(e, 409, "suspended",
+			       "machine %s is suspended: resume or stop it first", m->name);
+	if (vs == VS_BUSY || vs == VS_MISSING)
+		return err_set(e, 409, "busy", "machine %s is %s", m->name, vstate_name(vs));
+	if (next_top(m, new_top, len, e) < 0 ||
+	    storage_vol_create(h->st, new_top, m->volume, m->disk, e) < 0)
+		return -1;
+	hostd_crash_point(h, "checkpoint-after-volume");
+	if (vs == VS_RUNNING || vs == VS_PAUSED) {
+		if (storage_vol_info(h->st, new_top, &vi, e) < 0)
+			goto undo;
+		/* Paused only for the moment the snapshot takes: the frozen
+		 * volume is what the guest had written, like a power cut. */
+		t0 = mono_us();
+		if (vs == VS_RUNNING && virt_pause(h->virt, m->id, e) < 0)
+			goto undo;
+		int rc = virt_disk_snapshot(h->virt, m->id, vi.path, e);
+		if (vs == VS_RUNNING && virt_unpause(h->virt, m->id, rc == 0 ? e : NULL) < 0 && rc == 0)
+			log_error("machine %s stays paused after its checkpoint: %s", m->name, e->msg);
+		if (rc < 0)
+			goto undo;
+		hostd_crash_point(h, "checkpoint-after-snapshot");
+		log_debug("machine %s paused %lld us for a disk snapshot", m->name,
+			  (long long)(mono_us() - t0));
+	}
+	return 0;
+undo:
+	storage_vol_remove(h->st, new_top, NULL);
+	new_top[0] = '\0';
+	return -1;
+}
+
+/* Look up OWNER's NAME, mark it busy with OP and read libvirt's state. */
+static int begin(struct hostd *h, const char *owner, const char *name, const char *op,
+		 struct machine *m, enum vstate *vs, struct err *e)
+{
+	if (db_machine_get(h->db, owner, name, m, e) < 0)
+		return -1;
+	if (hostd_busy_acquire(h, m->id, op, m->name, e) < 0)
+		return -1;
+	if (strcmp(m->state, "creating") == 0 || strcmp(m->state, "deleting") == 0 ||
+	    virt_state(h->virt, m->id, vs, e) < 0) {
+		err_set(e, 409, "busy", "machine %s is %s", name, m->state);
+		hostd_busy_release(h, m->id);
+		return -1;
+	}
+	return 0;
+}
+
+static void end(struct hostd *h, struct machine *m)
+{
+	enum vstate vs;
+
+	if (virt_state(h->virt, m->id, &vs, NULL) == 0 && vs != VS_BUSY && vs != VS_MISSING)
+		db_machine_set_state(h->db, m->id, vstate_name(vs), NULL);
+	hostd_busy_release(h, m->id);
+}
+
+int checkpoint_create(struct hostd *h, const char *owner, const char *name,
+		      const char *ckpt, struct checkpoint *out, struct err *e)
+{
+	struct machine m;
+	struct checkpoint c;
+	enum vstate vs;
+	char new_top[80], old_top[80], gen[64];
+	int rc = -1;
+
+	memset(&c, 0, sizeof(c));
+	if (!ckpt) {
+		time_t t = time(NULL);
+		struct tm tm;
+		gmtime_r(&t, &tm);
+		strftime(gen, sizeof(gen), "ckpt-%Y%m%d-%H%M%S", &tm);
+		ckpt = gen;
+	}
+	if (!name_valid(ckpt))
+		return err_set(e, 400, "invalid_name",
+			       "invalid checkpoint name '%s': use 1 to 63 of a-z, 0-9 and '-'", ckpt);
+	if (begin(h, owner, name, "checkpoint", &m, &vs, e) < 0)
+		return -1;
+	if (db_ckpt_get(h->db, m.id, ckpt, &c, NULL) == 0) {
+		err_set(e, 409, "exists", "machine %s has a checkpoint %s", name, ckpt);
+		goto out;
+	}
+	snprintf(old_top, sizeof(old_top), "%s", m.volume);
+	if (freeze_top(h, &m, vs, new_top, sizeof(new_top), e) < 0)
+		goto out;
+	snprintf(c.machine_id, sizeof(c.machine_id), "%s", m.id);
+	snprintf(c.name, sizeof(c.name), "%s", ckpt);
+	snprintf(c.volume, sizeof(c.volume), "%s", old_top);
+	c.created = now_s();
+	if (db_ckpt_insert(h->db, &c, new_top, e) < 0) {
+		if (vs == VS_STOPPED) {
+			storage_vol_remove(h->st, new_top, NULL);
+		} else {
+			/* QEMU writes the new volume now: follow it. */
+			db_machine_set_volume(h->db, m.id, new_top, NULL);
+		}
+		goto out;
+	}
+	snprintf(m.volume, sizeof(m.volume), "%s", new_top);
+	if (vs == VS_STOPPED && machine_define(h, &m, e) < 0)
+		goto out;
+	log_info("checkpoint %s of %s/%s (volume %s)", ckpt, m.owner, m.name, old_top);
+	*out = c;
+	rc = 0;
+out:
+	end(h, &m);
+	return rc;
+}
+
+int checkpoint_delete(struct hostd *h, const char *owner, const char *name,
+		      const char *ckpt, struct err *e)
+{
+	struct machine m;
+	struct checkpoint c;
+	enum vstate vs;
+	int rc = -1;
+
+	if (begin(h, owner, name, "checkpoint rm", &m, &vs, e) < 0)
+		return -1;
+	if (db_ckpt_get(h->db, m.id, ckpt, &c, e) < 0 || db_ckpt_delete(h->db, m.id, ckpt, e) < 0)
+		goto out;
+	/* Kept while the machine's own volume or a fork is layered on it. */
+	volume_gc(h, c.volume);
+	log_info("deleted checkpoint %s of %s/%s", ckpt, m.owner, m.name);
+	rc = 0;
+out:
+	end(h, &m);
+	return rc;
+}
+
+json_t *checkpoint_json(const struct checkpoint *c)
+{
+	return json_pack("{s:s, s:I}", "name", c->name, "created", (json_int_t)c->created);
+}
+
+json_t *checkpoint_list_json(struct hostd *h, const char *owner, const char *name,
+			     struct err *e)
+{
+	struct machine m;
+	struct checkpoint *cs;
+	size_t n;
+	json_t *arr;
+
+	if (db_machine_get(h->db, owner, name, &m, e) < 0 ||
+	    db_ckpt_list(h->db, m.id, &cs, &n, e) < 0)
+		return NULL;
+	arr = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(arr, checkpoint_json(&cs[i]));
+	free(cs);
+	return json_pack("{s:s, s:o}", "machine", name, "checkpoints", arr);
+}
+
+int machine_restore(struct hostd *h, const char *owner, const char *name,
+		    const char *ckpt, bool wait, struct machine *out, struct err *e)
+{
+	struct machine m;
+	struct checkpoint c;
+	enum vstate vs;
+	char new_top[80], old_top[80];
+	bool was_running;
+	int rc = -1;
+
+	if (!name_valid(ckpt))
+		return err_set(e, 400, "invalid_name", "invalid checkpoint name '%s'", ckpt);
+	if (begin(h, owner, name, "restore", &m, &vs, e) < 0)
+		return -1;
+	if (db_ckpt_get(h->db, m.id, ckpt, &c, e) < 0)
+		goto out;
+	was_running = vs == VS_RUNNING || vs == VS_PAUSED;
+	/* The present is being discarded: no shutdown grace. */
+	if (was_running && virt_destroy(h->virt, m.id, e) < 0)
+		goto out;
+	if (vs == VS_SUSPENDED && machine_do_stop(h, &m, vs, 1, e) < 0)
+		goto out;
+	if (next_top(&m, new_top, sizeof(new_top), e) < 0 ||
+	    storage_vol_create(h->st, new_top, c.volume, m.disk, e) < 0)
+		goto out;
+	if (db_machine_set_volume(h->db, m.id, new_top, e) < 0) {
+		storage_vol_remove(h->st, new_top, NULL);
+		goto out;
+	}
+	snprintf(old_top, sizeof(old_top), "%s", m.volume);
+	snprintf(m.volume, sizeof(m.volume), "%s", new_top);
+	if (machine_define(h, &m, e) < 0)
+		goto out;
+	volume_gc(h, old_top);
+	log_info("restored %s/%s to checkpoint %s", m.owner, m.name, ckpt);
+	if (was_running && machine_do_start(h, &m, VS_STOPPED, e) < 0)
+		goto out;
+	rc = 0;
+out:
+	end(h, &m);
+	if (rc == 0 && was_running && wait && machine_wait_ready(h, &m, h->cfg.boot_timeout_s, e) < 0)
+		rc = -1;
+	if (rc == 0)
+		rc = db_machine_get_id(h->db, m.id, out, e);
+	return rc;
+}
+
+int machine_fork(struct hostd *h, const char *owner, const char *name,
+		 const char *new_name, const char *from, bool start, bool wait,
+		 struct machine *out, struct err *e)
+{
+	struct machine m, f;
+	struct checkpoint c;
+	enum vstate vs;
+	char base[80], new_top[80];
+	int rc = -1;
+
+	if (!name_valid(new_name))
+		return err_set(e, 400, "invalid_name",
+			       "invalid machine name '%s': use 1 to 63 of a-z, 0-9 and '-', "
+			       "not starting or ending with '-'", new_name);
+	if (db_machine_get(h->db, owner, new_name, &f, NULL) == 0)
+		return err_set(e, 409, "exists", "machine %s exists", new_name);
+	if (from && !name_valid(from))
+		return err_set(e, 400, "invalid_name", "invalid checkpoint name '%s'", from);
+	if (begin(h, owner, name, "fork", &m, &vs, e) < 0)
+		return -1;
+	if (from) {
+		if (db_ckpt_get(h->db, m.id, from, &c, e) < 0)
+			goto out;
+		snprintf(base, sizeof(base), "%s", c.volume);
+	} else {
+		/* Freeze the machine as it is now; the frozen volume has no
+		 * name of its own and lives as long as something is layered
+		 * on it. */
+		snprintf(base, sizeof(base), "%s", m.volume);
+		if (freeze_top(h, &m, vs, new_top, sizeof(new_top), e) < 0)
+			goto out;
+		if (db_machine_set_volume(h->db, m.id, new_top, e) < 0) {
+			if (vs == VS_STOPPED)
+				storage_vol_remove(h->st, new_top, NULL);
+			goto out;
+		}
+		snprintf(m.volume, sizeof(m.volume), "%s", new_top);
+		if (vs == VS_STOPPED && machine_define(h, &m, e) < 0)
+			goto out;
+	}
+	rc = 0;
+out:
+	end(h, &m);
+	if (rc < 0)
+		return -1;
+	struct create_req r = { .owner = owner, .name = new_name, .image = m.image,
+				.vcpus = m.vcpus, .memory = m.memory, .disk = m.disk };
+	if (machine_create_from(h, &r, base, &f, e) < 0)
+		return -1;
+	log_info("forked %s/%s into %s%s%s", owner, name, new_name, from ? " from checkpoint " : "",
+		 from ? from : "");
+	if (start) {
+		struct act_opts o = { .wait = wait };
+		if (machine_act(h, owner, new_name, ACT_START, &o, &f, NULL, e) < 0)
+			return -1;
+	}
+	*out = f;
+	return 0;
+}

@@ -1,0 +1,43 @@
+/* Checkpoints, restore and forks.
+ *
+ * A checkpoint freezes the machine's current volume and moves the machine
+ * onto a new volume layered on it (for a running machine through libvirt's
+ * external disk-only snapshot, the guest paused only for that moment).
+ * Restore gives the machine a new volume layered on the checkpoint's; a fork
+ * is a new machine whose volume is layered on a checkpoint's (or on a
+ * freshly frozen one).  Volumes that no row names and no volume needs are
+ * collected (volume_gc), so deleting a machine or checkpoint that others
+ * depend on keeps what they need. */
+#ifndef BERTH_CHECKPOINT_H
+#define BERTH_CHECKPOINT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "hostd/db.h"
+#include "hostd/hostd.h"
+
+/* Checkpoint OWNER's machine NAME as CKPT (NULL: "ckpt-YYYYMMDD-HHMMSS").
+ * Stopped, running or paused; 409 for a suspended machine. */
+int checkpoint_create(struct hostd *h, const char *owner, const char *name,
+		      const char *ckpt, struct checkpoint *out, struct err *e);
+int checkpoint_delete(struct hostd *h, const char *owner, const char *name,
+		      const char *ckpt, struct err *e);
+/* {"checkpoints": [...]} of the machine (a new reference), or NULL with E. */
+json_t *checkpoint_list_json(struct hostd *h, const char *owner, const char *name,
+			     struct err *e);
+json_t *checkpoint_json(const struct checkpoint *c);
+
+/* Return the machine to checkpoint CKPT.  A running machine is powered off
+ * (its current state is being discarded), restored and started again; with
+ * WAIT, until SSH answers. */
+int machine_restore(struct hostd *h, const char *owner, const char *name,
+		    const char *ckpt, bool wait, struct machine *out, struct err *e);
+/* Fork NAME into a new machine NEW of the same owner: from checkpoint FROM,
+ * or (FROM NULL) from the machine as it is now.  The fork has its own id,
+ * MAC, SSH port, hostname and seed.  Started when START. */
+int machine_fork(struct hostd *h, const char *owner, const char *name,
+		 const char *new_name, const char *from, bool start, bool wait,
+		 struct machine *out, struct err *e);
+
+#endif

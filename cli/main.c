@@ -554,6 +554,10 @@ static int cmd_image(struct client *c, int argc, char **argv)
 		return 0;
 	}
 	if (argc == 3 && !strcmp(argv[1], "rm")) {
+		if (!name_valid(argv[2])) {
+			fprintf(stderr, "berth: invalid image name '%s'\n", argv[2]);
+			return 2;
+		}
 		snprintf(path, sizeof(path), "/v1/images/%s", argv[2]);
 		if (cli_call(c, "DELETE", path, NULL, &r) < 0)
 			return 1;

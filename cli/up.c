@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -298,6 +299,22 @@ static bool domains_running(void)
 	return any;
 }
 
+/* True when a hostd holds STATE/hostd.lock (it does for its whole life). */
+static bool hostd_holds_lock(const struct client *c)
+{
+	char path[PATH_MAX];
+	int fd;
+	bool held;
+
+	snprintf(path, sizeof(path), "%s/hostd.lock", c->state);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	held = flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK;
+	close(fd);
+	return held;
+}
+
 static void stop_pid(const char *what, const char *pidfile)
 {
 	pid_t pid = pid_from_file(pidfile);
@@ -323,8 +340,10 @@ int cmd_down(struct client *c, int argc, char **argv)
 	}
 	if (client_alive(c))
 		stop_machines(c);
+	/* A stale pid file must not make us kill whatever reused the pid. */
 	snprintf(path, sizeof(path), "%s/hostd.pid", c->state);
-	stop_pid("berth-hostd", path);
+	if (hostd_holds_lock(c))
+		stop_pid("berth-hostd", path);
 	snprintf(path, sizeof(path), "%s/libvirtd.started-by-up", c->state);
 	if (access(path, F_OK) == 0) {
 		if (domains_running()) {

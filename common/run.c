@@ -4,9 +4,11 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,9 +39,17 @@ static void child_exec(char *const argv[], const struct run_opts *o,
 		       int out_fd, int err_fd)
 {
 	int nul = open("/dev/null", O_RDWR);
+	sigset_t none;
 
 	if (nul < 0)
 		_exit(127);
+	/* Its own process group, so a timeout kills the tool's children
+	 * too; dies with its parent; signals unblocked (hostd blocks the ones
+	 * it waits for, and a blocked mask is inherited). */
+	setpgid(0, 0);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
 	dup2(nul, 0);
 	dup2(out_fd >= 0 ? out_fd : nul, 1);
 	dup2(err_fd, 2);
@@ -79,6 +89,7 @@ int run_argv(char *const argv[], const struct run_opts *o, struct err *e)
 	struct buf errbuf = BUF_INIT, line = BUF_INIT;
 	pid_t pid;
 	int64_t deadline = 0, t0;
+	bool timed_out = false;
 
 	cmdline(&line, argv);
 	if (dry_log) {
@@ -131,10 +142,12 @@ int run_argv(char *const argv[], const struct run_opts *o, struct err *e)
 		if (deadline) {
 			int64_t left = deadline - mono_ms();
 			if (left <= 0) {
+				kill(-pid, SIGKILL);
 				kill(pid, SIGKILL);
 				err_set(e, 500, "tool_failed", "%s: timed out after %d s",
 					argv[0], o->timeout_s);
-				timeout = 0;
+				timed_out = true;
+				deadline = 0;
 			} else {
 				timeout = (int)left;
 			}
@@ -166,7 +179,7 @@ int run_argv(char *const argv[], const struct run_opts *o, struct err *e)
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
 	ext_time_add(mono_us() - t0);
-	if (err_isset(e))
+	if (timed_out)
 		goto out;
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
 		rc = 0;

@@ -369,10 +369,13 @@ int mac_generate(char out[18])
 static int bind_loopback(int port)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET };
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
 
 	if (fd < 0)
 		return -1;
+	/* As QEMU binds its forward: TIME_WAIT leftovers of closed SSH
+	 * sessions do not make the port unusable. */
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	sa.sin_port = htons((uint16_t)port);
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {

@@ -46,12 +46,39 @@ static struct reply ok(int status, json_t *body)
 	return (struct reply){ status, body };
 }
 
+/* Replace every byte of S that is not part of valid UTF-8 with '?': error
+ * messages quote URLs, request values and tools' stderr, and may have been
+ * cut in the middle of a character; JSON strings must be UTF-8. */
+static void utf8_sanitize(char *s)
+{
+	unsigned char *p = (unsigned char *)s;
+
+	while (*p) {
+		int n = *p < 0x80 ? 1 : (*p & 0xe0) == 0xc0 && *p >= 0xc2 ? 2 :
+			(*p & 0xf0) == 0xe0 ? 3 : (*p & 0xf8) == 0xf0 && *p <= 0xf4 ? 4 : 0;
+		int i;
+		for (i = 1; i < n; i++)
+			if ((p[i] & 0xc0) != 0x80)
+				break;
+		if (n == 0 || i < n) {
+			*p++ = '?';
+			continue;
+		}
+		p += n;
+	}
+}
+
 static struct reply fail(const struct err *e)
 {
 	int status = e->status ? e->status : 500;
-	return (struct reply){ status, json_pack("{s:{s:s, s:s}}", "error", "code",
-						 e->code[0] ? e->code : "internal",
-						 "message", e->msg) };
+	char code[sizeof(e->code)], msg[sizeof(e->msg)];
+
+	snprintf(code, sizeof(code), "%s", e->code[0] ? e->code : "internal");
+	snprintf(msg, sizeof(msg), "%s", e->msg);
+	utf8_sanitize(code);
+	utf8_sanitize(msg);
+	return (struct reply){ status, json_pack("{s:{s:s, s:s}}", "error", "code", code,
+						 "message", msg) };
 }
 
 static struct reply fail_now(int status, const char *code, const char *fmt, ...)
@@ -605,8 +632,19 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 
 static enum MHD_Result send_reply(struct MHD_Connection *c, struct reply r, int64_t t0)
 {
-	char *text = json_dumps(r.body, JSON_COMPACT);
-	size_t len = strlen(text);
+	char *text = r.body ? json_dumps(r.body, JSON_COMPACT) : NULL;
+	size_t len;
+
+	if (!text) {
+		/* Only a value jansson refuses (not UTF-8) gets here. */
+		log_error("cannot encode a reply as JSON (status %d)", r.status);
+		r.status = 500;
+		text = strdup("{\"error\":{\"code\":\"internal\",\"message\":"
+			      "\"the reply could not be encoded as JSON\"}}");
+		if (!text)
+			abort();
+	}
+	len = strlen(text);
 	struct MHD_Response *resp;
 	enum MHD_Result ret;
 	char timing[128];

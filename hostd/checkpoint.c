@@ -71,6 +71,10 @@ static int begin(struct hostd *h, const char *owner, const char *name, const cha
 		return -1;
 	if (hostd_busy_acquire(h, m->id, op, m->name, e) < 0)
 		return -1;
+	if (db_machine_get_id(h->db, m->id, m, e) < 0) {
+		hostd_busy_release(h, m->id);
+		return -1;
+	}
 	if (strcmp(m->state, "creating") == 0 || strcmp(m->state, "deleting") == 0 ||
 	    virt_state(h->virt, m->id, vs, e) < 0) {
 		err_set(e, 409, "busy", "machine %s is %s", name, m->state);

@@ -120,8 +120,9 @@ static sqlite3_stmt *query(struct db *db, struct err *e, const char *sql,
 }
 
 /* Run a statement that returns no rows (caller holds the lock).  0 when
- * done, 1 on a constraint violation (E untouched: the caller names it),
- * -1 with E set, naming WHAT, otherwise. */
+ * done; 1 on a constraint violation (E set to a generic 409 "conflict",
+ * which an insert that expects it replaces with err_clear + its own
+ * message); -1 with E set, naming WHAT, otherwise. */
 static int execute(struct db *db, struct err *e, const char *what, const char *sql,
 		   const char *types, ...)
 {
@@ -136,6 +137,8 @@ static int execute(struct db *db, struct err *e, const char *what, const char *s
 		return -1;
 	step = sqlite3_step(st);
 	rc = step == SQLITE_DONE ? 0 : step == SQLITE_CONSTRAINT ? 1 : sql_err(db, e, what);
+	if (rc == 1)
+		err_set(e, 409, "conflict", "database: %s: %s", what, sqlite3_errmsg(db->h));
 	sqlite3_finalize(st);
 	return rc;
 }
@@ -155,6 +158,8 @@ static int execute_locked(struct db *db, struct err *e, const char *what, const 
 	if (st) {
 		step = sqlite3_step(st);
 		rc = step == SQLITE_DONE ? 0 : step == SQLITE_CONSTRAINT ? 1 : sql_err(db, e, what);
+		if (rc == 1)
+			err_set(e, 409, "conflict", "database: %s: %s", what, sqlite3_errmsg(db->h));
 		sqlite3_finalize(st);
 	}
 	pthread_mutex_unlock(&db->lock);
@@ -302,8 +307,10 @@ static int insert_machine_tx(struct db *db, void *data, struct err *e)
 			 (int64_t)m->memory, (int64_t)m->disk, m->state, m->volume, m->mac,
 			 m->ssh_port, m->created, m->state_since);
 
-	if (rc == 1)
+	if (rc == 1) {
+		err_clear(e);
 		return err_set(e, 409, "exists", "machine %s exists", m->name);
+	}
 	if (rc < 0)
 		return -1;
 	return ledger_open(db, m, m->state, m->created, e);
@@ -482,8 +489,10 @@ int db_image_insert(struct db *db, const struct image *img, struct err *e)
 				img->kernel, img->initrd, img->cmdline, img->user,
 				(int64_t)img->virtual_size, img->sha256, img->created);
 
-	if (rc == 1)
+	if (rc == 1) {
+		err_clear(e);
 		return err_set(e, 409, "exists", "image %s exists", img->name);
+	}
 	return rc;
 }
 
@@ -576,8 +585,10 @@ static int ckpt_insert_tx(struct db *db, void *data, struct err *e)
 			 "INSERT INTO checkpoints(machine_id, name, volume, created) VALUES(?,?,?,?)",
 			 "sssI", a->c->machine_id, a->c->name, a->c->volume, a->c->created);
 
-	if (rc == 1)
+	if (rc == 1) {
+		err_clear(e);
 		return err_set(e, 409, "exists", "checkpoint %s exists", a->c->name);
+	}
 	if (rc < 0)
 		return -1;
 	return execute(db, e, "update volume", "UPDATE machines SET volume = ? WHERE id = ?",

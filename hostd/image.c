@@ -108,11 +108,13 @@ int image_build(struct hostd *h, const char *recipe, const char *name,
 	if (access(script, R_OK) < 0)
 		return err_set(e, 404, "not_found", "no image recipe '%s' (looked for %s)",
 			       recipe, script);
-	if (db_image_get(h->db, name, &img, NULL) == 0)
-		return err_set(e, 409, "exists", "image %s exists", name);
 	snprintf(key, sizeof(key), "image:%s", name);
 	if (hostd_busy_acquire(h, key, "build", name, e) < 0)
 		return -1;
+	if (db_image_get(h->db, name, &img, NULL) == 0) {
+		hostd_busy_release(h, key);
+		return err_set(e, 409, "exists", "image %s exists", name);
+	}
 
 	snprintf(tmp, sizeof(tmp), "%s/tmp/build-%s-XXXXXX", h->cfg.state_dir, name);
 	snprintf(dir, sizeof(dir), "%s/tmp", h->cfg.state_dir);

@@ -27,11 +27,13 @@ static int generate(const char *priv, const char *pub, struct err *e)
 	}
 	snprintf(tmp, sizeof(tmp), "%s.tmp", priv);
 	unlink(tmp);
-	if (ssh_pki_export_privkey_file(key, NULL, NULL, NULL, tmp) != SSH_OK) {
+	mode_t old = umask(077);
+	int erc = ssh_pki_export_privkey_file(key, NULL, NULL, NULL, tmp);
+	umask(old);
+	if (erc != SSH_OK || chmod(tmp, 0600) < 0) {
 		err_set(e, 500, "internal", "cannot write %s", tmp);
 		goto out;
 	}
-	chmod(tmp, 0600);
 	if (ssh_pki_export_pubkey_base64(key, &b64) != SSH_OK) {
 		err_set(e, 500, "internal", "cannot export the gateway public key");
 		goto out;
@@ -54,6 +56,31 @@ out:
 	return rc;
 }
 
+/* Write PUB from the private key PRIV (when only the .pub was lost). */
+static int derive_public(const char *priv, const char *pub, struct err *e)
+{
+	ssh_key key = NULL;
+	char *b64 = NULL;
+	struct buf line = BUF_INIT;
+	int rc = -1;
+
+	if (ssh_pki_import_privkey_file(priv, NULL, NULL, NULL, &key) != SSH_OK ||
+	    ssh_pki_export_pubkey_base64(key, &b64) != SSH_OK) {
+		err_set(e, 500, "internal", "cannot read the gateway key %s", priv);
+		goto out;
+	}
+	buf_printf(&line, "%s %s berth-gateway\n", ssh_key_type_to_char(ssh_key_type(key)), b64);
+	if (file_write_atomic(pub, line.data, line.len, 0644, e) < 0)
+		goto out;
+	log_warn("gateway public key %s was missing; derived it from %s", pub, priv);
+	rc = 0;
+out:
+	ssh_string_free_char(b64);
+	ssh_key_free(key);
+	buf_free(&line);
+	return rc;
+}
+
 int keys_load_or_create(const char *dir, struct gateway_key *k, struct err *e)
 {
 	char priv[PATH_MAX], pub[PATH_MAX];
@@ -63,9 +90,12 @@ int keys_load_or_create(const char *dir, struct gateway_key *k, struct err *e)
 		return err_errno(e, errno, "create %s", dir);
 	snprintf(priv, sizeof(priv), "%s/gateway", dir);
 	snprintf(pub, sizeof(pub), "%s/gateway.pub", dir);
-	if (access(priv, R_OK) < 0 || access(pub, R_OK) < 0) {
+	if (access(priv, F_OK) < 0) {
 		if (generate(priv, pub, e) < 0)
 			return -1;
+	} else if (access(pub, F_OK) < 0 && derive_public(priv, pub, e) < 0) {
+		/* Never a new private key: every machine's seed trusts this one. */
+		return -1;
 	}
 	k->private_pem = file_read(priv, 65536, e);
 	k->public_line = file_read(pub, 65536, e);

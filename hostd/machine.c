@@ -36,7 +36,8 @@ static void machine_dir(struct hostd *h, const char *id, char *out, size_t outle
 
 static void dom_name(struct hostd *h, const struct machine *m, char *out, size_t outlen)
 {
-	snprintf(out, outlen, "%s%s-%s", h->dom_prefix, m->owner, m->name);
+	/* A machine name has no '.', so OWNER.NAME never collides. */
+	snprintf(out, outlen, "%s%s.%s", h->dom_prefix, m->owner, m->name);
 }
 
 int machine_define(struct hostd *h, const struct machine *m, struct err *e)
@@ -205,7 +206,8 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 	 * that start-up reconciliation undoes. */
 	if (db_machine_insert(h->db, &m, e) < 0)
 		return -1;
-	hostd_busy_acquire(h, m.id, "create", m.name, NULL);
+	if (hostd_busy_acquire(h, m.id, "create", m.name, e) < 0)
+		goto undo;
 	hostd_crash_point(h, "create-after-row");
 	if (storage_vol_create(h->st, m.volume, base ? base : img.volume, m.disk, e) < 0)
 		goto undo;
@@ -332,6 +334,12 @@ int machine_act(struct hostd *h, const char *owner, const char *name,
 		return -1;
 	if (hostd_busy_acquire(h, m.id, action_names[a], m.name, e) < 0)
 		return -1;
+	/* Read it again under the mark: the operation before may have moved
+	 * its port or volume. */
+	if (db_machine_get_id(h->db, m.id, &m, e) < 0) {
+		hostd_busy_release(h, m.id);
+		return -1;
+	}
 	if (strcmp(m.state, "creating") == 0 || strcmp(m.state, "deleting") == 0) {
 		err_set(e, 409, "busy", "machine %s is %s", name, m.state);
 		goto out;
@@ -406,6 +414,10 @@ int machine_delete(struct hostd *h, const char *owner, const char *name,
 		return -1;
 	if (hostd_busy_acquire(h, m.id, "delete", m.name, e) < 0)
 		return -1;
+	if (db_machine_get_id(h->db, m.id, &m, e) < 0) {
+		hostd_busy_release(h, m.id);
+		return -1;
+	}
 	/* Journal first: a crash from here on is finished at start-up. */
 	rc = db_machine_set_state(h->db, m.id, "deleting", e);
 	if (rc == 0)

@@ -146,7 +146,7 @@ int main(int argc, char **argv)
 		goto fail;
 	snprintf(vols, sizeof(vols), "%s/volumes", state);
 	h.st = storage_open(h.cfg.storage, h.cfg.storage_location[0] ? h.cfg.storage_location : vols, &e);
-	if (!h.st)
+	if (!h.st || storage_claim(h.st, h.instance, &e) < 0)
 		goto fail;
 	h.virt = virt_open(h.cfg.libvirt_uri, h.cfg.hypervisor, machine_on_event, &h, &e);
 	if (!h.virt)

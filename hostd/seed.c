@@ -1,6 +1,7 @@
 #include "hostd/seed.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -64,6 +65,14 @@ int seed_write(const struct seed *s, const char *dir, struct err *e)
 			       user_path, meta_path, NULL };
 	if (run_argv(argv, NULL, e) < 0)
 		goto out;
+	int fd = open(part, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) < 0) {
+		err_errno(e, errno, "sync %s", part);
+		if (fd >= 0)
+			close(fd);
+		goto out;
+	}
+	close(fd);
 	if (rename(part, iso) < 0) {
 		err_errno(e, errno, "rename %s", part);
 		goto out;

@@ -173,11 +173,11 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 }
 
 /* Whether KVM can run our guests.  /dev/kvm answering is not enough: on
- * the nested hypervisors of some development machines it creates VMs and
- * runs real-mode code, yet a Linux guest hangs before printing a byte (seen
- * on the machines berth is developed on).  Those KVMs offer guests no SSE3
- * (CPUID.01H:ECX bit 0), which every real x86-64 host's KVM does, so that is
- * the test: API version, a VM can be created, and SSE3 is offered.
+ * the development machines it is kvm_pvm, which creates VMs and runs
+ * real-mode code, yet a Debian kernel hangs before printing a byte.  There
+ * the CPU shows no vmx/svm flag and KVM offers guests no SSE3
+ * (CPUID.01H:ECX bit 0), which every real x86-64 host's KVM does.  So the
+ * test: API version, a VM can be created, vmx or svm, and SSE3 offered.
  * hypervisor = kvm in the config overrides this. */
 static bool kvm_usable(const char **why)
 {
@@ -203,6 +203,14 @@ static bool kvm_usable(const char **why)
 	*why = "KVM does not report the CPUID it supports";
 	if (ioctl(fd, KVM_GET_SUPPORTED_CPUID, cpuid) < 0)
 		goto out;
+	*why = "the CPU has no vmx or svm flag (a /dev/kvm of a nested or paravirtual kind)";
+	{
+		char *cpuinfo = file_read("/proc/cpuinfo", 1 << 22, NULL);
+		bool virt = cpuinfo && (strstr(cpuinfo, " vmx") || strstr(cpuinfo, " svm"));
+		free(cpuinfo);
+		if (!virt)
+			goto out;
+	}
 	*why = "KVM offers guests no SSE3 (a nested hypervisor that cannot run Linux guests)";
 	for (unsigned i = 0; i < cpuid->nent; i++)
 		if (cpuid->entries[i].function == 1 && (cpuid->entries[i].ecx & 1))
@@ -628,7 +636,11 @@ int virt_shutdown(struct virt *v, const char *uuid, int timeout_s,
 		*forced = false;
 	if (!d)
 		goto out;
-	if (state_of(d) == VS_RUNNING && virDomainShutdown(d) < 0)
+	/* A paused guest cannot see the power button: force it at once. */
+	enum vstate st = state_of(d);
+	if (st == VS_PAUSED)
+		deadline = 0;
+	else if (st == VS_RUNNING && virDomainShutdown(d) < 0)
 		log_warn("ACPI shutdown of %s failed: %s; forcing", uuid, vmsg());
 	while (mono_ms() < deadline && virDomainIsActive(d) == 1)
 		usleep(100 * 1000);

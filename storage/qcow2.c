@@ -305,6 +305,31 @@ static int qcow2_vol_list(void *priv, void (*fn)(const char *vol, void *data),
 	return 0;
 }
 
+static int qcow2_claim(void *priv, const char *tag, struct err *e)
+{
+	struct qcow2_pool *p = priv;
+	char path[PATH_MAX], line[128];
+	struct err local = { 0 };
+	char *have;
+
+	snprintf(path, sizeof(path), "%s/.berth-pool", p->dir);
+	have = file_read(path, 4096, &local);
+	if (have) {
+		have[strcspn(have, "\r\n")] = '\0';
+		int same = strcmp(have, tag) == 0;
+		if (!same)
+			err_set(e, 409, "pool_taken",
+				"qcow2 pool %s belongs to berth instance %s, not %s: give each "
+				"state directory its own storage_location", p->dir, have, tag);
+		free(have);
+		return same ? 0 : -1;
+	}
+	if (errno != ENOENT)
+		return err_errno(e, errno, "read %s", path);
+	int n = snprintf(line, sizeof(line), "%s\n", tag);
+	return file_write_atomic(path, line, (size_t)n, 0600, e);
+}
+
 static int qcow2_pool_info(void *priv, struct storage_pool_info *info,
 			   struct err *e)
 {
@@ -329,5 +354,6 @@ const struct storage_ops storage_qcow2 = {
 	.vol_info = qcow2_vol_info,
 	.vol_list = qcow2_vol_list,
 	.vol_parent = qcow2_vol_parent,
+	.claim = qcow2_claim,
 	.pool_info = qcow2_pool_info,
 };

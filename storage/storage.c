@@ -173,3 +173,10 @@ int storage_vol_dependents(struct storage *st, const char *vol, struct err *e)
 		return -1;
 	return d.n;
 }
+
+int storage_claim(struct storage *st, const char *tag, struct err *e)
+{
+	if (!st->ops->claim)
+		return 0;
+	return st->ops->claim(st->priv, tag, e);
+}

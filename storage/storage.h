@@ -67,6 +67,10 @@ struct storage_ops {
 	 * each other (thin snapshots are independent) leaves this NULL. */
 	int (*vol_parent)(void *priv, const char *vol, char *parent, size_t len,
 			  struct err *e);
+	/* Optional.  Mark the pool as TAG's (a hostd instance), refusing
+	 * (409 "pool_taken") a pool another tag claimed: start-up collects
+	 * volumes nothing names, so two instances must never share a pool. */
+	int (*claim)(void *priv, const char *tag, struct err *e);
 	/* Optional.  Capacity and use of the pool. */
 	int (*pool_info)(void *priv, struct storage_pool_info *info,
 			 struct err *e);
@@ -98,6 +102,9 @@ int storage_vol_list(struct storage *st,
 		     struct err *e);
 int storage_pool_info(struct storage *st, struct storage_pool_info *info,
 		      struct err *e);
+/* Claim the pool for TAG (see storage_ops.claim); a backend without the
+ * operation accepts any. */
+int storage_claim(struct storage *st, const char *tag, struct err *e);
 /* VOL's parent volume into PARENT ("" when none, or when the backend's
  * volumes are independent). */
 int storage_vol_parent(struct storage *st, const char *vol, char *parent,

@@ -54,6 +54,9 @@ expect "delete of a missing machine" DELETE /v1/machines/ghost '' 404 not_found 
 expect "exec credential of a missing machine" POST /v1/machines/ghost/ssh '{}' 404 not_found "no machine ghost"
 expect "unknown action" POST /v1/machines/taken/fly '' 404 not_found "no action 'fly'"
 expect "unknown route" GET /v1/nothing '' 404 not_found "no route"
+expect "a name that is not UTF-8" GET /v1/machines/%ff '' 400 invalid_name "invalid machine name '?'"
+long=$(python3 -c 'print("\u00e9" * 700)')
+expect "a long non-ASCII name (message cut mid-character)" POST /v1/machines "{\"name\":\"$long\"}" 400 invalid_name "invalid machine name"
 expect "bad timeout" POST /v1/machines/taken/stop '{"timeout":-1}' 400 invalid_timeout "timeout"
 expect "unknown image recipe" POST /v1/images '{"recipe":"nope"}' 404 not_found "no image recipe 'nope'"
 expect "image name taken" POST /v1/images '{"recipe":"tiny"}' 409 exists "image tiny exists"

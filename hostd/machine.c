@@ -279,6 +279,18 @@ int machine_wait_ready(struct hostd *h, const struct machine *m, int timeout_s,
  * follows the config) or from suspended (restore the saved memory). */
 int machine_do_start(struct hostd *h, struct machine *m, enum vstate vs, struct err *e)
 {
+	if (vs == VS_SUSPENDED && strcmp(h->cfg.network, "user") == 0 &&
+	    !port_is_free(m->ssh_port)) {
+		/* The saved QEMU would fail to bind its forward, for good. */
+		int p = pick_port(h);
+		if (p < 0)
+			return err_set(e, 503, "no_port", "no free loopback port for %s", m->name);
+		if (virt_saved_set_port(h->virt, m->id, m->ssh_port, p, e) < 0 ||
+		    db_machine_set_port(h->db, m->id, p, e) < 0)
+			return -1;
+		log_info("machine %s: port %d is taken; SSH moves to %d", m->name, m->ssh_port, p);
+		m->ssh_port = p;
+	}
 	if (vs == VS_STOPPED || vs == VS_MISSING) {
 		if (strcmp(h->cfg.network, "user") == 0 && !port_is_free(m->ssh_port)) {
 			int p = pick_port(h);

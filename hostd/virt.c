@@ -28,7 +28,12 @@ struct virt {
 	int event_id;
 	pthread_t event_thread;
 	volatile bool stop;
+	volatile bool lost;          /* the connection closed (libvirtd restarted) */
+	volatile bool reconnecting;  /* a reconnect thread runs */
 };
+
+/* The one instance, for the event loop's timer (registered once). */
+static struct virt *tick_virt;
 
 const char *vstate_name(enum vstate s)
 {
@@ -270,10 +275,62 @@ static void *event_loop(void *arg)
 
 static int event_tick_id = -1;
 
-static void noop_tick(int timer, void *opaque)
+static void on_close(virConnectPtr conn, int reason, void *opaque)
 {
+	struct virt *v = opaque;
+
+	(void)conn;
+	log_warn("libvirt connection closed (reason %d); reconnecting", reason);
+	v->lost = true;
+}
+
+static void report_domain_states(struct virt *v);
+static int connect_locked(struct virt *v, struct err *e);
+
+/* Reconnect off the event loop's thread, then report every domain's state
+ * through the event callback: events that happened while libvirtd was
+ * away were never delivered. */
+static void *reconnect_thread(void *arg)
+{
+	struct virt *v = arg;
+	struct err e = { 0 };
+	bool warned = false;
+
+	while (!v->stop) {
+		err_clear(&e);
+		pthread_mutex_lock(&v->lock);
+		int rc = connect_locked(v, &e);
+		pthread_mutex_unlock(&v->lock);
+		if (rc == 0)
+			break;
+		if (!warned)
+			log_warn("%s; retrying every second", e.msg);
+		warned = true;
+		sleep(1);
+	}
+	if (!v->stop) {
+		log_info("reconnected to libvirt; re-reading machine states");
+		report_domain_states(v);
+	}
+	v->reconnecting = false;
+	return NULL;
+}
+
+static void tick(int timer, void *opaque)
+{
+	struct virt *v = tick_virt;
+	pthread_t t;
+
 	(void)timer;
 	(void)opaque;
+	if (!v || v->stop || !v->lost || v->reconnecting)
+		return;
+	v->lost = false;
+	v->reconnecting = true;
+	if (pthread_create(&t, NULL, reconnect_thread, v) == 0)
+		pthread_detach(t);
+	else
+		v->reconnecting = false;
 }
 
 static int connect_locked(struct virt *v, struct err *e)
@@ -282,6 +339,7 @@ static int connect_locked(struct virt *v, struct err *e)
 		return 0;
 	if (v->conn) {
 		log_warn("libvirt connection lost; reconnecting to %s", v->uri);
+		virConnectUnregisterCloseCallback(v->conn, on_close);
 		if (v->event_id >= 0)
 			virConnectDomainEventDeregisterAny(v->conn, v->event_id);
 		virConnectClose(v->conn);
@@ -297,6 +355,8 @@ static int connect_locked(struct virt *v, struct err *e)
 		VIR_DOMAIN_EVENT_CALLBACK(lifecycle_cb), v, NULL);
 	if (v->event_id < 0)
 		log_warn("cannot register for libvirt lifecycle events: %s", vmsg());
+	if (virConnectRegisterCloseCallback(v->conn, on_close, v, NULL) < 0)
+		log_warn("cannot watch the libvirt connection: %s", vmsg());
 	return 0;
 }
 
@@ -319,7 +379,7 @@ static virConnectPtr conn_get(struct virt *v, struct err *e)
 static void register_impl(void)
 {
 	virEventRegisterDefaultImpl();
-	event_tick_id = virEventAddTimeout(500, noop_tick, NULL, NULL);
+	event_tick_id = virEventAddTimeout(500, tick, NULL, NULL);
 }
 
 struct virt *virt_open(const char *uri, const char *hypervisor,
@@ -362,6 +422,7 @@ struct virt *virt_open(const char *uri, const char *hypervisor,
 		err_set(e, 500, "internal", "cannot start the libvirt event thread");
 		goto fail;
 	}
+	tick_virt = v;
 	log_info("libvirt %s at %s; machines run under %s%s%s", v->version, uri,
 		 v->kvm ? "KVM" : "TCG (software emulation)", v->kvm ? "" : ": ", v->why);
 	return v;
@@ -378,8 +439,12 @@ void virt_close(struct virt *v)
 	if (!v)
 		return;
 	v->stop = true;
+	tick_virt = NULL;
 	pthread_join(v->event_thread, NULL);
+	while (v->reconnecting)
+		usleep(10 * 1000);
 	if (v->conn) {
+		virConnectUnregisterCloseCallback(v->conn, on_close);
 		if (v->event_id >= 0)
 			virConnectDomainEventDeregisterAny(v->conn, v->event_id);
 		virConnectClose(v->conn);
@@ -478,6 +543,27 @@ static enum vstate state_of(virDomainPtr d)
 	}
 }
 
+static void report_domain_states(struct virt *v)
+{
+	struct err e = { 0 };
+	virConnectPtr c = conn_get(v, &e);
+	virDomainPtr *doms = NULL;
+	int n;
+
+	if (!c)
+		return;
+	n = virConnectListAllDomains(c, &doms, 0);
+	for (int i = 0; i < n; i++) {
+		char uuid[VIR_UUID_STRING_BUFLEN];
+		enum vstate s = state_of(doms[i]);
+		if (s != VS_BUSY && v->event_fn && virDomainGetUUIDString(doms[i], uuid) == 0)
+			v->event_fn(uuid, s, v->event_data);
+		virDomainFree(doms[i]);
+	}
+	free(doms);
+	virConnectClose(c);
+}
+
 int virt_state(struct virt *v, const char *uuid, enum vstate *out, struct err *e)
 {
 	struct err local = { 0 };
@@ -532,6 +618,45 @@ int virt_destroy(struct virt *v, const char *uuid, struct err *e)
 int virt_managed_save(struct virt *v, const char *uuid, struct err *e)
 {
 	DOM_OP(v, uuid, e, "suspend (managed save)", virDomainManagedSave(d, 0));
+}
+
+int virt_saved_set_port(struct virt *v, const char *uuid, int old_port, int new_port,
+			struct err *e)
+{
+	virConnectPtr c;
+	virDomainPtr d = dom_get(v, uuid, &c, e);
+	char *xml = NULL, from[64], to[64];
+	struct buf out = BUF_INIT;
+	int rc = -1;
+
+	if (!d)
+		return -1;
+	xml = virDomainManagedSaveGetXMLDesc(d, VIR_DOMAIN_SAVE_IMAGE_XML_SECURE);
+	if (!xml) {
+		verr(e, "read the saved image's XML", uuid);
+		goto out;
+	}
+	snprintf(from, sizeof(from), "hostfwd=tcp:127.0.0.1:%d-:22", old_port);
+	snprintf(to, sizeof(to), "hostfwd=tcp:127.0.0.1:%d-:22", new_port);
+	char *at = strstr(xml, from);
+	if (!at) {
+		err_set(e, 500, "internal", "domain %s: saved image has no forward of port %d",
+			uuid, old_port);
+		goto out;
+	}
+	buf_add(&out, xml, (size_t)(at - xml));
+	buf_adds(&out, to);
+	buf_adds(&out, at + strlen(from));
+	if (virDomainManagedSaveDefineXML(d, buf_str(&out), 0) < 0) {
+		verr(e, "rewrite the saved image's XML", uuid);
+		goto out;
+	}
+	rc = 0;
+out:
+	free(xml);
+	buf_free(&out);
+	dom_put(d, c);
+	return rc;
 }
 
 int virt_pause(struct virt *v, const char *uuid, struct err *e)

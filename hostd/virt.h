@@ -81,6 +81,10 @@ int virt_managed_save(struct virt *v, const char *uuid, struct err *e);
 /* Destroy if running and undefine with its managed save image; a missing
  * domain is success. */
 int virt_remove(struct virt *v, const char *uuid, struct err *e);
+/* network=user: move the SSH forward in a suspended domain's saved image
+ * from OLD_PORT to NEW_PORT (the restored QEMU binds what the image says). */
+int virt_saved_set_port(struct virt *v, const char *uuid, int old_port, int new_port,
+			struct err *e);
 /* Pause / unpause the guest's CPUs (virDomainSuspend/Resume). */
 int virt_pause(struct virt *v, const char *uuid, struct err *e);
 int virt_unpause(struct virt *v, const char *uuid, struct err *e);

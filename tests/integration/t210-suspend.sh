@@ -28,6 +28,18 @@ out=$(berth exec m1 -- cat /tmp/value 2>"$T/wake.err")
 check_eq "exec wakes a suspended machine, memory intact" "$token" "$out"
 check_match "and says so on stderr" '^woke m1: ready in' "$(cat "$T/wake.err")"
 
+# Another program takes the machine's loopback port while it sleeps.
+port=$(berth show m1 --json | json ssh.port)
+berth suspend m1 >/dev/null
+python3 -c 'import socket,sys,time
+s=socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1); time.sleep(120)' "$port" &
+squatter=$!
+sleep 0.5
+check_eq "resume while another program holds its port: running" running "$(berth resume m1 --json | json state)"
+check "the SSH port moved" test "$(berth show m1 --json | json ssh.port)" != "$port"
+check_eq "memory survived the move" "$token" "$(berth exec m1 -- cat /tmp/value)"
+kill "$squatter" 2>/dev/null; wait "$squatter" 2>/dev/null
+
 berth stop m1 >/dev/null
 berth resume m1 >/dev/null 2>&1
 check_eq "resume of a stopped machine is refused" 1 "$?"

@@ -1,0 +1,107 @@
+"""Shared pieces of berth's benchmarks: a private hostd on a temporary state
+directory, API calls with hostd's Server-Timing, the CLI, summaries, and a
+cleanup that removes every domain whose disks lived there."""
+import contextlib
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("BERTH_BIN", os.path.join(ROOT, "bin"))
+VIRSH = ["virsh", "-q", "-c", "qemu:///system"]
+
+
+class UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path):
+        super().__init__("berth")
+        self.path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(self.path)
+
+
+class Hostd:
+    def __init__(self, state):
+        self.state = state
+        self.sock = os.path.join(state, "hostd.sock")
+
+    def call(self, method, path, body=None):
+        """One API call: (status, json, total_ms, ext_ms)."""
+        c = UnixHTTP(self.sock)
+        data = json.dumps(body).encode() if body is not None else None
+        c.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        payload = json.loads(r.read() or b"null")
+        timing = dict(p.strip().split(";dur=") for p in r.getheader("Server-Timing").split(","))
+        c.close()
+        return r.status, payload, float(timing["total"]), float(timing["ext"])
+
+    def must_call(self, method, path, body=None):
+        st, payload, total, ext = self.call(method, path, body)
+        if st >= 300:
+            sys.exit(f"bench: {method} {path}: {st} {payload}")
+        return payload, total, ext
+
+    def berth(self, *args):
+        return subprocess.run([os.path.join(BIN, "berth"), "--state", self.state, *args],
+                              capture_output=True, text=True)
+
+    def must(self, *args):
+        res = self.berth(*args)
+        if res.returncode != 0:
+            sys.exit(f"bench: berth {' '.join(args)} failed: {res.stderr}")
+        return res
+
+
+@contextlib.contextmanager
+def hostd():
+    """A berth-hostd on a fresh state directory, with the tiny image built."""
+    tmp = tempfile.mkdtemp(prefix="berth-b.", dir="/tmp")
+    state = os.path.join(tmp, "state")
+    log = open(os.path.join(tmp, "hostd.log"), "w")
+    proc = subprocess.Popen([os.path.join(BIN, "berth-hostd"), "--state", state],
+                            stdout=log, stderr=log)
+    h = Hostd(state)
+    try:
+        for _ in range(200):
+            if h.berth("info").returncode == 0:
+                break
+            time.sleep(0.1)
+        info = json.loads(h.must("info", "--json").stdout)
+        print(f"# hypervisor {info['hypervisor']} {info.get('hypervisor_note', '')}, "
+              f"storage {info['storage']['backend']}, network {info['network']}, "
+              f"{os.cpu_count()} cores")
+        h.must("image", "build", "tiny")
+        yield h
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait()
+        names = subprocess.run(VIRSH + ["list", "--all", "--name"], capture_output=True,
+                               text=True).stdout.split()
+        for d in names:
+            xml = subprocess.run(VIRSH + ["dumpxml", d], capture_output=True, text=True).stdout
+            if tmp + "/" in xml:
+                subprocess.run(VIRSH + ["destroy", d], capture_output=True)
+                subprocess.run(VIRSH + ["undefine", "--managed-save", d], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def timed(fn):
+    t0 = time.monotonic()
+    fn()
+    return (time.monotonic() - t0) * 1000.0
+
+
+def summary(xs):
+    xs = sorted(xs)
+    return (f"median {statistics.median(xs):8.1f} ms  min {xs[0]:8.1f}  max {xs[-1]:8.1f}"
+            f"  (n={len(xs)})")

@@ -19,6 +19,15 @@
 extern char **environ;
 
 static struct buf *dry_log;
+static int (*dry_fn)(const char *cmdline, struct buf *out, void *data);
+static void *dry_data;
+
+void run_set_dry_responder(int (*fn)(const char *cmdline, struct buf *out, void *data),
+			   void *data)
+{
+	dry_fn = fn;
+	dry_data = data;
+}
 
 void run_set_dry(struct buf *log)
 {
@@ -94,6 +103,18 @@ int run_argv(char *const argv[], const struct run_opts *o, struct err *e)
 	cmdline(&line, argv);
 	if (dry_log) {
 		buf_printf(dry_log, "%s\n", buf_str(&line));
+		if (dry_fn) {
+			struct buf out = BUF_INIT;
+			int st = dry_fn(buf_str(&line), &out, dry_data);
+			if (st != 0)
+				err_set(e, 500, "tool_failed", "%s exited with status %d: %s", argv[0],
+					st, buf_str(&out));
+			else if (o && o->out)
+				buf_add(o->out, out.data ? out.data : "", out.len);
+			buf_free(&out);
+			buf_free(&line);
+			return st ? -1 : 0;
+		}
 		buf_free(&line);
 		return 0;
 	}

@@ -26,5 +26,12 @@ int run_argv(char *const argv[], const struct run_opts *opts, struct err *e);
  * quoted, one per line) to LOG and returns 0 without running anything.
  * Tests only; not thread-safe.  Pass NULL to run for real again. */
 void run_set_dry(struct buf *log);
+/* In dry-run mode, FN (when non-NULL) answers for the tool: it gets the
+ * recorded command line and the stdout buffer (NULL when the caller does
+ * not capture), and returns the tool's exit status (non-zero fails the
+ * run with FN's text in OUT as its stderr).  Tests use it to feed real
+ * captured output (lvs JSON) to the code under test. */
+void run_set_dry_responder(int (*fn)(const char *cmdline, struct buf *out, void *data),
+			   void *data);
 
 #endif

@@ -21,33 +21,44 @@ static int next_top(const struct machine *m, char *out, size_t outlen, struct er
 	return 0;
 }
 
-/* Freeze M's current volume: make NEW_TOP on it and move M there (a live
- * disk snapshot when the domain runs).  The database is the caller's.  On
- * failure nothing is left. */
+/* Freeze M's current content.  Two ways, by backend:
+ * - snapshot (lvm-thin): FROZEN is a new thin snapshot of M's volume, made
+ *   with the guest paused; M stays on its volume (WRITABLE = M's);
+ * - layering (qcow2): FROZEN is M's current volume; M moves to WRITABLE, a
+ *   new overlay on it (for a running domain, a live disk-only snapshot).
+ * The database is the caller's.  On failure nothing is left. */
 static int freeze_top(struct hostd *h, struct machine *m, enum vstate vs,
-		      char *new_top, size_t len, struct err *e)
+		      char *frozen, char *writable, size_t len, struct err *e)
 {
 	struct storage_vol_info vi;
+	bool live = vs == VS_RUNNING || vs == VS_PAUSED;
+	bool snap = storage_can_snapshot(h->st);
+	char made[80];
 	int64_t t0;
+	int rc;
 
 	if (vs == VS_SUSPENDED)
 		return err_set(e, 409, "suspended",
 			       "machine %s is suspended: resume or stop it first", m->name);
 	if (vs == VS_BUSY || vs == VS_MISSING)
 		return err_set(e, 409, "busy", "machine %s is %s", m->name, vstate_name(vs));
-	if (next_top(m, new_top, len, e) < 0 ||
-	    storage_vol_create(h->st, new_top, m->volume, m->disk, e) < 0)
+	if (next_top(m, made, sizeof(made), e) < 0)
 		return -1;
-	hostd_crash_point(h, "checkpoint-after-volume");
-	if (vs == VS_RUNNING || vs == VS_PAUSED) {
-		if (storage_vol_info(h->st, new_top, &vi, e) < 0)
+	if (!snap) {
+		if (storage_vol_create(h->st, made, m->volume, m->disk, e) < 0)
+			return -1;
+		hostd_crash_point(h, "checkpoint-after-volume");
+	}
+	if (snap || live) {
+		if (!snap && storage_vol_info(h->st, made, &vi, e) < 0)
 			goto undo;
 		/* Paused only for the moment the snapshot takes: the frozen
-		 * volume is what the guest had written, like a power cut. */
+		 * content is what the guest had written, like a power cut. */
 		t0 = mono_us();
 		if (vs == VS_RUNNING && virt_pause(h->virt, m->id, e) < 0)
 			goto undo;
-		int rc = virt_disk_snapshot(h->virt, m->id, vi.path, e);
+		rc = snap ? storage_snapshot(h->st, m->volume, made, e)
+			  : virt_disk_snapshot(h->virt, m->id, vi.path, e);
 		if (vs == VS_RUNNING && virt_unpause(h->virt, m->id, rc == 0 ? e : NULL) < 0 && rc == 0)
 			log_error("machine %s stays paused after its checkpoint: %s", m->name, e->msg);
 		if (rc < 0)
@@ -56,10 +67,12 @@ static int freeze_top(struct hostd *h, struct machine *m, enum vstate vs,
 		log_debug("machine %s paused %lld us for a disk snapshot", m->name,
 			  (long long)(mono_us() - t0));
 	}
+	snprintf(frozen, len, "%s", snap ? made : m->volume);
+	snprintf(writable, len, "%s", snap ? m->volume : made);
 	return 0;
 undo:
-	storage_vol_remove(h->st, new_top, NULL);
-	new_top[0] = '\0';
+	if (!snap)
+		storage_vol_remove(h->st, made, NULL);
 	return -1;
 }
 
@@ -99,7 +112,7 @@ int checkpoint_create(struct hostd *h, const char *owner, const char *name,
 	struct machine m;
 	struct checkpoint c;
 	enum vstate vs;
-	char new_top[80], old_top[80], gen[64];
+	char new_top[80], old_top[80], frozen[80], gen[64];
 	int rc = -1;
 
 	memset(&c, 0, sizeof(c));
@@ -120,25 +133,25 @@ int checkpoint_create(struct hostd *h, const char *owner, const char *name,
 		goto out;
 	}
 	snprintf(old_top, sizeof(old_top), "%s", m.volume);
-	if (freeze_top(h, &m, vs, new_top, sizeof(new_top), e) < 0)
+	if (freeze_top(h, &m, vs, frozen, new_top, sizeof(new_top), e) < 0)
 		goto out;
 	snprintf(c.machine_id, sizeof(c.machine_id), "%s", m.id);
 	snprintf(c.name, sizeof(c.name), "%s", ckpt);
-	snprintf(c.volume, sizeof(c.volume), "%s", old_top);
+	snprintf(c.volume, sizeof(c.volume), "%s", frozen);
 	c.created = now_s();
 	if (db_ckpt_insert(h->db, &c, new_top, e) < 0) {
-		if (vs == VS_STOPPED) {
+		if (strcmp(new_top, old_top) != 0 && vs == VS_STOPPED)
 			storage_vol_remove(h->st, new_top, NULL);
-		} else {
+		else if (strcmp(new_top, old_top) != 0)
 			/* QEMU writes the new volume now: follow it. */
 			db_machine_set_volume(h->db, m.id, new_top, NULL);
-		}
+		volume_gc(h, frozen);
 		goto out;
 	}
 	snprintf(m.volume, sizeof(m.volume), "%s", new_top);
-	if (vs == VS_STOPPED && machine_define(h, &m, e) < 0)
+	if (vs == VS_STOPPED && strcmp(new_top, old_top) != 0 && machine_define(h, &m, e) < 0)
 		goto out;
-	log_info("checkpoint %s of %s/%s (volume %s)", ckpt, m.owner, m.name, old_top);
+	log_info("checkpoint %s of %s/%s (volume %s)", ckpt, m.owner, m.name, frozen);
 	*out = c;
 	rc = 0;
 out:
@@ -265,17 +278,20 @@ int machine_fork(struct hostd *h, const char *owner, const char *name,
 		/* Freeze the machine as it is now; the frozen volume has no
 		 * name of its own and lives as long as something is layered
 		 * on it. */
-		snprintf(base, sizeof(base), "%s", m.volume);
-		if (freeze_top(h, &m, vs, new_top, sizeof(new_top), e) < 0)
+		char old_top[80];
+		snprintf(old_top, sizeof(old_top), "%s", m.volume);
+		if (freeze_top(h, &m, vs, base, new_top, sizeof(new_top), e) < 0)
 			goto out;
-		if (db_machine_set_volume(h->db, m.id, new_top, e) < 0) {
-			if (vs == VS_STOPPED)
-				storage_vol_remove(h->st, new_top, NULL);
-			goto out;
+		if (strcmp(new_top, old_top) != 0) {
+			if (db_machine_set_volume(h->db, m.id, new_top, e) < 0) {
+				if (vs == VS_STOPPED)
+					storage_vol_remove(h->st, new_top, NULL);
+				goto out;
+			}
+			snprintf(m.volume, sizeof(m.volume), "%s", new_top);
+			if (vs == VS_STOPPED && machine_define(h, &m, e) < 0)
+				goto out;
 		}
-		snprintf(m.volume, sizeof(m.volume), "%s", new_top);
-		if (vs == VS_STOPPED && machine_define(h, &m, e) < 0)
-			goto out;
 	}
 	rc = 0;
 out:
@@ -284,10 +300,17 @@ out:
 		return -1;
 	struct create_req r = { .owner = owner, .name = new_name, .image = m.image,
 				.vcpus = m.vcpus, .memory = m.memory, .disk = m.disk };
-	if (machine_create_from(h, &r, base, &f, e) < 0)
+	if (machine_create_from(h, &r, base, &f, e) < 0) {
+		if (!from)
+			volume_gc(h, base);
 		return -1;
+	}
 	log_info("forked %s/%s into %s%s%s", owner, name, new_name, from ? " from checkpoint " : "",
 		 from ? from : "");
+	/* A snapshot made only to fork from is named by nothing: with
+	 * independent (thin) volumes it goes now. */
+	if (!from)
+		volume_gc(h, base);
 	if (start) {
 		struct act_opts o = { .wait = wait };
 		if (machine_act(h, owner, new_name, ACT_START, &o, &f, NULL, e) < 0)

@@ -21,7 +21,7 @@ struct copt {
 	const char *const *choices; /* C_STR: allowed values, or NULL */
 };
 
-static const char *const storages[] = { "qcow2", NULL };
+static const char *const storages[] = { "qcow2", "lvm-thin", NULL };
 static const char *const networks[] = { "user", "nat", NULL };
 static const char *const hypervisors[] = { "auto", "kvm", "tcg", NULL };
 static const char *const levels[] = { "error", "warn", "info", "debug", NULL };
@@ -43,6 +43,7 @@ static const struct copt options[] = {
 	INT("stop_timeout", stop_timeout_s, 1, 3600),
 	INT("boot_timeout", boot_timeout_s, 1, 3600),
 	INT("max_vcpus", max_vcpus, 1, 1024),
+	INT("lvm_max_fill", max_fill, 1, 100),
 	SIZE("min_memory", min_memory),
 	SIZE("max_memory", max_memory),
 	SIZE("max_disk", max_disk),
@@ -67,6 +68,7 @@ void config_defaults(struct config *c, const char *state_dir)
 	c->max_memory = 256ULL << 30;
 	c->max_disk = 16ULL << 40;
 	c->max_body = 64 << 10;
+	c->max_fill = 90;
 }
 
 int config_set(struct config *c, const char *key, const char *value,

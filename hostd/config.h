@@ -12,8 +12,10 @@
 
 struct config {
 	char state_dir[PATH_MAX];
-	char storage[32];              /* storage backend: "qcow2" */
-	char storage_location[PATH_MAX]; /* qcow2: directory ("" = STATE/volumes) */
+	char storage[32];              /* storage backend: "qcow2" or "lvm-thin" */
+	char storage_location[PATH_MAX]; /* qcow2: directory ("" = STATE/volumes);
+					    lvm-thin: VG/POOL */
+	int max_fill;                  /* lvm-thin: no creation above this % use */
 	char network[16];              /* "user" (loopback port forward) or "nat" */
 	char nat_network[64];          /* libvirt network for "nat" */
 	char hypervisor[16];           /* "auto", "kvm" or "tcg" */

@@ -145,7 +145,14 @@ int main(int argc, char **argv)
 	if (keys_load_or_create(path, &h.key, &e) < 0)
 		goto fail;
 	snprintf(vols, sizeof(vols), "%s/volumes", state);
-	h.st = storage_open(h.cfg.storage, h.cfg.storage_location[0] ? h.cfg.storage_location : vols, &e);
+	if (!strcmp(h.cfg.storage, "lvm-thin") && !h.cfg.storage_location[0]) {
+		err_set(&e, 400, "invalid_config", "storage = lvm-thin needs storage_location = VG/POOL "
+			"(deploy/lvm-thin-setup.sh makes one)");
+		goto fail;
+	}
+	struct storage_opts so = { .max_fill = h.cfg.max_fill };
+	h.st = storage_open_opts(h.cfg.storage, h.cfg.storage_location[0] ? h.cfg.storage_location : vols,
+				 &so, &e);
 	if (!h.st || storage_claim(h.st, h.instance, &e) < 0)
 		goto fail;
 	h.virt = virt_open(h.cfg.libvirt_uri, h.cfg.hypervisor, machine_on_event, &h, &e);

@@ -128,10 +128,13 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 		    "  <on_reboot>restart</on_reboot>\n"
 		    "  <on_crash>destroy</on_crash>\n"
 		    "  <devices>\n");
+	/* A block device (a thin LV) without the host's page cache: a thin
+	 * snapshot taken while the guest is paused then holds every write. */
 	buf_printf(b, "    <disk type='%s' device='disk'>\n"
-		      "      <driver name='qemu' type='%s' discard='unmap'/>\n"
+		      "      <driver name='qemu' type='%s' discard='unmap'%s/>\n"
 		      "      <source %s='", s->disk_block ? "block" : "file",
-		   s->disk_format, s->disk_block ? "dev" : "file");
+		   s->disk_format, s->disk_block ? " cache='none' io='native'" : "",
+		   s->disk_block ? "dev" : "file");
 	buf_add_xml(b, s->disk_path);
 	buf_adds(b, "'/>\n      <target dev='vda' bus='virtio'/>\n    </disk>\n");
 	if (s->seed_path) {

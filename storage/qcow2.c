@@ -34,12 +34,14 @@ static int vol_path(struct qcow2_pool *p, const char *vol, const char *suffix,
 	return 0;
 }
 
-static int qcow2_open(const char *location, void **priv, struct err *e)
+static int qcow2_open(const char *location, const struct storage_opts *o, void **priv,
+		      struct err *e)
 {
 	struct qcow2_pool *p;
 	DIR *d;
 	struct dirent *de;
 
+	(void)o;  /* a directory has no fill limit of its own */
 	if (location[0] != '/')
 		return err_set(e, 400, "invalid_config",
 			       "qcow2 pool '%s' must be an absolute path (qemu resolves backing "

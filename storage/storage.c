@@ -14,6 +14,7 @@ struct storage {
 
 static const struct storage_ops *const backends[] = {
 	&storage_qcow2,
+	&storage_lvm_thin,
 };
 
 const struct storage_ops *storage_find(const char *name)
@@ -27,13 +28,23 @@ const struct storage_ops *storage_find(const char *name)
 struct storage *storage_open(const char *name, const char *location,
 			     struct err *e)
 {
+	return storage_open_opts(name, location, NULL, e);
+}
+
+struct storage *storage_open_opts(const char *name, const char *location,
+				  const struct storage_opts *o, struct err *e)
+{
 	const struct storage_ops *ops = storage_find(name);
+	struct storage_opts defaults = { .max_fill = 90 };
 	struct storage *st;
 
 	if (!ops) {
-		err_set(e, 400, "invalid_config", "unknown storage backend '%s' (known: qcow2)", name);
+		err_set(e, 400, "invalid_config",
+			"unknown storage backend '%s' (known: qcow2, lvm-thin)", name);
 		return NULL;
 	}
+	if (o && o->max_fill > 0)
+		defaults.max_fill = o->max_fill;
 	st = calloc(1, sizeof(*st));
 	if (!st)
 		abort();
@@ -41,7 +52,7 @@ struct storage *storage_open(const char *name, const char *location,
 	st->location = strdup(location);
 	if (!st->location)
 		abort();
-	if (ops->open(location, &st->priv, e) < 0) {
+	if (ops->open(location, &defaults, &st->priv, e) < 0) {
 		free(st->location);
 		free(st);
 		return NULL;
@@ -92,6 +103,21 @@ int storage_vol_create(struct storage *st, const char *vol, const char *base,
 	if (check_vol(vol, e) < 0 || check_vol(base, e) < 0)
 		return -1;
 	return st->ops->vol_create(st->priv, vol, base, bytes, e);
+}
+
+bool storage_can_snapshot(const struct storage *st)
+{
+	return st->ops->snapshot != NULL;
+}
+
+int storage_snapshot(struct storage *st, const char *vol, const char *snap, struct err *e)
+{
+	if (check_vol(vol, e) < 0 || check_vol(snap, e) < 0)
+		return -1;
+	if (!st->ops->snapshot)
+		return err_set(e, 501, "not_supported", "storage backend %s: snapshots not supported",
+			       st->ops->name);
+	return st->ops->snapshot(st->priv, vol, snap, e);
 }
 
 int storage_vol_remove(struct storage *st, const char *vol, struct err *e)

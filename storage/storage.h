@@ -32,12 +32,19 @@ struct storage_pool_info {
 	uint64_t used_bytes;
 };
 
+/* Options of a pool; NULL means the defaults. */
+struct storage_opts {
+	int max_fill;   /* refuse creations above this data/metadata use, in %
+			   (thin pools); 0 = 90 */
+};
+
 struct storage_ops {
 	const char *name;
 
 	/* Required.  Open (creating if needed) the pool at LOCATION; PRIV
-	 * receives the backend's state. */
-	int (*open)(const char *location, void **priv, struct err *e);
+	 * receives the backend's state.  O is never NULL. */
+	int (*open)(const char *location, const struct storage_opts *o, void **priv,
+		    struct err *e);
 	/* Optional.  Release PRIV. */
 	void (*close)(void *priv);
 
@@ -51,6 +58,12 @@ struct storage_ops {
 	 * failure; fails with 409 "exists" when VOL exists. */
 	int (*vol_create)(void *priv, const char *vol, const char *base,
 			  uint64_t bytes, struct err *e);
+	/* Optional.  Make SNAP a frozen copy of VOL's current content in O(1);
+	 * VOL stays writable and independent of SNAP (a thin snapshot).  VOL
+	 * may be in use by a paused guest.  A backend without it is checkpointed
+	 * by layering: hostd freezes VOL and writes to a new volume on top.
+	 * Removes a partial SNAP on failure. */
+	int (*snapshot)(void *priv, const char *vol, const char *snap, struct err *e);
 	/* Required.  Remove VOL; a missing VOL is success. */
 	int (*vol_remove)(void *priv, const char *vol, struct err *e);
 	/* Required.  Whether VOL exists. */
@@ -77,11 +90,16 @@ struct storage_ops {
 };
 
 extern const struct storage_ops storage_qcow2;
+extern const struct storage_ops storage_lvm_thin;
 
 /* Look up a backend by name ("qcow2"); NULL when unknown. */
 const struct storage_ops *storage_find(const char *name);
 
-/* Open backend NAME at LOCATION.  Returns NULL with E set on failure. */
+/* Open backend NAME at LOCATION with options O (NULL: defaults).  Returns
+ * NULL with E set on failure. */
+struct storage *storage_open_opts(const char *name, const char *location,
+				  const struct storage_opts *o, struct err *e);
+/* The same with the default options. */
 struct storage *storage_open(const char *name, const char *location,
 			     struct err *e);
 /* Close; accepts NULL. */
@@ -93,6 +111,10 @@ int storage_base_import(struct storage *st, const char *vol, const char *src,
 			const char *src_format, struct err *e);
 int storage_vol_create(struct storage *st, const char *vol, const char *base,
 		       uint64_t bytes, struct err *e);
+/* Whether the backend makes frozen copies itself (storage_ops.snapshot). */
+bool storage_can_snapshot(const struct storage *st);
+int storage_snapshot(struct storage *st, const char *vol, const char *snap,
+		     struct err *e);
 int storage_vol_remove(struct storage *st, const char *vol, struct err *e);
 bool storage_vol_exists(struct storage *st, const char *vol);
 int storage_vol_info(struct storage *st, const char *vol,

@@ -122,132 +122,13 @@ flock -w 900 9 || die "timed out waiting for the lock on $CACHE"
 
 # ---------------------------------------------------------------- kernel ---
 
-# The real kernel package that apt's candidate of linux-image-amd64 depends
-# on (what `apt-cache depends linux-image-amd64` shows; `apt-cache show` of
-# the candidate is one call instead of two).
-kernel_dependency() {
-	apt-cache show --no-all-versions linux-image-amd64 2>/dev/null |
-		awk '/^Depends:/ { sub(/^Depends:[ \t]*/, "")
-			n = split($0, d, /[,|]/)
-			for (i = 1; i <= n; i++) {
-				sub(/^[ \t]+/, "", d[i]); sub(/[ \t(].*$/, "", d[i])
-				if (d[i] ~ /^linux-image-[0-9]/) { print d[i]; exit }
-			}
-		}' || true
-}
-
-# Prints the real kernel package behind linux-image-amd64, or nothing.
-resolve_kernel_package() {
-	local pkg
-	pkg=$(kernel_dependency)
-	if [ -z "$pkg" ]; then
-		say "apt has no candidate for linux-image-amd64: running apt-get update"
-		apt-get update -q >&2 || say "warning: apt-get update failed"
-		pkg=$(kernel_dependency)
-	fi
-	printf '%s\n' "$pkg"
-}
-
-# The newest complete unpacked kernel in the cache, or nothing.
-newest_cached_kernel() {
-	local d
-	for d in "$CACHE"/kernel/*/; do
-		if kernel_ready "$(basename "$d")"; then basename "$d"; fi
-	done | sort -V | tail -n 1
-}
-
-# Unpacks kernel $1 (package linux-image-$1) into $CACHE/kernel/$1,
-# downloading the .deb first unless it is cached.  Fails (with a message)
-# when the package cannot be had.
-prepare_kernel() { # VERSION
-	local kver=$1 kpkg=linux-image-$1 deb dl f x
-	deb=$(ls -t "$CACHE/debs/${kpkg}_"*_amd64.deb 2>/dev/null | head -n 1 || true)
-	if [ -z "$deb" ]; then
-		say "downloading kernel $kver"
-		dl=$(mktemp -d "$CACHE/debs/.download.XXXXXX")
-		CLEAN+=("$dl")
-		if ! (cd "$dl" && apt-get download -q -o APT::Sandbox::User=root "$kpkg" >&2); then
-			say "apt-get download $kpkg failed"
-			return 1
-		fi
-		for f in "$dl"/*.deb; do
-			[ -f "$f" ] || die "apt-get download $kpkg produced no .deb"
-			mv -f -- "$f" "$CACHE/debs/"
-			deb=$CACHE/debs/${f##*/}
-		done
-		rm -rf -- "$dl"
-	else
-		say "using cached ${deb##*/}"
-	fi
-	say "unpacking kernel $kver"
-	x=$(mktemp -d "$CACHE/kernel/.unpack.XXXXXX")
-	CLEAN+=("$x")
-	dpkg-deb -x "$deb" "$x/root" || die "dpkg-deb -x $deb failed"
-	mkdir -p "$x/k/lib/modules"
-	if [ -d "$x/root/lib/modules/$kver" ]; then
-		mv "$x/root/lib/modules/$kver" "$x/k/lib/modules/"
-	elif [ -d "$x/root/usr/lib/modules/$kver" ]; then
-		mv "$x/root/usr/lib/modules/$kver" "$x/k/lib/modules/"
-	else
-		die "${deb##*/} has no modules for $kver"
-	fi
-	[ -f "$x/root/boot/vmlinuz-$kver" ] || die "${deb##*/} has no /boot/vmlinuz-$kver"
-	mv "$x/root/boot/vmlinuz-$kver" "$x/k/vmlinuz"
-	[ -f "$x/root/boot/config-$kver" ] || die "${deb##*/} has no /boot/config-$kver"
-	mv "$x/root/boot/config-$kver" "$x/k/config"
-	depmod -b "$x/k" "$kver" || die "depmod failed"
-	touch "$x/k/.complete"
-	rm -rf -- "$CACHE/kernel/$kver"
-	mv "$x/k" "$CACHE/kernel/$kver"
-	rm -rf -- "$x"
-}
-
-kernel_ready() { [ -f "$CACHE/kernel/$1/.complete" ] && [ -f "$CACHE/kernel/$1/config" ]; }
-
-say "resolving the kernel package"
-KPKG=$(resolve_kernel_package)
-KVER=${KPKG#linux-image-}
-case $KVER in
-*[!A-Za-z0-9.+~_-]*) die "unexpected kernel package name: $KPKG" ;;
-esac
-if [ -n "$KVER" ] && kernel_ready "$KVER"; then
-	say "using cached kernel $KVER"
-elif [ -n "$KVER" ] && prepare_kernel "$KVER"; then
-	:
-else
-	# Offline, or the mirror is gone: an older cached kernel will do.
-	old=$(newest_cached_kernel)
-	[ -n "$old" ] ||
-		die "cannot get ${KPKG:-the kernel behind linux-image-amd64} and no kernel is cached in $CACHE"
-	say "warning: cannot get ${KPKG:-the kernel behind linux-image-amd64}; using the cached kernel $old"
-	KVER=$old
-fi
+# shellcheck source=images/recipes/kernel.sh
+. "$(dirname -- "${BASH_SOURCE[0]}")/kernel.sh"
+kinfo=$(berth_kernel -p tiny) || exit 1
+KVER=${kinfo%% *}
+KDIR=${kinfo#* }
 KPKG=linux-image-$KVER
-KDIR=$CACHE/kernel/$KVER
 MODDIR=$KDIR/lib/modules/$KVER
-
-# Writes the ELF kernel inside a bzImage (as the kernel's
-# scripts/extract-vmlinux does): decompress from each xz, zstd or gzip magic
-# until an ELF file comes out.
-extract_vmlinux() { # BZIMAGE OUT
-	local magic pat dec off
-	for magic in xz zstd gzip; do
-		case $magic in
-		xz) pat='\xfd7zXZ\x00' dec="xz -dc --single-stream" ;;
-		zstd) pat='\x28\xb5\x2f\xfd' dec="zstd -dcq" ;;
-		gzip) pat='\x1f\x8b\x08' dec="gzip -dcq" ;;
-		esac
-		command -v "${dec%% *}" >/dev/null 2>&1 || continue
-		for off in $(LC_ALL=C grep -obUaP "$pat" "$1" | cut -d: -f1 | head -n 8 || true); do
-			tail -c "+$((off + 1))" "$1" | $dec >"$2" 2>/dev/null || true
-			if [ "$(head -c 4 "$2" | od -An -c | tr -d ' ')" = '177ELF' ]; then
-				return 0
-			fi
-		done
-	done
-	rm -f "$2"
-	return 1
-}
 
 # --------------------------------------------------------------- initrd ---
 
@@ -697,16 +578,8 @@ cp "$KDIR/vmlinuz" "$TMP/vmlinuz"
 OUTPUTS="vmlinuz initrd.img root.qcow2 image.json"
 KERNEL_FILE=vmlinuz
 if [ "$PVH" = 1 ]; then
-	if [ ! -f "$KDIR/vmlinux" ]; then
-		say "extracting the uncompressed kernel (PVH boot)"
-		grep -q '^CONFIG_PVH=y' "$KDIR/config" 2>/dev/null ||
-			die "kernel $KVER is not built with CONFIG_PVH=y: cannot boot it as vmlinux"
-		CLEAN+=("$KDIR/vmlinux.tmp")
-		extract_vmlinux "$KDIR/vmlinuz" "$KDIR/vmlinux.tmp" ||
-			die "cannot extract vmlinux from $KDIR/vmlinuz"
-		mv -f "$KDIR/vmlinux.tmp" "$KDIR/vmlinux"
-	fi
-	cp "$KDIR/vmlinux" "$TMP/vmlinux"
+	vmlinux=$(berth_kernel_vmlinux -p tiny "$KDIR") || exit 1
+	cp "$vmlinux" "$TMP/vmlinux"
 	OUTPUTS="vmlinux $OUTPUTS"
 	KERNEL_FILE=vmlinux
 fi
@@ -729,20 +602,6 @@ done
 if [ "$PVH" != 1 ]; then
 	rm -f "$OUT/vmlinux" # from an earlier BERTH_TINY_PVH=1 build
 fi
-
-# Drop other kernels from the cache (about 0.5 GB each).
-for d in "$CACHE"/kernel/*/; do
-	if [ -d "$d" ] && [ "$(basename "$d")" != "$KVER" ]; then
-		rm -rf -- "$d"
-	fi
-done
-for f in "$CACHE"/debs/linux-image-*.deb; do
-	[ -f "$f" ] || continue
-	case ${f##*/} in
-	"${KPKG}"_*) ;;
-	*) rm -f -- "$f" ;;
-	esac
-done
 
 END=$(date +%s.%N)
 say "wrote $OUT: ${PVH:+vmlinux (PVH), }vmlinuz, initrd.img ($nmod modules, $(du -k "$OUT/initrd.img" | cut -f1) KiB), root.qcow2 ($(du -k "$OUT/root.qcow2" | cut -f1) KiB), image.json; kernel $KVER; $(awk -v s="$START" -v e="$END" 'BEGIN { printf "%.1f", e - s }') s"

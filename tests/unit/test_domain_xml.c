@@ -206,9 +206,9 @@ static void test_user(void)
 	xml = render(&s, &rc, &e);
 	check(rc == 0, "block: renders");
 	check_has(xml, "<disk type='block' device='disk'>\n"
-		       "      <driver name='qemu' type='raw' discard='unmap'/>\n"
+		       "      <driver name='qemu' type='raw' discard='unmap' cache='none' io='native'/>\n"
 		       "      <source dev='/dev/berth/m-1'/>",
-		  "block: disk type='block', raw, source dev");
+		  "block: disk type='block', raw, no host cache, source dev");
 	free(xml);
 
 	/* Memory is rounded down to KiB, never up. */

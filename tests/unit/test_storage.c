@@ -114,7 +114,8 @@ static void test_open(void)
 	char p[256], pool[256];
 
 	check(storage_find("qcow2") == &storage_qcow2, "find: qcow2 is the qcow2 backend");
-	check(storage_find("lvm-thin") == NULL && storage_find("") == NULL,
+	check(storage_find("lvm-thin") == &storage_lvm_thin, "find: lvm-thin is the lvm-thin backend");
+	check(storage_find("zfs") == NULL && storage_find("") == NULL,
 	      "find: unknown names give NULL");
 
 	err_clear(&e);

@@ -20,28 +20,32 @@ def main():
     ap.add_argument("--rounds", type=int, default=10)
     a = ap.parse_args()
     with hostd() as h:
+        sizes = ("1G", "100G")
         res = {}
-        for size in ("1G", "100G"):
-            name = f"d{size.lower()}"
-            h.must("create", name, "--disk", size, "--no-start")
-            ck, fk = [], []
-            for i in range(a.rounds):
-                body, total, _ = h.must_call("POST", f"/v1/machines/{name}/checkpoints",
-                                             {"name": f"s{i}"})
-                ck.append(total)
-                body, total, _ = h.must_call("POST", f"/v1/machines/{name}/fork",
-                                             {"name": f"{name}-f{i}", "from": f"s{i}"})
-                fk.append(total)
-            res[("stopped checkpoint", size)] = ck
-            res[("fork (defined, not booted)", size)] = fk
-            h.must("start", name)
-            lk = []
-            for i in range(max(3, a.rounds // 2)):
-                body, total, _ = h.must_call("POST", f"/v1/machines/{name}/checkpoints",
-                                             {"name": f"r{i}"})
-                lk.append(total)
-            res[("running checkpoint", size)] = lk
-            h.must("stop", name, "--timeout", "5")
+        for size in sizes:
+            h.must("create", f"d{size.lower()}", "--disk", size, "--no-start")
+        # Interleaved, so both sizes see the same pool and database state.
+        for i in range(a.rounds):
+            for size in sizes:
+                name = f"d{size.lower()}"
+                _, total, _ = h.must_call("POST", f"/v1/machines/{name}/checkpoints",
+                                          {"name": f"s{i}"})
+                res.setdefault(("stopped checkpoint", size), []).append(total)
+            for size in sizes:
+                name = f"d{size.lower()}"
+                _, total, _ = h.must_call("POST", f"/v1/machines/{name}/fork",
+                                          {"name": f"{name}-f{i}", "from": f"s{i}"})
+                res.setdefault(("fork (defined, not booted)", size), []).append(total)
+        for size in sizes:
+            h.must("start", f"d{size.lower()}")
+        for i in range(max(3, a.rounds // 2)):
+            for size in sizes:
+                name = f"d{size.lower()}"
+                _, total, _ = h.must_call("POST", f"/v1/machines/{name}/checkpoints",
+                                          {"name": f"r{i}"})
+                res.setdefault(("running checkpoint", size), []).append(total)
+        for size in sizes:
+            h.must("stop", f"d{size.lower()}", "--timeout", "5")
         for kind in ("stopped checkpoint", "running checkpoint", "fork (defined, not booted)"):
             small, big = res[(kind, "1G")], res[(kind, "100G")]
             print(f"{kind:28s}   1 GiB: {summary(small)}")

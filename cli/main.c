@@ -27,9 +27,9 @@ static const char usage_text[] =
 	"  start|stop|suspend|resume|restart NAME [--no-wait] [--timeout S]\n"
 	"  rm NAME                        delete a machine and its disk\n"
 	"  exec NAME [--no-wake] -- CMD...  run CMD in the machine; exits with its status\n"
-	"  checkpoint NAME [CKPT] | checkpoints NAME | checkpoint rm NAME CKPT\n"
+	"  checkpoint NAME [CKPT] [--memory] | checkpoints NAME | checkpoint rm NAME CKPT\n"
 	"  restore NAME CKPT [--no-wait]      return the machine to a checkpoint\n"
-	"  fork NAME NEW [--from CKPT] [--no-start] [--no-wait]\n"
+	"  fork NAME NEW [--from CKPT | --live] [--no-start] [--no-wait]\n"
 	"  image ls | image build RECIPE [--name N] | image rm NAME\n"
 	"\n"
 	"  --state DIR   state directory of the hostd to talk to (default $BERTH_STATE or /var/lib/berth)\n"
@@ -378,14 +378,15 @@ static int cmd_checkpoint(struct client *c, int argc, char **argv)
 		if (c->json) {
 			print_json(r);
 		} else {
-			printf("%-40s %s\n", "CHECKPOINT", "CREATED");
+			printf("%-40s %-21s %s\n", "CHECKPOINT", "CREATED", "MEMORY");
 			json_array_foreach(json_object_get(r, "checkpoints"), i, ck) {
 				char when[32];
 				time_t t = (time_t)jint(ck, "created");
 				struct tm tm;
 				gmtime_r(&t, &tm);
 				strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%SZ", &tm);
-				printf("%-40s %s\n", jstr(ck, "name"), when);
+				printf("%-40s %-21s %s\n", jstr(ck, "name"), when,
+				       json_is_true(json_object_get(ck, "memory")) ? "yes" : "-");
 			}
 		}
 		json_decref(r);
@@ -406,11 +407,26 @@ static int cmd_checkpoint(struct client *c, int argc, char **argv)
 		json_decref(r);
 		return 0;
 	}
-	if (argc < 2 || argc > 3 || !name_valid(argv[1])) {
-		fprintf(stderr, "usage: berth checkpoint NAME [CKPT] | checkpoint rm NAME CKPT\n");
+	bool memory = false;
+	const char *mname = NULL, *cname = NULL;
+	for (int k = 1; k < argc; k++) {
+		if (!strcmp(argv[k], "--memory"))
+			memory = true;
+		else if (argv[k][0] != '-' && !mname)
+			mname = argv[k];
+		else if (argv[k][0] != '-' && !cname)
+			cname = argv[k];
+		else
+			mname = NULL, k = argc;
+	}
+	if (!mname || !name_valid(mname)) {
+		fprintf(stderr, "usage: berth checkpoint NAME [CKPT] [--memory] | checkpoint rm NAME CKPT\n");
 		return 2;
 	}
-	body = argc == 3 ? json_pack("{s:s}", "name", argv[2]) : json_object();
+	argv[1] = (char *)mname;
+	body = json_pack("{s:b}", "memory", memory);
+	if (cname)
+		json_object_set_new(body, "name", json_string(cname));
 	snprintf(path, sizeof(path), "/v1/machines/%s/checkpoints", argv[1]);
 	int rc = cli_call(c, "POST", path, body, &r);
 	json_decref(body);
@@ -419,7 +435,8 @@ static int cmd_checkpoint(struct client *c, int argc, char **argv)
 	if (c->json)
 		print_json(r);
 	else
-		printf("checkpoint %s of %s (%.1f ms)\n", jstr(r, "name"), argv[1],
+		printf("checkpoint %s of %s%s (%.1f ms)\n", jstr(r, "name"), argv[1],
+		       json_is_true(json_object_get(r, "memory")) ? " with memory" : "",
 		       json_number_value(json_object_get(r, "took_ms")));
 	json_decref(r);
 	return 0;
@@ -463,7 +480,7 @@ static int cmd_restore(struct client *c, int argc, char **argv)
 static int cmd_fork(struct client *c, int argc, char **argv)
 {
 	char path[256];
-	bool start = true, wait = true;
+	bool start = true, wait = true, live = false;
 	const char *name = NULL, *new_name = NULL, *from = NULL, *v;
 	json_t *r, *body;
 
@@ -474,10 +491,9 @@ static int cmd_fork(struct client *c, int argc, char **argv)
 			start = false;
 		else if (!strcmp(argv[i], "--no-wait"))
 			wait = false;
-		else if (!strcmp(argv[i], "--live")) {
-			fprintf(stderr, "berth fork: --live is not implemented yet\n");
-			return 2;
-		} else if (argv[i][0] != '-' && !name)
+		else if (!strcmp(argv[i], "--live"))
+			live = true;
+		else if (argv[i][0] != '-' && !name)
 			name = argv[i];
 		else if (argv[i][0] != '-' && !new_name)
 			new_name = argv[i];
@@ -487,11 +503,12 @@ static int cmd_fork(struct client *c, int argc, char **argv)
 		}
 	}
 	if (!name || !new_name || !name_valid(name)) {
-		fprintf(stderr, "usage: berth fork NAME NEW [--from CKPT] [--no-start] [--no-wait]\n");
+		fprintf(stderr, "usage: berth fork NAME NEW [--from CKPT | --live] [--no-start] [--no-wait]\n");
 		return 2;
 	}
 	snprintf(path, sizeof(path), "/v1/machines/%s/fork", name);
-	body = json_pack("{s:s, s:b, s:b}", "name", new_name, "start", start, "wait", start && wait);
+	body = json_pack("{s:s, s:b, s:b, s:b}", "name", new_name, "live", live, "start", start,
+			 "wait", (start || live) && wait);
 	if (from)
 		json_object_set_new(body, "from", json_string(from));
 	int rc = cli_call(c, "POST", path, body, &r);

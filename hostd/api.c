@@ -454,21 +454,22 @@ static struct reply do_ledger(struct api *a, const char *owner)
 static struct reply do_checkpoint(struct api *a, const char *owner, const char *name,
 				  const struct buf *body)
 {
-	static const char *const allowed[] = { "name", NULL };
+	static const char *const allowed[] = { "name", "memory", NULL };
 	struct err e = { 0 };
 	struct checkpoint c;
 	const char *ckpt = NULL;
+	int memory = 0;
 	json_t *j = api_parse_body(body, allowed, &e);
 	struct reply rep;
 
 	if (!j)
 		return fail(&e);
-	if (json_unpack(j, "{s?s}", "name", &ckpt) < 0) {
+	if (json_unpack(j, "{s?s, s?b}", "name", &ckpt, "memory", &memory) < 0) {
 		json_decref(j);
-		return fail_now(400, "invalid_name", "name must be a string");
+		return fail_now(400, "invalid_json", "name must be a string, memory true or false");
 	}
 	int64_t t0 = mono_us();
-	if (checkpoint_create(a->h, owner, name, ckpt, &c, &e) < 0) {
+	if (checkpoint_create(a->h, owner, name, ckpt, memory, &c, &e) < 0) {
 		rep = fail(&e);
 	} else {
 		rep = ok(201, checkpoint_json(&c));
@@ -506,24 +507,24 @@ static struct reply do_restore(struct api *a, const char *owner, const char *nam
 static struct reply do_fork(struct api *a, const char *owner, const char *name,
 			    const struct buf *body)
 {
-	static const char *const allowed[] = { "name", "from", "start", "wait", NULL };
+	static const char *const allowed[] = { "name", "from", "live", "start", "wait", NULL };
 	struct err e = { 0 };
 	struct machine m;
 	const char *new_name = NULL, *from = NULL;
-	int start = 0, wait = 0;
+	int start = 0, wait = 0, live = 0;
 	json_t *j = api_parse_body(body, allowed, &e);
 	struct reply rep;
 
 	if (!j)
 		return fail(&e);
-	if (json_unpack(j, "{s:s, s?s, s?b, s?b}", "name", &new_name, "from", &from,
-			"start", &start, "wait", &wait) < 0) {
+	if (json_unpack(j, "{s:s, s?s, s?b, s?b, s?b}", "name", &new_name, "from", &from,
+			"live", &live, "start", &start, "wait", &wait) < 0) {
 		json_decref(j);
 		return fail_now(400, "invalid_json", "name (a string) is required; from is a "
 				"string, start and wait are true or false");
 	}
 	int64_t t0 = mono_us();
-	if (machine_fork(a->h, owner, name, new_name, from, start, wait, &m, &e) < 0) {
+	if (machine_fork(a->h, owner, name, new_name, from, live, start, wait, &m, &e) < 0) {
 		rep = fail(&e);
 	} else {
 		rep = ok(201, machine_json(a->h, &m));

@@ -4,8 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/log.h"
+#include "common/sshexec.h"
 #include "common/util.h"
 #include "hostd/machine.h"
 #include "common/banned.h"
@@ -26,8 +28,10 @@ static int next_top(const struct machine *m, char *out, size_t outlen, struct er
  *   with the guest paused; M stays on its volume (WRITABLE = M's);
  * - layering (qcow2): FROZEN is M's current volume; M moves to WRITABLE, a
  *   new overlay on it (for a running domain, a live disk-only snapshot).
- * The database is the caller's.  On failure nothing is left. */
-static int freeze_top(struct hostd *h, struct machine *m, enum vstate vs,
+ * With MEM (running machine, layering backend) the memory is saved there
+ * in the same instant.  The database is the caller's.  On failure nothing
+ * is left. */
+static int freeze_top(struct hostd *h, struct machine *m, enum vstate vs, const char *mem,
 		      char *frozen, char *writable, size_t len, struct err *e)
 {
 	struct storage_vol_info vi;
@@ -42,6 +46,14 @@ static int freeze_top(struct hostd *h, struct machine *m, enum vstate vs,
 			       "machine %s is suspended: resume or stop it first", m->name);
 	if (vs == VS_BUSY || vs == VS_MISSING)
 		return err_set(e, 409, "busy", "machine %s is %s", m->name, vstate_name(vs));
+	if (mem && !live)
+		return err_set(e, 409, "not_running",
+			       "machine %s is %s: only a running machine has memory to save",
+			       m->name, vstate_name(vs));
+	if (mem && snap)
+		return err_set(e, 501, "not_supported",
+			       "memory checkpoints and live forks on %s are not supported yet",
+			       storage_name(h->st));
 	if (next_top(m, made, sizeof(made), e) < 0)
 		return -1;
 	if (!snap) {
@@ -55,12 +67,19 @@ static int freeze_top(struct hostd *h, struct machine *m, enum vstate vs,
 		/* Paused only for the moment the snapshot takes: the frozen
 		 * content is what the guest had written, like a power cut. */
 		t0 = mono_us();
-		if (vs == VS_RUNNING && virt_pause(h->virt, m->id, e) < 0)
-			goto undo;
-		rc = snap ? storage_snapshot(h->st, m->volume, made, e)
-			  : virt_disk_snapshot(h->virt, m->id, vi.path, e);
-		if (vs == VS_RUNNING && virt_unpause(h->virt, m->id, rc == 0 ? e : NULL) < 0 && rc == 0)
-			log_error("machine %s stays paused after its checkpoint: %s", m->name, e->msg);
+		if (mem) {
+			/* libvirt pauses the guest while it writes the memory. */
+			rc = virt_memory_snapshot(h->virt, m->id, vi.path, mem, e);
+		} else {
+			if (vs == VS_RUNNING && virt_pause(h->virt, m->id, e) < 0)
+				goto undo;
+			rc = snap ? storage_snapshot(h->st, m->volume, made, e)
+				  : virt_disk_snapshot(h->virt, m->id, vi.path, e);
+			if (vs == VS_RUNNING && virt_unpause(h->virt, m->id, rc == 0 ? e : NULL) < 0 &&
+			    rc == 0)
+				log_error("machine %s stays paused after its checkpoint: %s", m->name,
+					  e->msg);
+		}
 		if (rc < 0)
 			goto undo;
 		hostd_crash_point(h, "checkpoint-after-snapshot");
@@ -73,6 +92,8 @@ static int freeze_top(struct hostd *h, struct machine *m, enum vstate vs,
 undo:
 	if (!snap)
 		storage_vol_remove(h->st, made, NULL);
+	if (mem)
+		unlink(mem);
 	return -1;
 }
 
@@ -107,7 +128,7 @@ static void end(struct hostd *h, struct machine *m)
 }
 
 int checkpoint_create(struct hostd *h, const char *owner, const char *name,
-		      const char *ckpt, struct checkpoint *out, struct err *e)
+		      const char *ckpt, bool memory, struct checkpoint *out, struct err *e)
 {
 	struct machine m;
 	struct checkpoint c;
@@ -133,7 +154,11 @@ int checkpoint_create(struct hostd *h, const char *owner, const char *name,
 		goto out;
 	}
 	snprintf(old_top, sizeof(old_top), "%s", m.volume);
-	if (freeze_top(h, &m, vs, frozen, new_top, sizeof(new_top), e) < 0)
+	if (memory)
+		snprintf(c.memory, sizeof(c.memory), "%s/machines/%s/ckpt-%s.mem",
+			 h->cfg.state_dir, m.id, ckpt);
+	if (freeze_top(h, &m, vs, memory ? c.memory : NULL, frozen, new_top, sizeof(new_top),
+		       e) < 0)
 		goto out;
 	snprintf(c.machine_id, sizeof(c.machine_id), "%s", m.id);
 	snprintf(c.name, sizeof(c.name), "%s", ckpt);
@@ -146,12 +171,15 @@ int checkpoint_create(struct hostd *h, const char *owner, const char *name,
 			/* QEMU writes the new volume now: follow it. */
 			db_machine_set_volume(h->db, m.id, new_top, NULL);
 		volume_gc(h, frozen);
+		if (c.memory[0])
+			unlink(c.memory);
 		goto out;
 	}
 	snprintf(m.volume, sizeof(m.volume), "%s", new_top);
 	if (vs == VS_STOPPED && strcmp(new_top, old_top) != 0 && machine_define(h, &m, e) < 0)
 		goto out;
-	log_info("checkpoint %s of %s/%s (volume %s)", ckpt, m.owner, m.name, frozen);
+	log_info("checkpoint %s of %s/%s (volume %s%s%s)", ckpt, m.owner, m.name, frozen,
+		 c.memory[0] ? ", memory " : "", c.memory);
 	*out = c;
 	rc = 0;
 out:
@@ -173,6 +201,8 @@ int checkpoint_delete(struct hostd *h, const char *owner, const char *name,
 		goto out;
 	/* Kept while the machine's own volume or a fork is layered on it. */
 	volume_gc(h, c.volume);
+	if (c.memory[0])
+		unlink(c.memory);
 	log_info("deleted checkpoint %s of %s/%s", ckpt, m.owner, m.name);
 	rc = 0;
 out:
@@ -182,7 +212,8 @@ out:
 
 json_t *checkpoint_json(const struct checkpoint *c)
 {
-	return json_pack("{s:s, s:I}", "name", c->name, "created", (json_int_t)c->created);
+	return json_pack("{s:s, s:I, s:b}", "name", c->name, "created", (json_int_t)c->created,
+			 "memory", c->memory[0] != '\0');
 }
 
 json_t *checkpoint_list_json(struct hostd *h, const char *owner, const char *name,
@@ -201,6 +232,38 @@ json_t *checkpoint_list_json(struct hostd *h, const char *owner, const char *nam
 		json_array_append_new(arr, checkpoint_json(&cs[i]));
 	free(cs);
 	return json_pack("{s:s, s:o}", "machine", name, "checkpoints", arr);
+}
+
+/* Start M from the save image MEM with M's own domain XML (its disk, port,
+ * seed): a memory checkpoint's restore, or (FOREIGN: MEM is another
+ * machine's) a live fork's start. */
+static int restore_memory(struct hostd *h, struct machine *m, const char *mem, bool foreign,
+			  struct err *e)
+{
+	struct buf xml = BUF_INIT;
+	char copy[PATH_MAX];
+	int rc = -1;
+
+	if (strcmp(h->cfg.network, "user") == 0 && !port_is_free(m->ssh_port)) {
+		int p = port_pick_free();
+		if (p < 0 || db_machine_set_port(h->db, m->id, p, e) < 0)
+			return err_set(e, 503, "no_port", "no free loopback port for %s", m->name);
+		m->ssh_port = p;
+	}
+	if (machine_xml(h, m, &xml, e) < 0)
+		goto out;
+	if (!foreign) {
+		rc = virt_restore(h->virt, mem, buf_str(&xml), e);
+		goto out;
+	}
+	snprintf(copy, sizeof(copy), "%s.%s", mem, m->id);
+	if (virt_save_image_retarget(mem, copy, buf_str(&xml), e) == 0) {
+		rc = virt_restore(h->virt, copy, NULL, e);
+		unlink(copy);
+	}
+out:
+	buf_free(&xml);
+	return rc;
 }
 
 int machine_restore(struct hostd *h, const char *owner, const char *name,
@@ -238,8 +301,14 @@ int machine_restore(struct hostd *h, const char *owner, const char *name,
 		goto out;
 	volume_gc(h, old_top);
 	log_info("restored %s/%s to checkpoint %s", m.owner, m.name, ckpt);
-	if (was_running && machine_do_start(h, &m, VS_STOPPED, e) < 0)
+	if (c.memory[0]) {
+		/* Back to the running machine of that moment, memory and all. */
+		if (restore_memory(h, &m, c.memory, false, e) < 0)
+			goto out;
+		was_running = true;
+	} else if (was_running && machine_do_start(h, &m, VS_STOPPED, e) < 0) {
 		goto out;
+	}
 	rc = 0;
 out:
 	end(h, &m);
@@ -250,16 +319,38 @@ out:
 	return rc;
 }
 
+/* A live fork runs with its source's memory, hostname included; its seed
+ * names it at its next boot.  Best effort now: `hostname NEW` over SSH. */
+static void rename_running(struct hostd *h, const struct machine *f)
+{
+	struct image img;
+	char host[64], err[512], cmd[128];
+	int port, status = -1;
+
+	if (db_image_get(h->db, f->image, &img, NULL) < 0 ||
+	    machine_endpoint(h, f, host, sizeof(host), &port, NULL) != 0)
+		return;
+	struct sshexec_target t = { .host = host, .port = port, .user = img.user,
+				    .key_b64 = h->key.private_pem, .connect_timeout_ms = 5000 };
+	snprintf(cmd, sizeof(cmd), "hostname '%s'", f->name);
+	if (sshexec_run(&t, cmd, -1, -1, -1, &status, err, sizeof(err)) < 0 || status != 0)
+		log_warn("live fork %s keeps its source's hostname until it reboots: %s",
+			 f->name, status > 0 ? "hostname failed" : err);
+}
+
 int machine_fork(struct hostd *h, const char *owner, const char *name,
-		 const char *new_name, const char *from, bool start, bool wait,
+		 const char *new_name, const char *from, bool live, bool start, bool wait,
 		 struct machine *out, struct err *e)
 {
 	struct machine m, f;
 	struct checkpoint c;
 	enum vstate vs;
-	char base[80], new_top[80];
+	char base[80], new_top[80], mem[PATH_MAX] = "";
 	int rc = -1;
 
+	if (live && from)
+		return err_set(e, 400, "invalid_fork",
+			       "a live fork copies the machine as it runs: it takes no checkpoint");
 	if (!name_valid(new_name))
 		return err_set(e, 400, "invalid_name",
 			       "invalid machine name '%s': use 1 to 63 of a-z, 0-9 and '-', "
@@ -280,7 +371,13 @@ int machine_fork(struct hostd *h, const char *owner, const char *name,
 		 * on it. */
 		char old_top[80];
 		snprintf(old_top, sizeof(old_top), "%s", m.volume);
-		if (freeze_top(h, &m, vs, base, new_top, sizeof(new_top), e) < 0)
+		if (live) {
+			snprintf(mem, sizeof(mem), "%s/tmp", h->cfg.state_dir);
+			mkdir_p(mem, 0700);
+			snprintf(mem, sizeof(mem), "%s/tmp/fork-%s-%s.mem", h->cfg.state_dir, m.id,
+				 new_name);
+		}
+		if (freeze_top(h, &m, vs, live ? mem : NULL, base, new_top, sizeof(new_top), e) < 0)
 			goto out;
 		if (strcmp(new_top, old_top) != 0) {
 			if (db_machine_set_volume(h->db, m.id, new_top, e) < 0) {
@@ -303,7 +400,27 @@ out:
 	if (machine_create_from(h, &r, base, &f, e) < 0) {
 		if (!from)
 			volume_gc(h, base);
+		if (mem[0])
+			unlink(mem);
 		return -1;
+	}
+	if (live) {
+		/* The fork starts from the source's memory in its own domain. */
+		if (hostd_busy_acquire(h, f.id, "fork", f.name, e) < 0 ||
+		    (rc = restore_memory(h, &f, mem, true, e)) < 0) {
+			unlink(mem);
+			hostd_busy_release(h, f.id);
+			machine_delete(h, owner, new_name, NULL);
+			return -1;
+		}
+		unlink(mem);
+		db_machine_set_state(h->db, f.id, "running", NULL);
+		hostd_busy_release(h, f.id);
+		log_info("live fork %s/%s -> %s", owner, name, new_name);
+		rename_running(h, &f);
+		if (wait && machine_wait_ready(h, &f, h->cfg.boot_timeout_s, e) < 0)
+			return -1;
+		return db_machine_get_id(h->db, f.id, out, e);
 	}
 	log_info("forked %s/%s into %s%s%s", owner, name, new_name, from ? " from checkpoint " : "",
 		 from ? from : "");

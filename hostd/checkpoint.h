@@ -18,9 +18,10 @@
 #include "hostd/hostd.h"
 
 /* Checkpoint OWNER's machine NAME as CKPT (NULL: "ckpt-YYYYMMDD-HHMMSS").
- * Stopped, running or paused; 409 for a suspended machine. */
+ * Stopped, running or paused; 409 for a suspended machine.  With MEMORY
+ * (a running machine; layering backends), its memory too. */
 int checkpoint_create(struct hostd *h, const char *owner, const char *name,
-		      const char *ckpt, struct checkpoint *out, struct err *e);
+		      const char *ckpt, bool memory, struct checkpoint *out, struct err *e);
 int checkpoint_delete(struct hostd *h, const char *owner, const char *name,
 		      const char *ckpt, struct err *e);
 /* {"checkpoints": [...]} of the machine (a new reference), or NULL with E. */
@@ -35,9 +36,10 @@ int machine_restore(struct hostd *h, const char *owner, const char *name,
 		    const char *ckpt, bool wait, struct machine *out, struct err *e);
 /* Fork NAME into a new machine NEW of the same owner: from checkpoint FROM,
  * or (FROM NULL) from the machine as it is now.  The fork has its own id,
- * MAC, SSH port, hostname and seed.  Started when START. */
+ * MAC, SSH port and seed.  Started when START.  LIVE (a running machine,
+ * FROM NULL): the fork starts with the source's memory, both run on. */
 int machine_fork(struct hostd *h, const char *owner, const char *name,
-		 const char *new_name, const char *from, bool start, bool wait,
+		 const char *new_name, const char *from, bool live, bool start, bool wait,
 		 struct machine *out, struct err *e);
 
 #endif

@@ -39,7 +39,8 @@ static const char schema[] =
 	/* A checkpoint names a frozen volume; the machine goes on above it. */
 	"CREATE TABLE IF NOT EXISTS checkpoints("
 	"  machine_id TEXT NOT NULL, name TEXT NOT NULL, volume TEXT NOT NULL,"
-	"  created INTEGER NOT NULL, PRIMARY KEY(machine_id, name));";
+	"  created INTEGER NOT NULL, memory TEXT NOT NULL DEFAULT '',"
+	"  PRIMARY KEY(machine_id, name));";
 
 static int sql_err(struct db *db, struct err *e, const char *what)
 {
@@ -571,6 +572,7 @@ static void ckpt_from_row(sqlite3_stmt *st, void *out)
 	copy_text(st, 1, c->name, sizeof(c->name));
 	copy_text(st, 2, c->volume, sizeof(c->volume));
 	c->created = sqlite3_column_int64(st, 3);
+	copy_text(st, 4, c->memory, sizeof(c->memory));
 }
 
 struct ckpt_tx {
@@ -582,8 +584,9 @@ static int ckpt_insert_tx(struct db *db, void *data, struct err *e)
 {
 	struct ckpt_tx *a = data;
 	int rc = execute(db, e, "insert checkpoint",
-			 "INSERT INTO checkpoints(machine_id, name, volume, created) VALUES(?,?,?,?)",
-			 "sssI", a->c->machine_id, a->c->name, a->c->volume, a->c->created);
+			 "INSERT INTO checkpoints(machine_id, name, volume, created, memory)"
+			 " VALUES(?,?,?,?,?)", "sssIs", a->c->machine_id, a->c->name, a->c->volume,
+			 a->c->created, a->c->memory);
 
 	if (rc == 1) {
 		err_clear(e);
@@ -610,7 +613,7 @@ int db_ckpt_get(struct db *db, const char *machine_id, const char *name,
 	int rc = -1;
 
 	pthread_mutex_lock(&db->lock);
-	st = query(db, e, "SELECT machine_id, name, volume, created FROM checkpoints"
+	st = query(db, e, "SELECT machine_id, name, volume, created, memory FROM checkpoints"
 		   " WHERE machine_id = ? AND name = ?", "ss", machine_id, name);
 	if (st) {
 		switch (sqlite3_step(st)) {
@@ -633,7 +636,7 @@ int db_ckpt_list(struct db *db, const char *machine_id, struct checkpoint **out,
 	*out = NULL;
 	*n = 0;
 	pthread_mutex_lock(&db->lock);
-	st = query(db, e, "SELECT machine_id, name, volume, created FROM checkpoints"
+	st = query(db, e, "SELECT machine_id, name, volume, created, memory FROM checkpoints"
 		   " WHERE machine_id = ? ORDER BY created, name", "s", machine_id);
 	if (st)
 		rc = collect(db, st, sizeof(**out), ckpt_from_row, (void **)out, n,

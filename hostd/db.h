@@ -90,6 +90,7 @@ struct checkpoint {
 	char name[64];
 	char volume[80];      /* the frozen volume holding the checkpoint's disk */
 	int64_t created;
+	char memory[4096];    /* its saved memory image, "" for a disk-only one */
 };
 
 /* The machine's current (writable) volume. */

@@ -40,13 +40,11 @@ static void dom_name(struct hostd *h, const struct machine *m, char *out, size_t
 	snprintf(out, outlen, "%s%s.%s", h->dom_prefix, m->owner, m->name);
 }
 
-int machine_define(struct hostd *h, const struct machine *m, struct err *e)
+int machine_xml(struct hostd *h, const struct machine *m, struct buf *xml, struct err *e)
 {
 	struct image img;
 	struct storage_vol_info vi;
-	struct buf xml = BUF_INIT;
 	char dir[PATH_MAX], seed[PATH_MAX], log[PATH_MAX], name[200];
-	int rc = -1;
 
 	if (db_image_get(h->db, m->image, &img, e) < 0 ||
 	    storage_vol_info(h->st, m->volume, &vi, e) < 0)
@@ -64,7 +62,15 @@ int machine_define(struct hostd *h, const struct machine *m, struct err *e)
 		.nat_network = h->cfg.nat_network, .ssh_port = m->ssh_port,
 		.console_log = log,
 	};
-	if (virt_domain_xml(&s, &xml, e) == 0 && virt_define(h->virt, buf_str(&xml), e) == 0)
+	return virt_domain_xml(&s, xml, e);
+}
+
+int machine_define(struct hostd *h, const struct machine *m, struct err *e)
+{
+	struct buf xml = BUF_INIT;
+	int rc = -1;
+
+	if (machine_xml(h, m, &xml, e) == 0 && virt_define(h->virt, buf_str(&xml), e) == 0)
 		rc = 0;
 	buf_free(&xml);
 	return rc;

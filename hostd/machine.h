@@ -53,6 +53,8 @@ int machine_create_from(struct hostd *h, const struct create_req *req, const cha
 /* For checkpoint.c: the steps machine_act is made of.  The caller holds the
  * machine's busy mark.  VS is the domain's state as libvirt reports it. */
 int machine_define(struct hostd *h, const struct machine *m, struct err *e);
+/* M's domain XML (as machine_define would define it) into XML. */
+int machine_xml(struct hostd *h, const struct machine *m, struct buf *xml, struct err *e);
 int machine_do_start(struct hostd *h, struct machine *m, enum vstate vs, struct err *e);
 int machine_do_stop(struct hostd *h, struct machine *m, enum vstate vs, int timeout_s,
 		    struct err *e);

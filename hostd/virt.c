@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -705,6 +706,149 @@ out:
 		virDomainSnapshotFree(snap);
 	dom_put(d, c);
 	buf_free(&xml);
+	ext_time_add(mono_us() - t0);
+	return rc;
+}
+
+int virt_memory_snapshot(struct virt *v, const char *uuid, const char *new_path,
+			 const char *mem_path, struct err *e)
+{
+	struct buf xml = BUF_INIT;
+	unsigned flags = VIR_DOMAIN_SNAPSHOT_CREATE_ATOMIC | VIR_DOMAIN_SNAPSHOT_CREATE_NO_METADATA |
+			 VIR_DOMAIN_SNAPSHOT_CREATE_REUSE_EXT;
+	int64_t t0 = mono_us();
+	virConnectPtr c;
+	virDomainPtr d = dom_get(v, uuid, &c, e);
+	virDomainSnapshotPtr snap = NULL;
+	int rc = -1;
+
+	if (!d)
+		goto out;
+	if (!xml_text_ok(new_path) || !xml_text_ok(mem_path)) {
+		err_set(e, 400, "invalid_spec", "snapshot path has a control character");
+		goto out;
+	}
+	buf_adds(&xml, "<domainsnapshot><memory snapshot='external' file='");
+	buf_add_xml(&xml, mem_path);
+	buf_adds(&xml, "'/><disks><disk name='vda' snapshot='external' type='file'>"
+		       "<driver type='qcow2'/><source file='");
+	buf_add_xml(&xml, new_path);
+	buf_adds(&xml, "'/></disk><disk name='vdb' snapshot='no'/></disks></domainsnapshot>");
+	snap = virDomainSnapshotCreateXML(d, buf_str(&xml), flags);
+	if (!snap) {
+		verr(e, "memory snapshot", uuid);
+		goto out;
+	}
+	rc = 0;
+out:
+	if (snap)
+		virDomainSnapshotFree(snap);
+	dom_put(d, c);
+	buf_free(&xml);
+	ext_time_add(mono_us() - t0);
+	return rc;
+}
+
+/* libvirt's QEMU save image (src/qemu/qemu_saveimage.h, format 2): this
+ * header in host byte order, then DATA_LEN bytes holding the domain XML
+ * (NUL-terminated) and at COOKIE_OFFSET a cookie (NUL-terminated), then
+ * QEMU's migration stream to the end of the file. */
+struct save_header {
+	char magic[16];          /* "LibvirtQemudSave" */
+	uint32_t version;        /* 2 */
+	uint32_t data_len;
+	uint32_t was_running;
+	uint32_t compressed;     /* 0: raw */
+	uint32_t cookie_offset;
+	uint32_t unused[14];
+};
+
+int virt_save_image_retarget(const char *src, const char *dst, const char *xml,
+			     struct err *e)
+{
+	struct save_header hd;
+	char *data = NULL;
+	int in = -1, out = -1, rc = -1;
+	struct stat st;
+
+	_Static_assert(sizeof(struct save_header) == 92, "libvirt save header is 92 bytes");
+	in = open(src, O_RDONLY | O_CLOEXEC);
+	if (in < 0)
+		return err_errno(e, errno, "open %s", src);
+	if (fstat(in, &st) < 0 || read(in, &hd, sizeof(hd)) != (ssize_t)sizeof(hd) ||
+	    memcmp(hd.magic, "LibvirtQemudSave", 16) != 0 || hd.version != 2 || hd.compressed != 0 ||
+	    hd.data_len > (16u << 20) || hd.cookie_offset >= hd.data_len ||
+	    (off_t)(sizeof(hd) + hd.data_len) > st.st_size) {
+		err_set(e, 500, "save_image", "%s is not a save image berth can retarget "
+			"(libvirt format 2, uncompressed)", src);
+		goto out;
+	}
+	data = malloc(hd.data_len + 1);
+	if (!data)
+		abort();
+	if (read(in, data, hd.data_len) != (ssize_t)hd.data_len) {
+		err_errno(e, errno, "read %s", src);
+		goto out;
+	}
+	data[hd.data_len] = '\0';
+	const char *cookie = data + hd.cookie_offset;
+	size_t xml_len = strlen(xml) + 1, cookie_len = strnlen(cookie, hd.data_len - hd.cookie_offset);
+	struct buf nd = BUF_INIT;
+	buf_add(&nd, xml, xml_len);
+	buf_add(&nd, cookie, cookie_len);
+	buf_add(&nd, "", 1);
+	struct save_header nh = hd;
+	nh.data_len = (uint32_t)nd.len;
+	nh.cookie_offset = (uint32_t)xml_len;
+	out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (out < 0) {
+		err_errno(e, errno, "create %s", dst);
+		buf_free(&nd);
+		goto out;
+	}
+	if (write(out, &nh, sizeof(nh)) != (ssize_t)sizeof(nh) ||
+	    write(out, nd.data, nd.len) != (ssize_t)nd.len) {
+		err_errno(e, errno, "write %s", dst);
+		buf_free(&nd);
+		goto out;
+	}
+	buf_free(&nd);
+	/* The migration stream, copied in the kernel. */
+	off_t from = (off_t)(sizeof(hd) + hd.data_len);
+	size_t left = (size_t)(st.st_size - from);
+	while (left > 0) {
+		ssize_t n = copy_file_range(in, &from, out, NULL, left, 0);
+		if (n <= 0) {
+			err_errno(e, n < 0 ? errno : EIO, "copy %s", src);
+			goto out;
+		}
+		left -= (size_t)n;
+	}
+	rc = 0;
+out:
+	free(data);
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	if (rc < 0)
+		unlink(dst);
+	return rc;
+}
+
+int virt_restore(struct virt *v, const char *path, const char *xml, struct err *e)
+{
+	int64_t t0 = mono_us();
+	virConnectPtr c = conn_get(v, e);
+	int rc = -1;
+
+	if (!c)
+		return -1;
+	if (virDomainRestoreFlags(c, path, xml, VIR_DOMAIN_SAVE_RUNNING) < 0)
+		verr(e, "restore from", path);
+	else
+		rc = 0;
+	virConnectClose(c);
 	ext_time_add(mono_us() - t0);
 	return rc;
 }

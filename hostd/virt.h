@@ -94,6 +94,24 @@ int virt_unpause(struct virt *v, const char *uuid, struct err *e);
  * frozen from then on. */
 int virt_disk_snapshot(struct virt *v, const char *uuid, const char *new_path,
 		       struct err *e);
+/* Like virt_disk_snapshot, and the guest's memory saved to MEM_PATH in the
+ * same instant (an external snapshot with memory; the guest is paused
+ * while its memory is written, then runs on).  MEM_PATH is a libvirt save
+ * image: virt_restore starts a domain from it. */
+int virt_memory_snapshot(struct virt *v, const char *uuid, const char *new_path,
+			 const char *mem_path, struct err *e);
+/* Start a domain from the save image PATH, defined by XML (which must be
+ * ABI-compatible with the saved one: same devices; paths, name, UUID may
+ * differ).  The image is not consumed. */
+int virt_restore(struct virt *v, const char *path, const char *xml, struct err *e);
+/* Write DST, a copy of the libvirt save image SRC whose domain XML is XML
+ * (another machine's: name, UUID, disk, MAC), so that virt_restore(DST,
+ * NULL) starts that machine with SRC's memory.  libvirt's own restore
+ * refuses a different UUID (it is guest-visible ABI); a fork wants exactly
+ * that.  Only libvirt 9's uncompressed format 2 is accepted: anything else
+ * is refused, never guessed at. */
+int virt_save_image_retarget(const char *src, const char *dst, const char *xml,
+			     struct err *e);
 /* The file the domain's vda uses now (the live definition when it runs),
  * into OUT.  1 when it has no file-backed vda. */
 int virt_disk_path(struct virt *v, const char *uuid, char *out, size_t outlen,

@@ -39,7 +39,7 @@ json() {
 v=json.load(sys.stdin)
 for k in sys.argv[1].split("."):
     v = v[int(k)] if isinstance(v, list) else v.get(k) if isinstance(v, dict) else None
-print("" if v is None else (json.dumps(v) if isinstance(v,(dict,list)) else v))' "$1"
+print("" if v is None else (json.dumps(v) if isinstance(v,(dict,list,bool)) else v))' "$1"
 }
 
 start_hostd() {

@@ -1,0 +1,442 @@
+#!/bin/bash
+# Run a command as root inside a small TCG VM whose kernel has real dm-thin.
+#
+#   tests/guest/lvm-vm.sh [--disk-size SIZE] [--timeout SECONDS] [--verbose]
+#                         -- CMD [ARGS...]
+#
+# This is how berth's lvm-thin storage backend is tested for real on machines
+# whose own kernel has no device-mapper (ENVIRONMENT.md, "LVM thin inside a
+# TCG VM").  Exits with CMD's exit status; CMD's stdout and stderr appear on
+# this script's stdout and stderr as they are written (the interleaving of
+# the two is approximate).  CMD's stdin is /dev/null.
+#
+# The guest:
+#  - Debian's kernel, the one images/recipes/tiny.sh uses (same cache,
+#    images/recipes/kernel.sh), booted directly (its uncompressed vmlinux,
+#    through QEMU's PVH entry point, when it can be had: about 3 s sooner);
+#    always TCG (`-accel tcg`), -m 1024, one vCPU.
+#  - an initramfs of busybox-static and the modules of dm-thin, dm-snapshot,
+#    virtio, 9p and overlayfs, cached in $BERTH_CACHE/lvm-vm (default
+#    /var/cache/berth/lvm-vm), keyed by the kernel version and a hash of
+#    this script.
+#  - the host's root, read-only over 9p, is the guest's root (chroot): CMD
+#    and everything it runs are the host's binaries (lvm, thin_check,
+#    qemu-img, the project's test programs), and it runs in the caller's
+#    current directory.  Fresh /proc, /sys, /dev (devtmpfs, so /dev/vdb and
+#    /dev/mapper/* appear), /dev/pts, /dev/shm; tmpfs on /run; /tmp is the
+#    host's /tmp seen through an overlay on tmpfs: host files there can be
+#    read, writes stay in the guest.  Nothing CMD writes reaches the host
+#    except its output and exit status.
+#  - environment: PATH and every BERTH_* and LVM_* variable of the caller,
+#    HOME=/root, plus
+#      BERTH_LVM_DEVICE=/dev/vdb        the blank disk, for the PV
+#      LVM_SYSTEM_DIR=/run/berth-lvm    an lvm.conf for a guest without udev
+#                                       (lvm's backups/archives go there too)
+#      LVM_SUPPRESS_FD_WARNINGS=1
+#  - /dev/vdb: a sparse raw file of SIZE (default 2G; truncate(1) suffixes:
+#    K, M, G, T = powers of 1024), blank at every run, cache=unsafe.  /dev/vda
+#    is a 1 MiB read-only placeholder (zeros) that keeps the disk at vdb.
+#  - LVM runs without udev: lvm creates /dev/VG/LV and /dev/mapper/VG-LV
+#    itself (udev_rules=0); no dmeventd (monitoring=0), no lvmpolld.
+#
+# Exit status: CMD's; 124 when CMD has not finished after SECONDS (default
+# 300, boot included: QEMU is killed); 125 when the VM could not be set up
+# or never reported a status (the end of the serial console is shown); 2 for
+# a usage error.  --verbose prints the timings on stderr.
+#
+# Needs (deploy/install-deps.sh run/test): qemu-system-x86, busybox-static,
+# kmod, cpio, and for the commands people run inside: lvm2,
+# thin-provisioning-tools, qemu-utils.  Everything temporary is in one
+# mktemp directory, removed on exit, also after a failure, a timeout or a
+# signal.  Sends no network traffic (unless the kernel must be downloaded
+# first: see images/recipes/kernel.sh).
+set -uo pipefail
+umask 022
+
+PROG=lvm-vm
+HERE=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
+SELF=$HERE/$(basename -- "${BASH_SOURCE[0]}")
+RECIPES=$HERE/../../images/recipes
+
+usage() {
+	cat >&2 <<EOF
+usage: $0 [--disk-size SIZE] [--timeout SECONDS] [--verbose] -- CMD [ARGS...]
+Runs CMD as root in a TCG VM with real dm-thin; /dev/vdb (\$BERTH_LVM_DEVICE)
+is a blank disk of SIZE (default 2G).  Exits with CMD's status (124: timeout,
+default 300 s; 125: the VM failed).
+EOF
+	exit 2
+}
+say() { printf '%s: %s\n' "$PROG" "$*" >&2; }
+die() { # message, exit 125
+	printf '%s: error: %s\n' "$PROG" "$*" >&2
+	exit 125
+}
+
+DISK_SIZE=2G
+TIMEOUT=300
+VERBOSE=
+RW_DIR=
+while [ $# -gt 0 ]; do
+	case $1 in
+	--disk-size) [ $# -ge 2 ] || usage; DISK_SIZE=$2; shift 2 ;;
+	--disk-size=*) DISK_SIZE=${1#*=}; shift ;;
+	--timeout) [ $# -ge 2 ] || usage; TIMEOUT=$2; shift 2 ;;
+	--timeout=*) TIMEOUT=${1#*=}; shift ;;
+	--rw-dir) [ $# -ge 2 ] || usage; RW_DIR=$2; shift 2 ;;
+	--rw-dir=*) RW_DIR=${1#*=}; shift ;;
+	-v | --verbose) VERBOSE=1; shift ;;
+	-h | --help) usage ;;
+	--) shift; break ;;
+	*) say "unknown argument: $1"; usage ;;
+	esac
+done
+[ $# -ge 1 ] || usage
+[[ $DISK_SIZE =~ ^[1-9][0-9]*[KMGT]?$ ]] ||
+	{ say "bad --disk-size '$DISK_SIZE' (e.g. 512M, 2G)"; usage; }
+[[ $TIMEOUT =~ ^[1-9][0-9]*$ ]] ||
+	{ say "bad --timeout '$TIMEOUT' (whole seconds)"; usage; }
+if [ -n "$RW_DIR" ]; then
+	[ -d "$RW_DIR" ] || { say "--rw-dir $RW_DIR: no such directory"; usage; }
+	RW_DIR=$(cd -- "$RW_DIR" && pwd -P) || die "cannot resolve $RW_DIR"
+	case $RW_DIR in
+	/ | /proc | /proc/* | /sys | /sys/* | /dev | /dev/* | /run | /run/*)
+		say "--rw-dir cannot be $RW_DIR"; usage ;;
+	*$'\n'*) say "--rw-dir: no newline in the path, please"; usage ;;
+	esac
+fi
+
+QEMU=qemu-system-x86_64
+BUSYBOX=/bin/busybox
+for tool in $QEMU modprobe cpio gzip sha256sum truncate tail; do
+	command -v "$tool" >/dev/null 2>&1 ||
+		die "$tool not found (run deploy/install-deps.sh test)"
+done
+[ -x $BUSYBOX ] || die "$BUSYBOX not found (install busybox-static)"
+if ldd $BUSYBOX >/dev/null 2>&1; then
+	die "$BUSYBOX is dynamically linked (install busybox-static)"
+fi
+CWD=$(pwd -P) || die "cannot resolve the current directory"
+now() { date +%s.%N; }
+elapsed() { awk -v s="$1" -v e="$(now)" 'BEGIN { printf "%.2f", e - s }'; }
+T0=$(now)
+
+# ------------------------------------------------------------- cleanup ---
+
+T=
+QPID=
+TAILS=()
+cleanup() {
+	trap - EXIT INT TERM HUP
+	if [ -n "$QPID" ]; then
+		kill -KILL "$QPID" 2>/dev/null
+		wait "$QPID" 2>/dev/null
+	fi
+	local p
+	for p in "${TAILS[@]}"; do
+		kill "$p" 2>/dev/null
+		wait "$p" 2>/dev/null
+	done
+	[ -z "$T" ] || rm -rf -- "$T"
+}
+trap cleanup EXIT
+trap 'say "interrupted"; exit 130' INT
+trap 'say "terminated"; exit 143' TERM HUP
+T=$(mktemp -d "${TMPDIR:-/tmp}/berth-lvm-vm.XXXXXX") || die "mktemp failed"
+
+# -------------------------------------------------------------- kernel ---
+
+# shellcheck source=../../images/recipes/kernel.sh
+. "$RECIPES/kernel.sh" || die "cannot read $RECIPES/kernel.sh"
+kinfo=$(berth_kernel -q -p $PROG) || exit 125
+KVER=${kinfo%% *}
+KDIR=${kinfo#* }
+MODDIR=$KDIR/lib/modules/$KVER
+# PVH boot of the uncompressed kernel; the bzImage when that is impossible.
+if KERNEL=$(berth_kernel_vmlinux -p $PROG "$KDIR" 2>"$T/vmlinux.err"); then
+	:
+else
+	[ -z "$VERBOSE" ] || cat "$T/vmlinux.err" >&2
+	KERNEL=$KDIR/vmlinuz
+fi
+
+# ------------------------------------------------------------- initrd ---
+
+# Loaded in this order, each with the dependencies modprobe lists first.
+# crc32c_generic comes first: libcrc32c (dm-persistent-data) needs a crc32c
+# and nothing would load one on demand (crc32c-intel may fail under TCG).
+MODULES="crc32c_generic virtio_pci virtio_blk 9p 9pnet_virtio overlay dm_mod
+dm_bufio dm_bio_prison dm_persistent_data dm_thin_pool dm_snapshot"
+OPTIONAL_MODULES="virtio_rng"
+# Applets /init uses.  Never one named busybox: a symlink loop makes the
+# kernel fail to run /init with error -40.
+APPLETS="sh mount mkdir insmod chroot env cat mv ln sync poweroff sleep
+usleep chmod"
+
+build_initrd() { # OUT
+	local I=$T/initrd m deps kind path rel n=0
+	mkdir -p "$I"/{bin,dev,proc,sys,host,ovl,etc} || return 1
+	cp $BUSYBOX "$I/bin/busybox" || return 1
+	for m in $APPLETS; do ln -s busybox "$I/bin/$m" || return 1; done
+	: >"$T/modules.list"
+	for m in $MODULES $OPTIONAL_MODULES; do
+		if ! deps=$(modprobe -d "$KDIR" -S "$KVER" --show-depends "$m" 2>/dev/null); then
+			case " $OPTIONAL_MODULES " in *" $m "*) continue ;; esac
+			say "kernel $KVER has no module $m"
+			return 1
+		fi
+		while read -r kind path _; do
+			[ "$kind" = insmod ] || continue # builtin
+			rel=${path#"$MODDIR"/}
+			[ "$rel" != "$path" ] || { say "unexpected module path $path"; return 1; }
+			grep -qxF -- "$rel" "$T/modules.list" || printf '%s\n' "$rel" >>"$T/modules.list"
+		done <<<"$deps"
+	done
+	mkdir -p "$I/lib/modules" || return 1
+	while read -r rel; do
+		m=${rel##*/}
+		case $rel in
+		*.ko) cp "$MODDIR/$rel" "$I/lib/modules/$m" ;;
+		*.ko.xz) xz -dc "$MODDIR/$rel" >"$I/lib/modules/${m%.xz}" ;;
+		*.ko.zst) zstd -qdc "$MODDIR/$rel" >"$I/lib/modules/${m%.zst}" ;;
+		*.ko.gz) gzip -dc "$MODDIR/$rel" >"$I/lib/modules/${m%.gz}" ;;
+		*) say "unexpected module file $rel"; false ;;
+		esac || return 1
+		printf '/lib/modules/%s.ko\n' "${m%.ko*}" >>"$I/etc/modules"
+		n=$((n + 1))
+	done <"$T/modules.list"
+	write_init >"$I/init" && chmod 755 "$I/init" || return 1
+	(cd "$I" && find . -mindepth 1 | LC_ALL=C sort |
+		cpio -o -H newc -R 0:0 --quiet) | gzip -n -1 >"$1" || return 1
+	[ -z "$VERBOSE" ] || say "built initramfs for $KVER ($n modules)"
+}
+
+# The guest's /init (busybox sh).  The host leaves the command in the share
+# (/run/berth-vm/cmd.sh in the guest) and finds the output (stdout, stderr)
+# and the exit status (status) there; the serial console gets the rest.
+write_init() {
+	cat <<'EOF'
+#!/bin/sh
+# berth lvm-vm initramfs: mount the host's root over 9p, run the command
+# the host left in the share inside it (chroot), report, power off.
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+exec </dev/null >/dev/console 2>&1
+S=/host/run/berth-vm
+fail() {
+	echo "lvm-vm-init: $*"
+	sync
+	poweroff -f
+	sleep 10
+}
+# Failures are expected for some (crc32c-intel without SSE4.2 under TCG).
+while read -r ko; do
+	insmod "$ko" 2>/dev/null
+done </etc/modules
+
+OPTS=trans=virtio,version=9p2000.L,msize=262144
+i=0
+until mount -t 9p -o "$OPTS,ro,cache=loose" hostroot /host 2>/dev/null; do
+	i=$((i + 1))
+	[ $i -le 100 ] || fail "cannot mount the host's root (9p hostroot)"
+	usleep 50000
+done
+mount -t proc proc /host/proc || fail "cannot mount /host/proc"
+mount -t sysfs sysfs /host/sys || fail "cannot mount /host/sys"
+mount -t devtmpfs devtmpfs /host/dev || fail "cannot mount /host/dev"
+mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /host/dev/pts 2>/dev/null ||
+	{ mkdir -p /host/dev/pts && mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /host/dev/pts; }
+mkdir -p /host/dev/shm && mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /host/dev/shm
+ln -sfn /proc/self/fd /host/dev/fd
+ln -sfn /proc/self/fd/0 /host/dev/stdin
+ln -sfn /proc/self/fd/1 /host/dev/stdout
+ln -sfn /proc/self/fd/2 /host/dev/stderr
+mount -t tmpfs -o mode=755,nosuid,nodev tmpfs /host/run || fail "cannot mount /host/run"
+mkdir -p /host/run/lock /host/run/berth-vm
+mount -t 9p -o "$OPTS" berthvm $S || fail "cannot mount the share (9p berthvm)"
+# /tmp: the host's, read-only, under a writable tmpfs layer.
+mount -t tmpfs -o mode=755 tmpfs /ovl && mkdir -p /ovl/upper /ovl/work &&
+	chmod 1777 /ovl/upper &&
+	mount -t overlay -o lowerdir=/host/tmp,upperdir=/ovl/upper,workdir=/ovl/work overlay /host/tmp ||
+	mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /host/tmp ||
+	fail "cannot mount /host/tmp"
+# --rw-dir: a host directory, writable, at the same path.
+if [ -s $S/rw-dir ]; then
+	read -r d <$S/rw-dir
+	mount -t 9p -o "$OPTS" berthrw "/host$d" || fail "cannot mount $d (9p berthrw)"
+fi
+i=0
+until [ -b /host/dev/vdb ]; do
+	i=$((i + 1))
+	[ $i -le 200 ] || fail "no /dev/vdb"
+	usleep 50000
+done
+
+env -i chroot /host /bin/bash /run/berth-vm/cmd.sh </dev/null >>$S/stdout 2>>$S/stderr
+echo $? >$S/status.tmp && mv $S/status.tmp $S/status || fail "cannot write the status"
+sync
+poweroff -f
+sleep 10
+EOF
+}
+
+CACHE=${BERTH_CACHE:-/var/cache/berth}
+INITRD=$T/initrd.img
+key=$( { printf '%s\n' "$KVER"; cat -- "$SELF"; } | sha256sum | cut -c1-16)
+cached=$CACHE/lvm-vm/initrd-$KVER-$key.img
+if [ -f "$cached" ] && cp -- "$cached" "$INITRD" 2>/dev/null; then
+	[ -z "$VERBOSE" ] || say "using cached initramfs $cached"
+else
+	build_initrd "$INITRD" || die "cannot build the initramfs"
+	# Cache it (best effort); other versions go.
+	if mkdir -p -- "$CACHE/lvm-vm" 2>/dev/null &&
+		cp -- "$INITRD" "$cached.tmp.$$" 2>/dev/null &&
+		mv -f -- "$cached.tmp.$$" "$cached"; then
+		for f in "$CACHE"/lvm-vm/initrd-*.img; do
+			[ "$f" = "$cached" ] || rm -f -- "$f"
+		done
+	else
+		rm -f -- "$cached.tmp.$$"
+	fi
+fi
+
+# -------------------------------------------------------------- share ---
+
+SHARE=$T/share
+mkdir -p "$SHARE" || die "cannot create $SHARE"
+: >"$SHARE/stdout"
+: >"$SHARE/stderr"
+cat >"$SHARE/lvm.conf" <<'EOF'
+# berth lvm-vm: LVM in a guest without udev, lvmetad, lvmpolld or dmeventd.
+devices {
+	obtain_device_list_from_udev = 0
+	external_device_info_source = "none"
+	use_devicesfile = 0
+	global_filter = [ "a|^/dev/vd|", "r|.*|" ]
+	filter = [ "a|^/dev/vd|", "r|.*|" ]
+}
+global {
+	use_lvmpolld = 0
+	event_activation = 0
+}
+activation {
+	udev_sync = 0
+	udev_rules = 0
+	verify_udev_operations = 0
+	monitoring = 0
+}
+backup {
+	backup_dir = "/run/berth-lvm/backup"
+	archive_dir = "/run/berth-lvm/archive"
+}
+EOF
+
+# The command: bash in the chroot, with only the variables that matter.
+{
+	echo '# written by tests/guest/lvm-vm.sh on the host'
+	while IFS= read -r name; do
+		case $name in
+		PATH | BERTH_* | LVM_*) ;;
+		*) continue ;;
+		esac
+		case $name in
+		LVM_SYSTEM_DIR | BERTH_LVM_DEVICE | LVM_SUPPRESS_FD_WARNINGS) continue ;;
+		esac
+		[[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
+		printf 'export %s=%q\n' "$name" "${!name}"
+	done < <(compgen -e)
+	echo 'export HOME=/root'
+	echo 'export BERTH_LVM_DEVICE=/dev/vdb'
+	echo 'export LVM_SYSTEM_DIR=/run/berth-lvm'
+	echo 'export LVM_SUPPRESS_FD_WARNINGS=1'
+	echo 'mkdir -p /run/berth-lvm/backup /run/berth-lvm/archive &&'
+	echo '	cp /run/berth-vm/lvm.conf /run/berth-lvm/lvm.conf || exit 125'
+	echo 'read -r up _ </proc/uptime && echo "$up" >/run/berth-vm/started'
+	printf 'cd -- %q || { echo "lvm-vm: cannot enter %q in the VM" >&2; exit 125; }\n' "$CWD" "$CWD"
+	printf 'exec'
+	printf ' %q' "$@"
+	printf '\n'
+} >"$SHARE/cmd.sh" || die "cannot write $SHARE/cmd.sh"
+
+RW_ARGS=()
+if [ -n "$RW_DIR" ]; then
+	printf '%s\n' "$RW_DIR" >"$SHARE/rw-dir"
+	RW_ARGS=(-virtfs "local,path=$RW_DIR,mount_tag=berthrw,security_model=none,id=fs2")
+fi
+truncate -s "$DISK_SIZE" "$T/disk.raw" || die "cannot create the $DISK_SIZE disk"
+
+# --------------------------------------------------------------- boot ---
+
+SETUP=$(elapsed "$T0")
+SERIAL=$T/serial.log
+CMDLINE="console=ttyS0 quiet panic=-1 mitigations=off"
+QSTART=$(now)
+$QEMU -name berth-lvm-vm -accel tcg -machine pc -cpu max -m 1024 -smp 1 \
+	-nodefaults -no-user-config -display none -no-reboot \
+	-serial "file:$SERIAL" \
+	-kernel "$KERNEL" -initrd "$INITRD" -append "$CMDLINE" \
+	-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap,id=fs0 \
+	-virtfs "local,path=$SHARE,mount_tag=berthvm,security_model=none,id=fs1" \
+	"${RW_ARGS[@]}" \
+	-object rng-random,id=rng0,filename=/dev/urandom \
+	-device virtio-rng-pci,rng=rng0 \
+	-blockdev driver=null-co,node-name=vda0,size=1048576,read-zeroes=on,read-only=on \
+	-device virtio-blk-pci,drive=vda0,addr=0x8 \
+	-drive "file=$T/disk.raw,format=raw,if=none,id=vdb0,cache=unsafe" \
+	-device virtio-blk-pci,drive=vdb0,addr=0x9 \
+	</dev/null >"$T/qemu.log" 2>&1 &
+QPID=$!
+
+# CMD's output, as it comes.
+tail -c +1 -s 0.1 --pid=$QPID -f "$SHARE/stdout" &
+TAILS+=($!)
+tail -c +1 -s 0.1 --pid=$QPID -f "$SHARE/stderr" >&2 &
+TAILS+=($!)
+
+deadline=$(awk -v s="$QSTART" -v t="$TIMEOUT" 'BEGIN { printf "%.0f", s + t }')
+STARTED=
+while kill -0 $QPID 2>/dev/null; do
+	if [ -z "$STARTED" ] && [ -s "$SHARE/started" ]; then
+		STARTED=$(elapsed "$QSTART")
+	fi
+	if [ "$(date +%s)" -ge "$deadline" ]; then
+		kill -KILL $QPID 2>/dev/null
+		wait $QPID 2>/dev/null
+		QPID=
+		for p in "${TAILS[@]}"; do wait "$p" 2>/dev/null; done
+		TAILS=()
+		if [ -n "$STARTED" ]; then
+			say "timed out after $TIMEOUT s: killed the VM (the command had started $STARTED s after QEMU)"
+		else
+			say "timed out after $TIMEOUT s: killed the VM (the command never started); last lines of its console:"
+			tail -n 30 "$SERIAL" >&2
+		fi
+		exit 124
+	fi
+	sleep 0.1
+done
+wait $QPID
+qrc=$?
+QPID=
+for p in "${TAILS[@]}"; do wait "$p" 2>/dev/null; done
+TAILS=()
+
+status=$(cat "$SHARE/status" 2>/dev/null)
+if [[ ! $status =~ ^[0-9]+$ ]]; then
+	say "the VM never reported a status (QEMU exited with $qrc); last lines of its console:"
+	tail -n 30 "$SERIAL" >&2
+	if [ -s "$T/qemu.log" ]; then
+		say "QEMU said:"
+		tail -n 10 "$T/qemu.log" >&2
+	fi
+	exit 125
+fi
+if [ -n "$VERBOSE" ]; then
+	[ -n "$STARTED" ] || STARTED=$(elapsed "$QSTART")
+	say "kernel $KVER ($(basename -- "$KERNEL")); setup ${SETUP} s;" \
+		"QEMU start -> command ${STARTED} s (guest uptime $(cat "$SHARE/started" 2>/dev/null) s);" \
+		"total $(elapsed "$T0") s; status $status"
+fi
+exit "$status"

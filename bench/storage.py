@@ -52,6 +52,20 @@ def main():
             print(f"{kind:28s} 100 GiB: {summary(big)}")
             print(f"{kind:28s} ratio 100 GiB / 1 GiB: "
                   f"{statistics.median(big) / statistics.median(small):.2f} (goal <= 1.1)")
+        # Live fork vs one managed save plus one restore of the same machine.
+        h.must("start", "d1g")
+        live, save_restore = [], []
+        for i in range(3):
+            _, total, _ = h.must_call("POST", "/v1/machines/d1g/fork", {"name": f"live{i}", "live": True})
+            live.append(total)
+            h.must_call("POST", f"/v1/machines/live{i}/stop", {"timeout": 1})
+            _, t_save, _ = h.must_call("POST", "/v1/machines/d1g/suspend", {})
+            _, t_restore, _ = h.must_call("POST", "/v1/machines/d1g/resume", {})
+            save_restore.append(t_save + t_restore)
+        print(f"live fork (API, fork running)       {summary(live)}")
+        print(f"managed save + restore of the same  {summary(save_restore)}")
+        print(f"ratio live fork / (save + restore): "
+              f"{statistics.median(live) / statistics.median(save_restore):.2f} (goal <= 1)")
         fk = res[("fork (defined, not booted)", "1G")] + res[("fork (defined, not booted)", "100G")]
         print(f"fork API call -> machine defined: median {statistics.median(fk):.1f} ms, "
               f"max {max(fk):.1f} ms (goal < 100 ms)")

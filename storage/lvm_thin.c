@@ -247,8 +247,10 @@ static int lvm_base_import(void *priv, const char *vol, const char *src,
 	if (run_argv(create, NULL, e) < 0)
 		goto out;
 	snprintf(dev, sizeof(dev), "/dev/%s/%s", p->vg, vol);
-	char *const convert[] = { "qemu-img", "convert", "-q", "-n", "-f", (char *)src_format,
-				  "-O", "raw", (char *)src, dev, NULL };
+	/* A new thin LV reads as zeros: writing the image's zeros would
+	 * allocate its whole size in the pool. */
+	char *const convert[] = { "qemu-img", "convert", "-q", "-n", "--target-is-zero",
+				  "-f", (char *)src_format, "-O", "raw", (char *)src, dev, NULL };
 	if (run_argv(convert, NULL, e) < 0) {
 		remove_quietly(p, vol);
 		goto out;

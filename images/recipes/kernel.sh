@@ -38,7 +38,7 @@
 berth_kernel() (
 	trap - ERR
 	set +e -u
-	local quiet= prefix=kernel
+	local quiet='' prefix=kernel
 	while [ $# -gt 0 ]; do
 		case $1 in
 		-q) quiet=1 ;;

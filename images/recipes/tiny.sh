@@ -11,9 +11,9 @@
 #
 # The kernel is Debian's: linux-image-amd64 is resolved to the real package
 # (linux-image-VERSION), which is downloaded with `apt-get download` and
-# unpacked with `dpkg-deb -x` (never installed).  The .deb and the unpacked
-# kernel + modules are kept in $BERTH_CACHE (default /var/cache/berth), so a
-# rebuild takes about two seconds.
+# unpacked with `dpkg-deb -x` (never installed), by images/recipes/kernel.sh.
+# The .deb and the unpacked kernel + modules are kept in $BERTH_CACHE
+# (default /var/cache/berth), so a rebuild takes about two seconds.
 #
 # The guest (what hostd relies on):
 #  - root is /dev/vda, ext4, rw; PID 1 is busybox init (/etc/inittab,
@@ -122,12 +122,11 @@ flock -w 900 9 || die "timed out waiting for the lock on $CACHE"
 
 # ---------------------------------------------------------------- kernel ---
 
-# shellcheck source=images/recipes/kernel.sh
+# shellcheck source=SCRIPTDIR/kernel.sh
 . "$(dirname -- "${BASH_SOURCE[0]}")/kernel.sh"
 kinfo=$(berth_kernel -p tiny) || exit 1
 KVER=${kinfo%% *}
 KDIR=${kinfo#* }
-KPKG=linux-image-$KVER
 MODDIR=$KDIR/lib/modules/$KVER
 
 # --------------------------------------------------------------- initrd ---

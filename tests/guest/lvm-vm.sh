@@ -1,8 +1,8 @@
 #!/bin/bash
 # Run a command as root inside a small TCG VM whose kernel has real dm-thin.
 #
-#   tests/guest/lvm-vm.sh [--disk-size SIZE] [--timeout SECONDS] [--verbose]
-#                         -- CMD [ARGS...]
+#   tests/guest/lvm-vm.sh [--disk-size SIZE] [--timeout SECONDS]
+#                         [--rw-dir DIR] [--verbose] -- CMD [ARGS...]
 #
 # This is how berth's lvm-thin storage backend is tested for real on machines
 # whose own kernel has no device-mapper (ENVIRONMENT.md, "LVM thin inside a
@@ -14,7 +14,7 @@
 #  - Debian's kernel, the one images/recipes/tiny.sh uses (same cache,
 #    images/recipes/kernel.sh), booted directly (its uncompressed vmlinux,
 #    through QEMU's PVH entry point, when it can be had: about 3 s sooner);
-#    always TCG (`-accel tcg`), -m 1024, one vCPU.
+#    always TCG (`-accel tcg`), -m 1024, one vCPU (two boot 2 s slower).
 #  - an initramfs of busybox-static and the modules of dm-thin, dm-snapshot,
 #    virtio, 9p and overlayfs, cached in $BERTH_CACHE/lvm-vm (default
 #    /var/cache/berth/lvm-vm), keyed by the kernel version and a hash of
@@ -22,11 +22,13 @@
 #  - the host's root, read-only over 9p, is the guest's root (chroot): CMD
 #    and everything it runs are the host's binaries (lvm, thin_check,
 #    qemu-img, the project's test programs), and it runs in the caller's
-#    current directory.  Fresh /proc, /sys, /dev (devtmpfs, so /dev/vdb and
+#    current directory (which must not be under /run, /proc, /sys or /dev).  Fresh /proc, /sys, /dev (devtmpfs, so /dev/vdb and
 #    /dev/mapper/* appear), /dev/pts, /dev/shm; tmpfs on /run; /tmp is the
 #    host's /tmp seen through an overlay on tmpfs: host files there can be
 #    read, writes stay in the guest.  Nothing CMD writes reaches the host
-#    except its output and exit status.
+#    except its output, its exit status and what it writes under DIR:
+#    --rw-dir DIR shares the host's directory DIR, writable (files are
+#    created as root), at the same path in the guest.
 #  - environment: PATH and every BERTH_* and LVM_* variable of the caller,
 #    HOME=/root, plus
 #      BERTH_LVM_DEVICE=/dev/vdb        the blank disk, for the PV
@@ -60,10 +62,13 @@ RECIPES=$HERE/../../images/recipes
 
 usage() {
 	cat >&2 <<EOF
-usage: $0 [--disk-size SIZE] [--timeout SECONDS] [--verbose] -- CMD [ARGS...]
-Runs CMD as root in a TCG VM with real dm-thin; /dev/vdb (\$BERTH_LVM_DEVICE)
-is a blank disk of SIZE (default 2G).  Exits with CMD's status (124: timeout,
-default 300 s; 125: the VM failed).
+usage: $0 [--disk-size SIZE] [--timeout SECONDS] [--rw-dir DIR] [--verbose]
+          -- CMD [ARGS...]
+Runs CMD as root in a TCG VM with real dm-thin, chrooted into the host's root
+(read-only) in the current directory; /dev/vdb (\$BERTH_LVM_DEVICE) is a blank
+disk of SIZE (default 2G); --rw-dir makes the host directory DIR writable in
+the VM.  Exits with CMD's status (124: timeout, default 300 s; 125: the VM
+failed).
 EOF
 	exit 2
 }
@@ -72,6 +77,9 @@ die() { # message, exit 125
 	printf '%s: error: %s\n' "$PROG" "$*" >&2
 	exit 125
 }
+
+# A comma in a QEMU option value is written twice.
+q() { printf '%s' "${1//,/,,}"; }
 
 DISK_SIZE=2G
 TIMEOUT=300
@@ -146,7 +154,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/berth-lvm-vm.XXXXXX") || die "mktemp failed"
 
 # -------------------------------------------------------------- kernel ---
 
-# shellcheck source=../../images/recipes/kernel.sh
+# shellcheck source=SCRIPTDIR/../../images/recipes/kernel.sh
 . "$RECIPES/kernel.sh" || die "cannot read $RECIPES/kernel.sh"
 kinfo=$(berth_kernel -q -p $PROG) || exit 125
 KVER=${kinfo%% *}
@@ -354,7 +362,10 @@ EOF
 	echo 'mkdir -p /run/berth-lvm/backup /run/berth-lvm/archive &&'
 	echo '	cp /run/berth-vm/lvm.conf /run/berth-lvm/lvm.conf || exit 125'
 	echo 'read -r up _ </proc/uptime && echo "$up" >/run/berth-vm/started'
-	printf 'cd -- %q || { echo "lvm-vm: cannot enter %q in the VM" >&2; exit 125; }\n' "$CWD" "$CWD"
+	printf 'dir=%q\n' "$CWD"
+	echo 'cd -- "$dir" || { echo "lvm-vm: cannot enter $dir in the VM" >&2; exit 125; }'
+	echo 'unset dir up'
+
 	printf 'exec'
 	printf ' %q' "$@"
 	printf '\n'
@@ -363,7 +374,7 @@ EOF
 RW_ARGS=()
 if [ -n "$RW_DIR" ]; then
 	printf '%s\n' "$RW_DIR" >"$SHARE/rw-dir"
-	RW_ARGS=(-virtfs "local,path=$RW_DIR,mount_tag=berthrw,security_model=none,id=fs2")
+	RW_ARGS=(-virtfs "local,path=$(q "$RW_DIR"),mount_tag=berthrw,security_model=none,id=fs2")
 fi
 truncate -s "$DISK_SIZE" "$T/disk.raw" || die "cannot create the $DISK_SIZE disk"
 
@@ -373,18 +384,18 @@ SETUP=$(elapsed "$T0")
 SERIAL=$T/serial.log
 CMDLINE="console=ttyS0 quiet panic=-1 mitigations=off"
 QSTART=$(now)
-$QEMU -name berth-lvm-vm -accel tcg -machine pc -cpu max -m 1024 -smp 1 \
+$QEMU -name berth-lvm-vm -accel tcg -machine pc -m 1024 -smp 1 \
 	-nodefaults -no-user-config -display none -no-reboot \
-	-serial "file:$SERIAL" \
+	-chardev "file,id=ser0,path=$(q "$SERIAL")" -serial chardev:ser0 \
 	-kernel "$KERNEL" -initrd "$INITRD" -append "$CMDLINE" \
 	-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap,id=fs0 \
-	-virtfs "local,path=$SHARE,mount_tag=berthvm,security_model=none,id=fs1" \
+	-virtfs "local,path=$(q "$SHARE"),mount_tag=berthvm,security_model=none,id=fs1" \
 	"${RW_ARGS[@]}" \
 	-object rng-random,id=rng0,filename=/dev/urandom \
 	-device virtio-rng-pci,rng=rng0 \
 	-blockdev driver=null-co,node-name=vda0,size=1048576,read-zeroes=on,read-only=on \
 	-device virtio-blk-pci,drive=vda0,addr=0x8 \
-	-drive "file=$T/disk.raw,format=raw,if=none,id=vdb0,cache=unsafe" \
+	-drive "file=$(q "$T/disk.raw"),format=raw,if=none,id=vdb0,cache=unsafe" \
 	-device virtio-blk-pci,drive=vdb0,addr=0x9 \
 	</dev/null >"$T/qemu.log" 2>&1 &
 QPID=$!
@@ -424,6 +435,12 @@ for p in "${TAILS[@]}"; do wait "$p" 2>/dev/null; done
 TAILS=()
 
 status=$(cat "$SHARE/status" 2>/dev/null)
+# A Ctrl-C reaches QEMU too (same process group): it stops at once.
+sig=$(sed -n 's/.*terminating on signal \([0-9][0-9]*\).*/\1/p' "$T/qemu.log" | head -n 1)
+if [[ ! $status =~ ^[0-9]+$ ]] && [ -n "$sig" ]; then
+	say "QEMU was stopped by signal $sig"
+	exit $((128 + sig))
+fi
 if [[ ! $status =~ ^[0-9]+$ ]]; then
 	say "the VM never reported a status (QEMU exited with $qrc); last lines of its console:"
 	tail -n 30 "$SERIAL" >&2

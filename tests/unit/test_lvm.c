@@ -136,8 +136,8 @@ int main(void)
 	check_has(buf_str(&log), "qemu-img info --output=json -f raw /img/x.raw\n"
 		  "lvm lvs", "import: size from qemu-img, then the pool's fill");
 	check_has(buf_str(&log), "lvm lvcreate -q -T vg/pool -V 67108864b -n base-x\n"
-		  "qemu-img convert -q -n -f raw -O raw /img/x.raw /dev/vg/base-x\n",
-		  "import: a thin LV of the image's size, filled by qemu-img");
+		  "qemu-img convert -q -n --target-is-zero -f raw -O raw /img/x.raw /dev/vg/base-x\n",
+		  "import: a thin LV of the image's size, filled by qemu-img without its zeros");
 
 	buf_reset(&log);
 	check(storage_vol_remove(st, "nope", &e) == 0, "remove: a missing LV is success");

@@ -578,9 +578,15 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 			return fail_now(400, "invalid_name", "invalid machine name '%s'", seg[2]);
 		if (n == 3 && get) {
 			struct machine m;
+			uint64_t ex, sh;
 			if (db_machine_get(a->h->db, owner, seg[2], &m, &e) < 0)
 				return fail(&e);
-			return ok(200, machine_json(a->h, &m));
+			struct reply rep = ok(200, machine_json(a->h, &m));
+			/* One machine: its allocation split too (the list skips it). */
+			if (storage_vol_usage(a->h->st, m.volume, &ex, &sh, NULL) == 0)
+				json_object_set_new(rep.body, "usage", json_pack("{s:I, s:I}",
+					"exclusive", (json_int_t)ex, "shared", (json_int_t)sh));
+			return rep;
 		}
 		if (n == 3 && del) {
 			if (machine_delete(a->h, owner, seg[2], &e) < 0)

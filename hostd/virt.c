@@ -673,45 +673,10 @@ int virt_unpause(struct virt *v, const char *uuid, struct err *e)
 	DOM_OP(v, uuid, e, "unpause", virDomainResume(d));
 }
 
-int virt_disk_snapshot(struct virt *v, const char *uuid, const char *new_path,
-		       struct err *e)
-{
-	struct buf xml = BUF_INIT;
-	unsigned flags = VIR_DOMAIN_SNAPSHOT_CREATE_DISK_ONLY | VIR_DOMAIN_SNAPSHOT_CREATE_ATOMIC |
-			 VIR_DOMAIN_SNAPSHOT_CREATE_NO_METADATA | VIR_DOMAIN_SNAPSHOT_CREATE_REUSE_EXT;
-	int64_t t0 = mono_us();
-	virConnectPtr c;
-	virDomainPtr d = dom_get(v, uuid, &c, e);
-	virDomainSnapshotPtr snap = NULL;
-	int rc = -1;
-
-	if (!d)
-		goto out;
-	if (!xml_text_ok(new_path)) {
-		err_set(e, 400, "invalid_spec", "snapshot path has a control character");
-		goto out;
-	}
-	buf_adds(&xml, "<domainsnapshot><disks><disk name='vda' snapshot='external' type='file'>"
-		       "<driver type='qcow2'/><source file='");
-	buf_add_xml(&xml, new_path);
-	buf_adds(&xml, "'/></disk><disk name='vdb' snapshot='no'/></disks></domainsnapshot>");
-	snap = virDomainSnapshotCreateXML(d, buf_str(&xml), flags);
-	if (!snap) {
-		verr(e, "disk snapshot", uuid);
-		goto out;
-	}
-	rc = 0;
-out:
-	if (snap)
-		virDomainSnapshotFree(snap);
-	dom_put(d, c);
-	buf_free(&xml);
-	ext_time_add(mono_us() - t0);
-	return rc;
-}
-
-int virt_memory_snapshot(struct virt *v, const char *uuid, const char *new_path,
-			 const char *mem_path, struct err *e)
+/* An external snapshot moving vda onto the overlay NEW_PATH (which the
+ * caller made), with the memory saved to MEM_PATH when that is non-NULL. */
+static int external_snapshot(struct virt *v, const char *uuid, const char *new_path,
+			     const char *mem_path, struct err *e)
 {
 	struct buf xml = BUF_INIT;
 	unsigned flags = VIR_DOMAIN_SNAPSHOT_CREATE_ATOMIC | VIR_DOMAIN_SNAPSHOT_CREATE_NO_METADATA |
@@ -724,19 +689,25 @@ int virt_memory_snapshot(struct virt *v, const char *uuid, const char *new_path,
 
 	if (!d)
 		goto out;
-	if (!xml_text_ok(new_path) || !xml_text_ok(mem_path)) {
+	if (!xml_text_ok(new_path) || (mem_path && !xml_text_ok(mem_path))) {
 		err_set(e, 400, "invalid_spec", "snapshot path has a control character");
 		goto out;
 	}
-	buf_adds(&xml, "<domainsnapshot><memory snapshot='external' file='");
-	buf_add_xml(&xml, mem_path);
-	buf_adds(&xml, "'/><disks><disk name='vda' snapshot='external' type='file'>"
+	buf_adds(&xml, "<domainsnapshot>");
+	if (mem_path) {
+		buf_adds(&xml, "<memory snapshot='external' file='");
+		buf_add_xml(&xml, mem_path);
+		buf_adds(&xml, "'/>");
+	} else {
+		flags |= VIR_DOMAIN_SNAPSHOT_CREATE_DISK_ONLY;
+	}
+	buf_adds(&xml, "<disks><disk name='vda' snapshot='external' type='file'>"
 		       "<driver type='qcow2'/><source file='");
 	buf_add_xml(&xml, new_path);
 	buf_adds(&xml, "'/></disk><disk name='vdb' snapshot='no'/></disks></domainsnapshot>");
 	snap = virDomainSnapshotCreateXML(d, buf_str(&xml), flags);
 	if (!snap) {
-		verr(e, "memory snapshot", uuid);
+		verr(e, mem_path ? "memory snapshot" : "disk snapshot", uuid);
 		goto out;
 	}
 	rc = 0;
@@ -747,6 +718,18 @@ out:
 	buf_free(&xml);
 	ext_time_add(mono_us() - t0);
 	return rc;
+}
+
+int virt_disk_snapshot(struct virt *v, const char *uuid, const char *new_path,
+		       struct err *e)
+{
+	return external_snapshot(v, uuid, new_path, NULL, e);
+}
+
+int virt_memory_snapshot(struct virt *v, const char *uuid, const char *new_path,
+			 const char *mem_path, struct err *e)
+{
+	return external_snapshot(v, uuid, new_path, mem_path, e);
 }
 
 /* libvirt's QEMU save image (src/qemu/qemu_saveimage.h, format 2): this

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@ struct lvm_pool {
 	char vg[128];
 	char pool[128];
 	int max_fill;
+	pthread_mutex_t usage_lock;  /* one metadata snapshot at a time */
 };
 
 /* "VG/NAME" into OUT. */
@@ -141,6 +143,7 @@ static int lvm_open(const char *location, const struct storage_opts *o, void **p
 	snprintf(p->vg, sizeof(p->vg), "%.*s", (int)(slash - location), location);
 	snprintf(p->pool, sizeof(p->pool), "%s", slash + 1);
 	p->max_fill = o->max_fill;
+	pthread_mutex_init(&p->usage_lock, NULL);
 	if (pool_row(p, &row, e) < 0) {
 		free(p);
 		return -1;
@@ -159,7 +162,80 @@ static int lvm_open(const char *location, const struct storage_opts *o, void **p
 
 static void lvm_close(void *priv)
 {
-	free(priv);
+	struct lvm_pool *p = priv;
+
+	pthread_mutex_destroy(&p->usage_lock);
+	free(p);
+}
+
+/* Device-mapper's name for VG/LV: each '-' doubled, joined by '-'. */
+static void dm_name(const char *vg, const char *lv, const char *suffix, char *out, size_t len)
+{
+	struct buf b = BUF_INIT;
+
+	for (const char *s = vg; *s; s++)
+		buf_adds(&b, *s == '-' ? "--" : (char[]){ *s, 0 });
+	buf_adds(&b, "-");
+	for (const char *s = lv; *s; s++)
+		buf_adds(&b, *s == '-' ? "--" : (char[]){ *s, 0 });
+	buf_adds(&b, suffix);
+	snprintf(out, len, "%s", buf_str(&b));
+	buf_free(&b);
+}
+
+/* thin_ls of a metadata snapshot: the only way to read a thin device's
+ * exclusive and shared blocks while the pool is in use. */
+static int lvm_vol_usage(void *priv, const char *vol, uint64_t *exclusive, uint64_t *shared,
+			 struct err *e)
+{
+	struct lvm_pool *p = priv;
+	char target[300], tpool[300], tmeta[300];
+	struct buf out = BUF_INIT;
+	struct run_opts o = { .out = &out };
+	json_t *rows;
+	int rc = -1;
+
+	lv_path(p, vol, target, sizeof(target));
+	if (lvs(target, "lv_name,thin_id", &rows, e) < 0)
+		return -1;
+	long id = strtol(field(json_array_get(rows, 0), "thin_id"), NULL, 10);
+	json_decref(rows);
+	if (id <= 0)
+		return err_set(e, 404, "not_found", "no thin volume %s", vol);
+	dm_name(p->vg, p->pool, "-tpool", tpool, sizeof(tpool));
+	dm_name(p->vg, p->pool, "_tmeta", tmeta, sizeof(tmeta));
+	char path[320];
+	snprintf(path, sizeof(path), "/dev/mapper/%s", tmeta);
+	char *const reserve[] = { "dmsetup", "message", tpool, "0", "reserve_metadata_snap", NULL };
+	char *const release[] = { "dmsetup", "message", tpool, "0", "release_metadata_snap", NULL };
+	char *const ls[] = { "thin_ls", "--metadata-snap", "-o",
+			     "DEV,MAPPED_BYTES,EXCLUSIVE_BYTES,SHARED_BYTES", path, NULL };
+	pthread_mutex_lock(&p->usage_lock);
+	if (run_argv(reserve, NULL, e) == 0) {
+		rc = run_argv(ls, &o, e);
+		run_argv(release, NULL, NULL);
+	}
+	pthread_mutex_unlock(&p->usage_lock);
+	if (rc < 0)
+		goto out;
+	/* A header line, then "DEV MAPPED EXCLUSIVE SHARED" per thin device. */
+	rc = -1;
+	for (char *line = strchr(out.data ? out.data : "", '\n'); line && *line; line = strchr(line, '\n')) {
+		unsigned long long dev, mapped, ex, sh;
+		line++;
+		if (sscanf(line, "%llu %llu %llu %llu", &dev, &mapped, &ex, &sh) == 4 &&
+		    (long)dev == id) {
+			*exclusive = ex;
+			*shared = sh;
+			rc = 0;
+			break;
+		}
+	}
+	if (rc < 0)
+		err_set(e, 404, "not_found", "thin_ls: no device %ld (%s)", id, vol);
+out:
+	buf_free(&out);
+	return rc;
 }
 
 static void remove_quietly(struct lvm_pool *p, const char *vol)
@@ -396,5 +472,6 @@ const struct storage_ops storage_lvm_thin = {
 	.vol_info = lvm_vol_info,
 	.vol_list = lvm_vol_list,
 	.claim = lvm_claim,
+	.vol_usage = lvm_vol_usage,
 	.pool_info = lvm_pool_info,
 };

@@ -307,6 +307,32 @@ static int qcow2_vol_list(void *priv, void (*fn)(const char *vol, void *data),
 	return 0;
 }
 
+/* Exclusive: the overlay's own allocation.  Shared: what the volumes under
+ * it (checkpoints, the image's base) allocate, which it reads through. */
+static int qcow2_vol_usage(void *priv, const char *vol, uint64_t *exclusive, uint64_t *shared,
+			   struct err *e)
+{
+	struct storage_vol_info vi;
+	char cur[256], parent[256];
+
+	if (qcow2_vol_info(priv, vol, &vi, e) < 0)
+		return -1;
+	*exclusive = vi.allocated_bytes;
+	*shared = 0;
+	snprintf(cur, sizeof(cur), "%s", vol);
+	for (int depth = 0; depth < 1000; depth++) {
+		if (qcow2_vol_parent(priv, cur, parent, sizeof(parent), e) < 0)
+			return -1;
+		if (!parent[0])
+			return 0;
+		if (qcow2_vol_info(priv, parent, &vi, e) < 0)
+			return -1;
+		*shared += vi.allocated_bytes;
+		snprintf(cur, sizeof(cur), "%s", parent);
+	}
+	return err_set(e, 500, "internal", "volume %s: backing chain too deep", vol);
+}
+
 static int qcow2_claim(void *priv, const char *tag, struct err *e)
 {
 	struct qcow2_pool *p = priv;
@@ -357,5 +383,6 @@ const struct storage_ops storage_qcow2 = {
 	.vol_list = qcow2_vol_list,
 	.vol_parent = qcow2_vol_parent,
 	.claim = qcow2_claim,
+	.vol_usage = qcow2_vol_usage,
 	.pool_info = qcow2_pool_info,
 };

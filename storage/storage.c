@@ -206,3 +206,15 @@ int storage_claim(struct storage *st, const char *tag, struct err *e)
 		return 0;
 	return st->ops->claim(st->priv, tag, e);
 }
+
+int storage_vol_usage(struct storage *st, const char *vol, uint64_t *exclusive,
+		      uint64_t *shared, struct err *e)
+{
+	*exclusive = *shared = 0;
+	if (check_vol(vol, e) < 0)
+		return -1;
+	if (!st->ops->vol_usage)
+		return err_set(e, 501, "not_supported", "storage backend %s: usage not supported",
+			       st->ops->name);
+	return st->ops->vol_usage(st->priv, vol, exclusive, shared, e);
+}

@@ -80,6 +80,12 @@ struct storage_ops {
 	 * each other (thin snapshots are independent) leaves this NULL. */
 	int (*vol_parent)(void *priv, const char *vol, char *parent, size_t len,
 			  struct err *e);
+	/* Optional.  How VOL's allocated bytes split: EXCLUSIVE (held for VOL
+	 * alone) and SHARED (held for VOL and other volumes too: its base and
+	 * checkpoints it reads through, or blocks a thin snapshot shares).
+	 * Costlier than vol_info (lvm-thin reads a metadata snapshot). */
+	int (*vol_usage)(void *priv, const char *vol, uint64_t *exclusive, uint64_t *shared,
+			 struct err *e);
 	/* Optional.  Mark the pool as TAG's (a hostd instance), refusing
 	 * (409 "pool_taken") a pool another tag claimed: start-up collects
 	 * volumes nothing names, so two instances must never share a pool. */
@@ -124,6 +130,10 @@ int storage_vol_list(struct storage *st,
 		     struct err *e);
 int storage_pool_info(struct storage *st, struct storage_pool_info *info,
 		      struct err *e);
+/* VOL's exclusive and shared allocation (storage_ops.vol_usage); 501
+ * "not_supported" when the backend cannot tell. */
+int storage_vol_usage(struct storage *st, const char *vol, uint64_t *exclusive,
+		      uint64_t *shared, struct err *e);
 /* Claim the pool for TAG (see storage_ops.claim); a backend without the
  * operation accepts any. */
 int storage_claim(struct storage *st, const char *tag, struct err *e);

@@ -32,6 +32,17 @@ static int responder(const char *cmdline, struct buf *out, void *data)
 		buf_adds(out, "{\"virtual-size\": 67108864, \"format\": \"raw\"}");
 		return 0;
 	}
+	if (!strncmp(cmdline, "thin_ls", 7)) {
+		char *text = NULL;
+		FILE *f = fopen("tests/unit/data/lvm/thin_ls.txt", "re");
+		size_t n = 0;
+		if (f && getdelim(&text, &n, '\0', f) > 0)
+			buf_adds(out, text);
+		free(text);
+		if (f)
+			fclose(f);
+		return 0;
+	}
 	if (strncmp(cmdline, "lvm lvs", 7) != 0)
 		return 0;
 	const char *target = strrchr(cmdline, ' ') + 1;
@@ -165,6 +176,22 @@ int main(void)
 	err_clear(&e);
 	check(storage_claim(st, "abcd1234", &e) < 0 && e.status == 409 && !strcmp(e.code, "pool_taken"),
 	      "claim: another instance's pool is 409 pool_taken");
+	/* Exclusive and shared bytes: thin_ls of a metadata snapshot. */
+	report = "lvs-thin-id.json";
+	uint64_t ex = 0, sh = 0;
+	buf_reset(&log);
+	err_clear(&e);
+	check(storage_vol_usage(st, "s1", &ex, &sh, &e) == 0, "usage: s1 (thin id 2)");
+	check(ex == 2097152 && sh == 8388608, "usage: 2 MiB exclusive, 8 MiB shared, as thin_ls says");
+	check_has(buf_str(&log), "dmsetup message vg-pool-tpool 0 reserve_metadata_snap\n"
+		  "thin_ls --metadata-snap -o DEV,MAPPED_BYTES,EXCLUSIVE_BYTES,SHARED_BYTES "
+		  "/dev/mapper/vg-pool_tmeta\n"
+		  "dmsetup message vg-pool-tpool 0 release_metadata_snap\n",
+		  "usage: reserve, thin_ls, release");
+	err_clear(&e);
+	check(storage_vol_usage(st, "pool", &ex, &sh, &e) < 0 && e.status == 404,
+	      "usage: the pool itself has no thin id (404)");
+	report = "lvs-snapshot.json";
 	storage_close(st);
 
 	/* A full pool: the captured state with the 64 MiB pool at 100%. */

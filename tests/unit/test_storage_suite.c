@@ -163,6 +163,14 @@ int main(void)
 	check(io("f-1", "read", 0x55, 2), "%s: the fork sees its own write", backend);
 	check(io(w2, "read", 0x66, 2), "%s: the origin sees its own write", backend);
 	check(io("f-1", "read", 0x22, 1), "%s: the fork has c1's data", backend);
+	{
+		uint64_t ex = 0, sh = 0;
+		err_clear(&e);
+		if (!check(storage_vol_usage(st, "f-1", &ex, &sh, &e) == 0 && ex >= 1 * MIB && sh >= 1 * MIB,
+			   "%s: usage: the fork's own write is exclusive, c1's data shared", backend))
+			diag("exclusive %llu shared %llu: %s", (unsigned long long)ex,
+			     (unsigned long long)sh, e.msg);
+	}
 
 	/* Deletion with dependents. */
 	int deps = storage_vol_dependents(st, f1, &e);

@@ -245,7 +245,7 @@ static int restore_memory(struct hostd *h, struct machine *m, const char *mem, b
 	int rc = -1;
 
 	if (strcmp(h->cfg.network, "user") == 0 && !port_is_free(m->ssh_port)) {
-		int p = port_pick_free();
+		int p = machine_pick_port(h);
 		if (p < 0 || db_machine_set_port(h->db, m->id, p, e) < 0)
 			return err_set(e, 503, "no_port", "no free loopback port for %s", m->name);
 		m->ssh_port = p;
@@ -273,7 +273,7 @@ int machine_restore(struct hostd *h, const char *owner, const char *name,
 	struct checkpoint c;
 	enum vstate vs;
 	char new_top[80], old_top[80];
-	bool was_running;
+	bool was_running = false;
 	int rc = -1;
 
 	if (!name_valid(ckpt))

@@ -77,7 +77,7 @@ int machine_define(struct hostd *h, const struct machine *m, struct err *e)
 }
 
 /* A loopback port for M's SSH forward that no machine and no process uses. */
-static int pick_port(struct hostd *h)
+int machine_pick_port(struct hostd *h)
 {
 	for (int i = 0; i < 50; i++) {
 		int p = port_pick_free();
@@ -205,7 +205,7 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 	m.vcpus = r->vcpus;
 	m.memory = r->memory;
 	m.disk = r->disk ? r->disk : img.virtual_size;
-	if (strcmp(h->cfg.network, "user") == 0 && (m.ssh_port = pick_port(h)) < 0)
+	if (strcmp(h->cfg.network, "user") == 0 && (m.ssh_port = machine_pick_port(h)) < 0)
 		return err_set(e, 503, "no_port", "no free loopback port for %s's SSH", r->name);
 
 	/* The row comes first: from here on a crash leaves a "creating" row
@@ -288,7 +288,7 @@ int machine_do_start(struct hostd *h, struct machine *m, enum vstate vs, struct 
 	if (vs == VS_SUSPENDED && strcmp(h->cfg.network, "user") == 0 &&
 	    !port_is_free(m->ssh_port)) {
 		/* The saved QEMU would fail to bind its forward, for good. */
-		int p = pick_port(h);
+		int p = machine_pick_port(h);
 		if (p < 0)
 			return err_set(e, 503, "no_port", "no free loopback port for %s", m->name);
 		if (virt_saved_set_port(h->virt, m->id, m->ssh_port, p, e) < 0 ||
@@ -299,7 +299,7 @@ int machine_do_start(struct hostd *h, struct machine *m, enum vstate vs, struct 
 	}
 	if (vs == VS_STOPPED || vs == VS_MISSING) {
 		if (strcmp(h->cfg.network, "user") == 0 && !port_is_free(m->ssh_port)) {
-			int p = pick_port(h);
+			int p = machine_pick_port(h);
 			if (p < 0)
 				return err_set(e, 503, "no_port", "no free loopback port for %s", m->name);
 			log_info("machine %s: port %d is taken; SSH moves to %d", m->name,

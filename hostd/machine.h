@@ -60,6 +60,9 @@ int machine_do_stop(struct hostd *h, struct machine *m, enum vstate vs, int time
 		    struct err *e);
 int machine_wait_ready(struct hostd *h, const struct machine *m, int timeout_s,
 		       struct err *e);
+/* A loopback port for an SSH forward that nothing listens on and no
+ * machine has recorded, or -1. */
+int machine_pick_port(struct hostd *h);
 /* Remove volume VOL if no row names it and no volume depends on it, then its
  * parent the same way, up the chain. */
 void volume_gc(struct hostd *h, const char *vol);

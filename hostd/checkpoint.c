@@ -75,10 +75,10 @@ static int freeze_top(struct hostd *h, struct machine *m, enum vstate vs, const 
 				goto undo;
 			rc = snap ? storage_snapshot(h->st, m->volume, made, e)
 				  : virt_disk_snapshot(h->virt, m->id, vi.path, e);
-			if (vs == VS_RUNNING && virt_unpause(h->virt, m->id, rc == 0 ? e : NULL) < 0 &&
-			    rc == 0)
-				log_error("machine %s stays paused after its checkpoint: %s", m->name,
-					  e->msg);
+			struct err ue = { 0 };
+			if (vs == VS_RUNNING && virt_unpause(h->virt, m->id, &ue) < 0)
+				log_error("machine %s stays paused after its checkpoint: %s "
+					  "(resume unpauses it)", m->name, ue.msg);
 		}
 		if (rc < 0)
 			goto undo;
@@ -137,18 +137,23 @@ int checkpoint_create(struct hostd *h, const char *owner, const char *name,
 	int rc = -1;
 
 	memset(&c, 0, sizeof(c));
-	if (!ckpt) {
-		time_t t = time(NULL);
-		struct tm tm;
-		gmtime_r(&t, &tm);
-		strftime(gen, sizeof(gen), "ckpt-%Y%m%d-%H%M%S", &tm);
-		ckpt = gen;
-	}
-	if (!name_valid(ckpt))
+	if (ckpt && !name_valid(ckpt))
 		return err_set(e, 400, "invalid_name",
 			       "invalid checkpoint name '%s': use 1 to 63 of a-z, 0-9 and '-'", ckpt);
 	if (begin(h, owner, name, "checkpoint", &m, &vs, e) < 0)
 		return -1;
+	if (!ckpt) {
+		/* ckpt-YYYYMMDD-HHMMSS, with -2, -3... within one second. */
+		time_t t = time(NULL);
+		struct tm tm;
+		char stamp[32];
+		gmtime_r(&t, &tm);
+		strftime(stamp, sizeof(stamp), "ckpt-%Y%m%d-%H%M%S", &tm);
+		snprintf(gen, sizeof(gen), "%s", stamp);
+		for (int i = 2; db_ckpt_get(h->db, m.id, gen, &c, NULL) == 0 && i < 1000; i++)
+			snprintf(gen, sizeof(gen), "%s-%d", stamp, i);
+		ckpt = gen;
+	}
 	if (db_ckpt_get(h->db, m.id, ckpt, &c, NULL) == 0) {
 		err_set(e, 409, "exists", "machine %s has a checkpoint %s", name, ckpt);
 		goto out;
@@ -176,8 +181,14 @@ int checkpoint_create(struct hostd *h, const char *owner, const char *name,
 		goto out;
 	}
 	snprintf(m.volume, sizeof(m.volume), "%s", new_top);
-	if (vs == VS_STOPPED && strcmp(new_top, old_top) != 0 && machine_define(h, &m, e) < 0)
-		goto out;
+	if (vs == VS_STOPPED && strcmp(new_top, old_top) != 0) {
+		/* The checkpoint is made; the domain's definition follows the
+		 * database at the next start anyway. */
+		struct err de = { 0 };
+		if (machine_define(h, &m, &de) < 0)
+			log_warn("checkpoint %s of %s: redefine: %s (the next start redefines it)",
+				 ckpt, m.name, de.msg);
+	}
 	log_info("checkpoint %s of %s/%s (volume %s%s%s)", ckpt, m.owner, m.name, frozen,
 		 c.memory[0] ? ", memory " : "", c.memory);
 	*out = c;
@@ -282,6 +293,10 @@ int machine_restore(struct hostd *h, const char *owner, const char *name,
 		return -1;
 	if (db_ckpt_get(h->db, m.id, ckpt, &c, e) < 0)
 		goto out;
+	if (vs == VS_BUSY) {
+		err_set(e, 409, "busy", "machine %s is changing state in libvirt; try again", name);
+		goto out;
+	}
 	was_running = vs == VS_RUNNING || vs == VS_PAUSED;
 	/* The present is being discarded: no shutdown grace. */
 	if (was_running && virt_destroy(h->virt, m.id, e) < 0)
@@ -391,19 +406,22 @@ int machine_fork(struct hostd *h, const char *owner, const char *name,
 		}
 	}
 	rc = 0;
-out:
-	end(h, &m);
-	if (rc < 0)
-		return -1;
+	/* The fork's volume is made while the source is still marked busy:
+	 * until it exists nothing else holds its base (a checkpoint rm or a
+	 * delete of the source would collect it). */
 	struct create_req r = { .owner = owner, .name = new_name, .image = m.image,
 				.vcpus = m.vcpus, .memory = m.memory, .disk = m.disk };
 	if (machine_create_from(h, &r, base, &f, e) < 0) {
+		rc = -1;
 		if (!from)
 			volume_gc(h, base);
 		if (mem[0])
 			unlink(mem);
-		return -1;
 	}
+out:
+	end(h, &m);
+	if (rc < 0)
+		return -1;
 	if (live) {
 		/* The fork starts from the source's memory in its own domain. */
 		if (hostd_busy_acquire(h, f.id, "fork", f.name, e) < 0 ||
@@ -429,9 +447,12 @@ out:
 	if (!from)
 		volume_gc(h, base);
 	if (start) {
+		/* Like create: a fork asked to start runs, or is not there. */
 		struct act_opts o = { .wait = wait };
-		if (machine_act(h, owner, new_name, ACT_START, &o, &f, NULL, e) < 0)
+		if (machine_act(h, owner, new_name, ACT_START, &o, &f, NULL, e) < 0) {
+			machine_delete(h, owner, new_name, NULL);
 			return -1;
+		}
 	}
 	*out = f;
 	return 0;

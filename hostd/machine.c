@@ -1,5 +1,6 @@
 #include "hostd/machine.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -291,9 +292,14 @@ int machine_do_start(struct hostd *h, struct machine *m, enum vstate vs, struct 
 		int p = machine_pick_port(h);
 		if (p < 0)
 			return err_set(e, 503, "no_port", "no free loopback port for %s", m->name);
-		if (virt_saved_set_port(h->virt, m->id, m->ssh_port, p, e) < 0 ||
-		    db_machine_set_port(h->db, m->id, p, e) < 0)
+		/* The database first: if the image cannot be rewritten, it is
+		 * put back; the other way round would lose the new port. */
+		if (db_machine_set_port(h->db, m->id, p, e) < 0)
 			return -1;
+		if (virt_saved_set_port(h->virt, m->id, m->ssh_port, p, e) < 0) {
+			db_machine_set_port(h->db, m->id, m->ssh_port, NULL);
+			return -1;
+		}
 		log_info("machine %s: port %d is taken; SSH moves to %d", m->name, m->ssh_port, p);
 		m->ssh_port = p;
 	}
@@ -373,11 +379,13 @@ int machine_act(struct hostd *h, const char *owner, const char *name,
 			goto out;
 		}
 		if (vs == VS_PAUSED) {
-			err_set(e, 409, "paused", "machine %s is paused by libvirt", name);
+			/* berth pauses guests only for a moment (a checkpoint): a
+			 * paused one was left so by a crash or by libvirt. */
+			if (virt_unpause(h->virt, m.id, e) < 0)
+				goto out;
+		} else if (vs != VS_RUNNING && machine_do_start(h, &m, vs, e) < 0) {
 			goto out;
 		}
-		if (vs != VS_RUNNING && machine_do_start(h, &m, vs, e) < 0)
-			goto out;
 		break;
 	case ACT_STOP:
 		if (machine_do_stop(h, &m, vs, timeout, e) < 0)
@@ -494,6 +502,7 @@ struct sweep {
 	struct hostd *h;
 	struct machine *ms;
 	size_t n;
+	struct buf in_use;   /* " VOL VOL ": volumes a domain of ours references */
 };
 
 static bool known_machine(const struct sweep *s, const char *uuid)
@@ -504,13 +513,22 @@ static bool known_machine(const struct sweep *s, const char *uuid)
 	return false;
 }
 
+static void volume_at(struct hostd *h, const char *path, char *out, size_t len);
+
 static void sweep_domain(const char *name, const char *uuid, void *data)
 {
 	struct sweep *s = data;
 	struct err e = { 0 };
+	char path[4096], vol[80];
 
-	if (known_machine(s, uuid))
+	if (known_machine(s, uuid)) {
+		if (virt_disk_path(s->h->virt, uuid, path, sizeof(path), NULL) == 0) {
+			volume_at(s->h, path, vol, sizeof(vol));
+			if (vol[0])
+				buf_printf(&s->in_use, " %s ", vol);
+		}
 		return;
+	}
 	log_warn("reconcile: domain %s (%s) has no machine; removing it", name, uuid);
 	if (virt_remove(s->h->virt, uuid, &e) < 0)
 		log_error("reconcile: %s", e.msg);
@@ -519,6 +537,13 @@ static void sweep_domain(const char *name, const char *uuid, void *data)
 static void sweep_volume(const char *vol, void *data)
 {
 	struct sweep *s = data;
+	char key[100];
+
+	/* A disk some domain of ours references is never collected, whatever
+	 * the database says. */
+	snprintf(key, sizeof(key), " %s ", vol);
+	if (strstr(buf_str(&s->in_use), key))
+		return;
 
 	if (storage_vol_exists(s->h->st, vol) && db_volume_named(s->h->db, vol, NULL) == 0 &&
 	    storage_vol_dependents(s->h->st, vol, NULL) == 0)
@@ -542,31 +567,95 @@ static void match_path(const char *vol, void *data)
 		snprintf(f->vol, sizeof(f->vol), "%s", vol);
 }
 
-/* A running machine's disk is whatever file QEMU writes: a crash between
- * a live checkpoint's snapshot and its database update leaves the row
- * naming the frozen volume.  Follow libvirt. */
-static void sync_live_volume(struct hostd *h, struct machine *m)
+/* Whether volume ABOVE is layered (at any depth) on volume BELOW. */
+static bool layered_on(struct hostd *h, const char *above, const char *below)
 {
-	char path[4096];
-	struct storage_vol_info vi;
+	char cur[80], parent[80];
+
+	snprintf(cur, sizeof(cur), "%s", above);
+	for (int depth = 0; depth < 1000; depth++) {
+		if (storage_vol_parent(h->st, cur, parent, sizeof(parent), NULL) < 0 || !parent[0])
+			return false;
+		if (strcmp(parent, below) == 0)
+			return true;
+		snprintf(cur, sizeof(cur), "%s", parent);
+	}
+	return false;
+}
+
+/* The volume at PATH, into OUT ("" when none). */
+static void volume_at(struct hostd *h, const char *path, char *out, size_t len)
+{
 	struct find_path f = { .h = h, .path = path };
+
+	out[0] = '\0';
+	if (storage_vol_list(h->st, match_path, &f, NULL) == 0)
+		snprintf(out, len, "%s", f.vol);
+}
+
+/* A domain's disk may be newer than the database: a crash between a
+ * checkpoint's snapshot (live: QEMU already writes the new volume;
+ * stopped: the definition already names it) and its database update.
+ * When the domain's volume is layered on the database's, follow the
+ * domain: the writes after the checkpoint are there. */
+static void sync_domain_volume(struct hostd *h, struct machine *m)
+{
+	char path[4096], vol[80];
+	struct storage_vol_info vi;
 
 	if (virt_disk_path(h->virt, m->id, path, sizeof(path), NULL) != 0 ||
 	    (storage_vol_info(h->st, m->volume, &vi, NULL) == 0 && strcmp(vi.path, path) == 0))
 		return;
-	if (storage_vol_list(h->st, match_path, &f, NULL) < 0 || !f.vol[0]) {
-		log_error("reconcile: %s/%s runs on %s, which is no volume", m->owner, m->name, path);
+	volume_at(h, path, vol, sizeof(vol));
+	if (!vol[0]) {
+		log_error("reconcile: %s/%s's domain uses %s, which is no volume", m->owner, m->name,
+			  path);
 		return;
 	}
-	log_warn("reconcile: %s/%s runs on volume %s, the database said %s; correcting",
-		 m->owner, m->name, f.vol, m->volume);
-	if (db_machine_set_volume(h->db, m->id, f.vol, NULL) == 0)
-		snprintf(m->volume, sizeof(m->volume), "%s", f.vol);
+	if (!layered_on(h, vol, m->volume))
+		return;   /* an older definition: the next start redefines it */
+	log_warn("reconcile: %s/%s's domain uses volume %s, layered on %s that the database "
+		 "names; following the domain", m->owner, m->name, vol, m->volume);
+	if (db_machine_set_volume(h->db, m->id, vol, NULL) == 0)
+		snprintf(m->volume, sizeof(m->volume), "%s", vol);
+}
+
+/* Remove memory images in machine M's directory that no checkpoint names
+ * (a crash between a memory snapshot and its row). */
+static void sweep_memory_images(struct hostd *h, const struct machine *m)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	struct checkpoint *cs = NULL;
+	size_t n = 0;
+	struct dirent *de;
+	DIR *d;
+
+	machine_dir(h, m->id, dir, sizeof(dir));
+	if (db_ckpt_list(h->db, m->id, &cs, &n, NULL) < 0 || !(d = opendir(dir))) {
+		free(cs);
+		return;
+	}
+	while ((de = readdir(d))) {
+		size_t len = strlen(de->d_name);
+		bool named = false;
+		if (strncmp(de->d_name, "ckpt-", 5) != 0 || len < 4 ||
+		    strcmp(de->d_name + len - 4, ".mem") != 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		for (size_t i = 0; i < n && !named; i++)
+			named = strcmp(cs[i].memory, path) == 0;
+		if (!named) {
+			log_warn("reconcile: memory image %s belongs to no checkpoint; removing it", path);
+			unlink(path);
+		}
+	}
+	closedir(d);
+	free(cs);
 }
 
 void machine_reconcile(struct hostd *h)
 {
-	struct sweep s = { .h = h };
+	struct sweep s = { .h = h, .in_use = BUF_INIT };
 	struct err e = { 0 };
 
 	if (db_machine_list(h->db, NULL, &s.ms, &s.n, &e) < 0) {
@@ -601,8 +690,17 @@ void machine_reconcile(struct hostd *h)
 		}
 		if (vs == VS_BUSY)
 			continue;
-		if (vs == VS_RUNNING || vs == VS_PAUSED)
-			sync_live_volume(h, m);
+		sync_domain_volume(h, m);
+		sweep_memory_images(h, m);
+		if (vs == VS_PAUSED) {
+			/* berth pauses a guest only around a checkpoint's snapshot:
+			 * hostd died in that moment. */
+			log_warn("reconcile: %s/%s was left paused; resuming it", m->owner, m->name);
+			if (virt_unpause(h->virt, m->id, &e) == 0)
+				vs = VS_RUNNING;
+			else
+				log_error("reconcile: %s/%s: %s", m->owner, m->name, e.msg);
+		}
 		if (strcmp(m->state, vstate_name(vs)) != 0) {
 			log_warn("reconcile: %s/%s is %s in libvirt, %s in the database; correcting",
 				 m->owner, m->name, vstate_name(vs), m->state);
@@ -616,5 +714,6 @@ void machine_reconcile(struct hostd *h)
 		log_error("reconcile: %s", e.msg);
 	if (storage_vol_list(h->st, sweep_volume, &s, &e) < 0)
 		log_error("reconcile: %s", e.msg);
+	buf_free(&s.in_use);
 	free(s.ms);
 }

@@ -760,7 +760,7 @@ int virt_save_image_retarget(const char *src, const char *dst, const char *xml,
 		return err_errno(e, errno, "open %s", src);
 	if (fstat(in, &st) < 0 || read(in, &hd, sizeof(hd)) != (ssize_t)sizeof(hd) ||
 	    memcmp(hd.magic, "LibvirtQemudSave", 16) != 0 || hd.version != 2 || hd.compressed != 0 ||
-	    hd.data_len > (16u << 20) || hd.cookie_offset >= hd.data_len ||
+	    hd.data_len == 0 || hd.data_len > (16u << 20) || hd.cookie_offset >= hd.data_len ||
 	    (off_t)(sizeof(hd) + hd.data_len) > st.st_size) {
 		err_set(e, 500, "save_image", "%s is not a save image berth can retarget "
 			"(libvirt format 2, uncompressed)", src);
@@ -774,15 +774,19 @@ int virt_save_image_retarget(const char *src, const char *dst, const char *xml,
 		goto out;
 	}
 	data[hd.data_len] = '\0';
-	const char *cookie = data + hd.cookie_offset;
-	size_t xml_len = strlen(xml) + 1, cookie_len = strnlen(cookie, hd.data_len - hd.cookie_offset);
+	/* cookie_offset 0 means the image has no cookie. */
+	size_t xml_len = strlen(xml) + 1;
 	struct buf nd = BUF_INIT;
-	buf_add(&nd, xml, xml_len);
-	buf_add(&nd, cookie, cookie_len);
-	buf_add(&nd, "", 1);
 	struct save_header nh = hd;
+	buf_add(&nd, xml, xml_len);
+	nh.cookie_offset = 0;
+	if (hd.cookie_offset) {
+		const char *cookie = data + hd.cookie_offset;
+		buf_add(&nd, cookie, strnlen(cookie, hd.data_len - hd.cookie_offset));
+		buf_add(&nd, "", 1);
+		nh.cookie_offset = (uint32_t)xml_len;
+	}
 	nh.data_len = (uint32_t)nd.len;
-	nh.cookie_offset = (uint32_t)xml_len;
 	out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (out < 0) {
 		err_errno(e, errno, "create %s", dst);

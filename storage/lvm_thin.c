@@ -396,10 +396,19 @@ static int lvm_vol_remove(void *priv, const char *vol, struct err *e)
 {
 	struct lvm_pool *p = priv;
 	char target[300];
+	struct err local = { 0 };
+	json_t *rows;
 
-	if (!lvm_vol_exists(p, vol))
-		return 0;
+	/* Missing is success; lvs failing for another reason is not. */
 	lv_path(p, vol, target, sizeof(target));
+	if (lvs(target, "lv_name", &rows, &local) < 0) {
+		if (local.status == 404)
+			return 0;
+		if (e && !err_isset(e))
+			*e = local;
+		return -1;
+	}
+	json_decref(rows);
 	char *const argv[] = { "lvm", "lvremove", "-q", "-f", target, NULL };
 	return run_argv(argv, NULL, e);
 }

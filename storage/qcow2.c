@@ -51,9 +51,12 @@ static int qcow2_open(const char *location, const struct storage_opts *o, void *
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		abort();
-	if ((size_t)snprintf(p->dir, sizeof(p->dir), "%s", location) >= sizeof(p->dir)) {
+	/* The canonical path: backing files are matched to volumes by it, so
+	 * a trailing slash or a symlink must not make a volume look unused. */
+	if (!realpath(location, p->dir)) {
+		int saved = errno;
 		free(p);
-		return err_set(e, 400, "invalid_config", "qcow2 pool path too long: %s", location);
+		return err_errno(e, saved, "qcow2 pool %s", location);
 	}
 	/* Leftovers of creations a crash interrupted are never volumes. */
 	d = opendir(p->dir);
@@ -172,11 +175,15 @@ static int qcow2_vol_parent(void *priv, const char *vol, char *parent, size_t le
 		goto out;
 	}
 	backing[blen] = '\0';
-	/* POOL/NAME.qcow2 -> NAME; a backing file elsewhere is no volume. */
-	size_t n = strlen(backing);
-	if (strncmp(backing, p->dir, dlen) == 0 && backing[dlen] == '/' && n > dlen + 7 &&
-	    strcmp(backing + n - 6, ".qcow2") == 0 && !strchr(backing + dlen + 1, '/'))
-		snprintf(parent, len, "%.*s", (int)(n - dlen - 7), backing + dlen + 1);
+	/* POOL/NAME.qcow2 -> NAME; a backing file elsewhere is no volume.
+	 * Compared canonically when the file exists (the pool may have been
+	 * named another way when the overlay was made). */
+	char canon[PATH_MAX];
+	const char *b = realpath(backing, canon) ? canon : backing;
+	size_t n = strlen(b);
+	if (strncmp(b, p->dir, dlen) == 0 && b[dlen] == '/' && n > dlen + 7 &&
+	    strcmp(b + n - 6, ".qcow2") == 0 && !strchr(b + dlen + 1, '/'))
+		snprintf(parent, len, "%.*s", (int)(n - dlen - 7), b + dlen + 1);
 	rc = 0;
 out:
 	close(fd);

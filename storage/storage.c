@@ -175,6 +175,7 @@ struct dependents {
 	struct storage *st;
 	const char *vol;
 	int n;
+	bool unsure;   /* a volume's parent could not be read */
 };
 
 static void count_child(const char *vol, void *data)
@@ -182,14 +183,19 @@ static void count_child(const char *vol, void *data)
 	struct dependents *d = data;
 	char parent[256];
 
-	if (d->st->ops->vol_parent(d->st->priv, vol, parent, sizeof(parent), NULL) == 0 &&
-	    strcmp(parent, d->vol) == 0)
+	if (d->st->ops->vol_parent(d->st->priv, vol, parent, sizeof(parent), NULL) < 0) {
+		/* Removed meanwhile is fine; unreadable means "maybe". */
+		if (d->st->ops->vol_exists(d->st->priv, vol))
+			d->unsure = true;
+		return;
+	}
+	if (strcmp(parent, d->vol) == 0)
 		d->n++;
 }
 
 int storage_vol_dependents(struct storage *st, const char *vol, struct err *e)
 {
-	struct dependents d = { st, vol, 0 };
+	struct dependents d = { st, vol, 0, false };
 
 	if (check_vol(vol, e) < 0)
 		return -1;
@@ -197,6 +203,9 @@ int storage_vol_dependents(struct storage *st, const char *vol, struct err *e)
 		return 0;
 	if (st->ops->vol_list(st->priv, count_child, &d, e) < 0)
 		return -1;
+	/* Never "no dependents" on a guess: a caller would remove VOL. */
+	if (d.unsure)
+		return err_set(e, 500, "internal", "cannot tell what depends on volume %s", vol);
 	return d.n;
 }
 

@@ -106,7 +106,7 @@ for point in checkpoint-after-volume checkpoint-after-snapshot; do
 	check_eq "$point: k1 restores" running "$(berth restore d k1 --json | json state)"
 done
 check "the live snapshot interrupted after QEMU switched volumes was followed" \
-	grep -q "reconcile: root/d runs on volume" "$T/hostd.log"
+	grep -q "reconcile: root/d's domain uses volume .* following the domain" "$T/hostd.log"
 berth rm d >/dev/null
 check_eq "after the crashes nothing is left behind" base-tiny.qcow2 "$(ls "$STATE/volumes")"
 finish

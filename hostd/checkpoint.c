@@ -97,36 +97,6 @@ undo:
 	return -1;
 }
 
-/* Look up OWNER's NAME, mark it busy with OP and read libvirt's state. */
-static int begin(struct hostd *h, const char *owner, const char *name, const char *op,
-		 struct machine *m, enum vstate *vs, struct err *e)
-{
-	if (db_machine_get(h->db, owner, name, m, e) < 0)
-		return -1;
-	if (hostd_busy_acquire(h, m->id, op, m->name, e) < 0)
-		return -1;
-	if (db_machine_get_id(h->db, m->id, m, e) < 0) {
-		hostd_busy_release(h, m->id);
-		return -1;
-	}
-	if (strcmp(m->state, "creating") == 0 || strcmp(m->state, "deleting") == 0 ||
-	    virt_state(h->virt, m->id, vs, e) < 0) {
-		err_set(e, 409, "busy", "machine %s is %s", name, m->state);
-		hostd_busy_release(h, m->id);
-		return -1;
-	}
-	return 0;
-}
-
-static void end(struct hostd *h, struct machine *m)
-{
-	enum vstate vs;
-
-	if (virt_state(h->virt, m->id, &vs, NULL) == 0 && vs != VS_BUSY && vs != VS_MISSING)
-		db_machine_set_state(h->db, m->id, vstate_name(vs), NULL);
-	hostd_busy_release(h, m->id);
-}
-
 int checkpoint_create(struct hostd *h, const char *owner, const char *name,
 		      const char *ckpt, bool memory, struct checkpoint *out, struct err *e)
 {
@@ -140,7 +110,7 @@ int checkpoint_create(struct hostd *h, const char *owner, const char *name,
 	if (ckpt && !name_valid(ckpt))
 		return err_set(e, 400, "invalid_name",
 			       "invalid checkpoint name '%s': use 1 to 63 of a-z, 0-9 and '-'", ckpt);
-	if (begin(h, owner, name, "checkpoint", &m, &vs, e) < 0)
+	if (machine_begin(h, owner, name, "checkpoint", &m, &vs, e) < 0)
 		return -1;
 	if (!ckpt) {
 		/* ckpt-YYYYMMDD-HHMMSS, with -2, -3... within one second. */
@@ -194,7 +164,7 @@ int checkpoint_create(struct hostd *h, const char *owner, const char *name,
 	*out = c;
 	rc = 0;
 out:
-	end(h, &m);
+	machine_end(h, &m);
 	return rc;
 }
 
@@ -206,7 +176,7 @@ int checkpoint_delete(struct hostd *h, const char *owner, const char *name,
 	enum vstate vs;
 	int rc = -1;
 
-	if (begin(h, owner, name, "checkpoint rm", &m, &vs, e) < 0)
+	if (machine_begin(h, owner, name, "checkpoint rm", &m, &vs, e) < 0)
 		return -1;
 	if (db_ckpt_get(h->db, m.id, ckpt, &c, e) < 0 || db_ckpt_delete(h->db, m.id, ckpt, e) < 0)
 		goto out;
@@ -217,7 +187,7 @@ int checkpoint_delete(struct hostd *h, const char *owner, const char *name,
 	log_info("deleted checkpoint %s of %s/%s", ckpt, m.owner, m.name);
 	rc = 0;
 out:
-	end(h, &m);
+	machine_end(h, &m);
 	return rc;
 }
 
@@ -289,7 +259,7 @@ int machine_restore(struct hostd *h, const char *owner, const char *name,
 
 	if (!name_valid(ckpt))
 		return err_set(e, 400, "invalid_name", "invalid checkpoint name '%s'", ckpt);
-	if (begin(h, owner, name, "restore", &m, &vs, e) < 0)
+	if (machine_begin(h, owner, name, "restore", &m, &vs, e) < 0)
 		return -1;
 	if (db_ckpt_get(h->db, m.id, ckpt, &c, e) < 0)
 		goto out;
@@ -326,7 +296,7 @@ int machine_restore(struct hostd *h, const char *owner, const char *name,
 	}
 	rc = 0;
 out:
-	end(h, &m);
+	machine_end(h, &m);
 	if (rc == 0 && was_running && wait && machine_wait_ready(h, &m, h->cfg.boot_timeout_s, e) < 0)
 		rc = -1;
 	if (rc == 0)
@@ -374,7 +344,7 @@ int machine_fork(struct hostd *h, const char *owner, const char *name,
 		return err_set(e, 409, "exists", "machine %s exists", new_name);
 	if (from && !name_valid(from))
 		return err_set(e, 400, "invalid_name", "invalid checkpoint name '%s'", from);
-	if (begin(h, owner, name, "fork", &m, &vs, e) < 0)
+	if (machine_begin(h, owner, name, "fork", &m, &vs, e) < 0)
 		return -1;
 	if (from) {
 		if (db_ckpt_get(h->db, m.id, from, &c, e) < 0)
@@ -419,7 +389,7 @@ int machine_fork(struct hostd *h, const char *owner, const char *name,
 			unlink(mem);
 	}
 out:
-	end(h, &m);
+	machine_end(h, &m);
 	if (rc < 0)
 		return -1;
 	if (live) {

@@ -124,16 +124,12 @@ static sqlite3_stmt *query(struct db *db, struct err *e, const char *sql,
  * done; 1 on a constraint violation (E set to a generic 409 "conflict",
  * which an insert that expects it replaces with err_clear + its own
  * message); -1 with E set, naming WHAT, otherwise. */
-static int execute(struct db *db, struct err *e, const char *what, const char *sql,
-		   const char *types, ...)
+static int vexecute(struct db *db, struct err *e, const char *what, const char *sql,
+		    const char *types, va_list ap)
 {
-	va_list ap;
-	sqlite3_stmt *st;
+	sqlite3_stmt *st = vquery(db, e, sql, types, ap);
 	int step, rc;
 
-	va_start(ap, types);
-	st = vquery(db, e, sql, types, ap);
-	va_end(ap);
 	if (!st)
 		return -1;
 	step = sqlite3_step(st);
@@ -144,25 +140,29 @@ static int execute(struct db *db, struct err *e, const char *what, const char *s
 	return rc;
 }
 
+static int execute(struct db *db, struct err *e, const char *what, const char *sql,
+		   const char *types, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, types);
+	rc = vexecute(db, e, what, sql, types, ap);
+	va_end(ap);
+	return rc;
+}
+
 /* The same, taking the lock. */
 static int execute_locked(struct db *db, struct err *e, const char *what, const char *sql,
 			  const char *types, ...)
 {
 	va_list ap;
-	sqlite3_stmt *st;
-	int step, rc = -1;
+	int rc;
 
 	pthread_mutex_lock(&db->lock);
 	va_start(ap, types);
-	st = vquery(db, e, sql, types, ap);
+	rc = vexecute(db, e, what, sql, types, ap);
 	va_end(ap);
-	if (st) {
-		step = sqlite3_step(st);
-		rc = step == SQLITE_DONE ? 0 : step == SQLITE_CONSTRAINT ? 1 : sql_err(db, e, what);
-		if (rc == 1)
-			err_set(e, 409, "conflict", "database: %s: %s", what, sqlite3_errmsg(db->h));
-		sqlite3_finalize(st);
-	}
 	pthread_mutex_unlock(&db->lock);
 	return rc;
 }

@@ -342,6 +342,38 @@ int machine_do_stop(struct hostd *h, struct machine *m, enum vstate vs, int time
 	return 0;
 }
 
+int machine_begin(struct hostd *h, const char *owner, const char *name, const char *op,
+		  struct machine *m, enum vstate *vs, struct err *e)
+{
+	if (db_machine_get(h->db, owner, name, m, e) < 0)
+		return -1;
+	if (hostd_busy_acquire(h, m->id, op, m->name, e) < 0)
+		return -1;
+	/* Read it again under the mark: the operation before may have moved
+	 * its port or volume. */
+	if (db_machine_get_id(h->db, m->id, m, e) < 0) {
+		hostd_busy_release(h, m->id);
+		return -1;
+	}
+	if (strcmp(m->state, "creating") == 0 || strcmp(m->state, "deleting") == 0 ||
+	    virt_state(h->virt, m->id, vs, e) < 0) {
+		err_set(e, 409, "busy", "machine %s is %s", name, m->state);
+		hostd_busy_release(h, m->id);
+		return -1;
+	}
+	return 0;
+}
+
+void machine_end(struct hostd *h, struct machine *m)
+{
+	enum vstate vs;
+
+	/* Record what libvirt says now, whatever happened. */
+	if (virt_state(h->virt, m->id, &vs, NULL) == 0 && vs != VS_BUSY && vs != VS_MISSING)
+		db_machine_set_state(h->db, m->id, vstate_name(vs), NULL);
+	hostd_busy_release(h, m->id);
+}
+
 int machine_act(struct hostd *h, const char *owner, const char *name,
 		enum machine_action a, const struct act_opts *o,
 		struct machine *out, int64_t *ready_ms, struct err *e)
@@ -354,22 +386,8 @@ int machine_act(struct hostd *h, const char *owner, const char *name,
 
 	if (ready_ms)
 		*ready_ms = -1;
-	if (db_machine_get(h->db, owner, name, &m, e) < 0)
+	if (machine_begin(h, owner, name, action_names[a], &m, &vs, e) < 0)
 		return -1;
-	if (hostd_busy_acquire(h, m.id, action_names[a], m.name, e) < 0)
-		return -1;
-	/* Read it again under the mark: the operation before may have moved
-	 * its port or volume. */
-	if (db_machine_get_id(h->db, m.id, &m, e) < 0) {
-		hostd_busy_release(h, m.id);
-		return -1;
-	}
-	if (strcmp(m.state, "creating") == 0 || strcmp(m.state, "deleting") == 0) {
-		err_set(e, 409, "busy", "machine %s is %s", name, m.state);
-		goto out;
-	}
-	if (virt_state(h->virt, m.id, &vs, e) < 0)
-		goto out;
 	switch (a) {
 	case ACT_START:
 	case ACT_RESUME:
@@ -415,10 +433,7 @@ int machine_act(struct hostd *h, const char *owner, const char *name,
 	}
 	rc = 0;
 out:
-	/* Record what libvirt says now, whatever happened. */
-	if (virt_state(h->virt, m.id, &vs, NULL) == 0 && vs != VS_BUSY && vs != VS_MISSING)
-		db_machine_set_state(h->db, m.id, vstate_name(vs), NULL);
-	hostd_busy_release(h, m.id);
+	machine_end(h, &m);
 	if (rc == 0 && o && o->wait && a != ACT_STOP && a != ACT_SUSPEND) {
 		if (machine_wait_ready(h, &m, h->cfg.boot_timeout_s, e) < 0)
 			rc = -1;

@@ -50,6 +50,14 @@ json_t *machine_json(struct hostd *h, const struct machine *m);
 int machine_create_from(struct hostd *h, const struct create_req *req, const char *base,
 			struct machine *out, struct err *e);
 
+/* Start an operation OP on OWNER's machine NAME: look it up, mark it busy,
+ * read it again under the mark and read libvirt's state into *VS.  409
+ * "busy" while it is being created or deleted.  On success the caller
+ * ends with machine_end, which records libvirt's state and drops the mark. */
+int machine_begin(struct hostd *h, const char *owner, const char *name, const char *op,
+		  struct machine *m, enum vstate *vs, struct err *e);
+void machine_end(struct hostd *h, struct machine *m);
+
 /* For checkpoint.c: the steps machine_act is made of.  The caller holds the
  * machine's busy mark.  VS is the domain's state as libvirt reports it. */
 int machine_define(struct hostd *h, const struct machine *m, struct err *e);

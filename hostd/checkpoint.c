@@ -24,13 +24,15 @@ static int next_top(const struct machine *m, char *out, size_t outlen, struct er
 }
 
 /* Freeze M's current content.  Two ways, by backend:
- * - snapshot (lvm-thin): FROZEN is a new thin snapshot of M's volume, made
- *   with the guest paused; M stays on its volume (WRITABLE = M's);
+ * - snapshot (lvm-thin): FROZEN is a new thin snapshot of M's volume; M
+ *   stays on its volume (WRITABLE = M's);
  * - layering (qcow2): FROZEN is M's current volume; M moves to WRITABLE, a
  *   new overlay on it (for a running domain, a live disk-only snapshot).
- * With MEM (running machine, layering backend) the memory is saved there
- * in the same instant.  The database is the caller's.  On failure nothing
- * is left. */
+ * A running guest is paused only for the moment this takes, and with MEM
+ * its memory is saved there while it is paused: the disk and the memory are
+ * of the same instant, and the disk holds what the guest had written, like
+ * after a power cut.  The database is the caller's.  On failure nothing is
+ * left. */
 static int freeze_top(struct hostd *h, struct machine *m, enum vstate vs, const char *mem,
 		      char *frozen, char *writable, size_t len, struct err *e)
 {
@@ -50,41 +52,32 @@ static int freeze_top(struct hostd *h, struct machine *m, enum vstate vs, const 
 		return err_set(e, 409, "not_running",
 			       "machine %s is %s: only a running machine has memory to save",
 			       m->name, vstate_name(vs));
-	if (mem && snap)
-		return err_set(e, 501, "not_supported",
-			       "memory checkpoints and live forks on %s are not supported yet",
-			       storage_name(h->st));
 	if (next_top(m, made, sizeof(made), e) < 0)
 		return -1;
 	if (!snap) {
 		if (storage_vol_create(h->st, made, m->volume, m->disk, e) < 0)
 			return -1;
 		hostd_crash_point(h, "checkpoint-after-volume");
+		if (live && storage_vol_info(h->st, made, &vi, e) < 0)
+			goto undo;
 	}
 	if (snap || live) {
-		if (!snap && storage_vol_info(h->st, made, &vi, e) < 0)
-			goto undo;
-		/* Paused only for the moment the snapshot takes: the frozen
-		 * content is what the guest had written, like a power cut. */
 		t0 = mono_us();
-		if (mem) {
-			/* libvirt pauses the guest while it writes the memory. */
-			rc = virt_memory_snapshot(h->virt, m->id, vi.path, mem, e);
-		} else {
-			if (vs == VS_RUNNING && virt_pause(h->virt, m->id, e) < 0)
-				goto undo;
+		if (vs == VS_RUNNING && virt_pause(h->virt, m->id, e) < 0)
+			goto undo;
+		rc = mem ? virt_memory_snapshot(h->virt, m->id, mem, e) : 0;
+		if (rc == 0)
 			rc = snap ? storage_snapshot(h->st, m->volume, made, e)
 				  : virt_disk_snapshot(h->virt, m->id, vi.path, e);
-			struct err ue = { 0 };
-			if (vs == VS_RUNNING && virt_unpause(h->virt, m->id, &ue) < 0)
-				log_error("machine %s stays paused after its checkpoint: %s "
-					  "(resume unpauses it)", m->name, ue.msg);
-		}
+		struct err ue = { 0 };
+		if (vs == VS_RUNNING && virt_unpause(h->virt, m->id, &ue) < 0)
+			log_error("machine %s stays paused after its checkpoint: %s "
+				  "(resume unpauses it)", m->name, ue.msg);
 		if (rc < 0)
 			goto undo;
 		hostd_crash_point(h, "checkpoint-after-snapshot");
-		log_debug("machine %s paused %lld us for a disk snapshot", m->name,
-			  (long long)(mono_us() - t0));
+		log_debug("machine %s paused %lld us for a %s snapshot", m->name,
+			  (long long)(mono_us() - t0), mem ? "memory and disk" : "disk");
 	}
 	snprintf(frozen, len, "%s", snap ? made : m->volume);
 	snprintf(writable, len, "%s", snap ? m->volume : made);
@@ -399,9 +392,12 @@ out:
 			unlink(mem);
 			hostd_busy_release(h, f.id);
 			machine_delete(h, owner, new_name, NULL);
+			volume_gc(h, base);
 			return -1;
 		}
 		unlink(mem);
+		/* As below: a thin snapshot made only to fork from goes now. */
+		volume_gc(h, base);
 		db_machine_set_state(h->db, f.id, "running", NULL);
 		hostd_busy_release(h, f.id);
 		log_info("live fork %s/%s -> %s", owner, name, new_name);

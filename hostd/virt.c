@@ -673,8 +673,9 @@ int virt_unpause(struct virt *v, const char *uuid, struct err *e)
 	DOM_OP(v, uuid, e, "unpause", virDomainResume(d));
 }
 
-/* An external snapshot moving vda onto the overlay NEW_PATH (which the
- * caller made), with the memory saved to MEM_PATH when that is non-NULL. */
+/* An external snapshot: vda moved onto the overlay NEW_PATH (which the
+ * caller made) when that is non-NULL, the memory saved to MEM_PATH when
+ * that is non-NULL. */
 static int external_snapshot(struct virt *v, const char *uuid, const char *new_path,
 			     const char *mem_path, struct err *e)
 {
@@ -689,7 +690,7 @@ static int external_snapshot(struct virt *v, const char *uuid, const char *new_p
 
 	if (!d)
 		goto out;
-	if (!xml_text_ok(new_path) || (mem_path && !xml_text_ok(mem_path))) {
+	if ((new_path && !xml_text_ok(new_path)) || (mem_path && !xml_text_ok(mem_path))) {
 		err_set(e, 400, "invalid_spec", "snapshot path has a control character");
 		goto out;
 	}
@@ -701,10 +702,15 @@ static int external_snapshot(struct virt *v, const char *uuid, const char *new_p
 	} else {
 		flags |= VIR_DOMAIN_SNAPSHOT_CREATE_DISK_ONLY;
 	}
-	buf_adds(&xml, "<disks><disk name='vda' snapshot='external' type='file'>"
-		       "<driver type='qcow2'/><source file='");
-	buf_add_xml(&xml, new_path);
-	buf_adds(&xml, "'/></disk><disk name='vdb' snapshot='no'/></disks></domainsnapshot>");
+	if (new_path) {
+		buf_adds(&xml, "<disks><disk name='vda' snapshot='external' type='file'>"
+			       "<driver type='qcow2'/><source file='");
+		buf_add_xml(&xml, new_path);
+		buf_adds(&xml, "'/></disk>");
+	} else {
+		buf_adds(&xml, "<disks><disk name='vda' snapshot='no'/>");
+	}
+	buf_adds(&xml, "<disk name='vdb' snapshot='no'/></disks></domainsnapshot>");
 	snap = virDomainSnapshotCreateXML(d, buf_str(&xml), flags);
 	if (!snap) {
 		verr(e, mem_path ? "memory snapshot" : "disk snapshot", uuid);
@@ -726,10 +732,10 @@ int virt_disk_snapshot(struct virt *v, const char *uuid, const char *new_path,
 	return external_snapshot(v, uuid, new_path, NULL, e);
 }
 
-int virt_memory_snapshot(struct virt *v, const char *uuid, const char *new_path,
-			 const char *mem_path, struct err *e)
+int virt_memory_snapshot(struct virt *v, const char *uuid, const char *mem_path,
+			 struct err *e)
 {
-	return external_snapshot(v, uuid, new_path, mem_path, e);
+	return external_snapshot(v, uuid, NULL, mem_path, e);
 }
 
 /* libvirt's QEMU save image (src/qemu/qemu_saveimage.h, format 2): this

@@ -94,12 +94,13 @@ int virt_unpause(struct virt *v, const char *uuid, struct err *e);
  * frozen from then on. */
 int virt_disk_snapshot(struct virt *v, const char *uuid, const char *new_path,
 		       struct err *e);
-/* Like virt_disk_snapshot, and the guest's memory saved to MEM_PATH in the
- * same instant (an external snapshot with memory; the guest is paused
- * while its memory is written, then runs on).  MEM_PATH is a libvirt save
- * image: virt_restore starts a domain from it. */
-int virt_memory_snapshot(struct virt *v, const char *uuid, const char *new_path,
-			 const char *mem_path, struct err *e);
+/* The guest's memory saved to MEM_PATH, its disks untouched (an external
+ * snapshot of memory alone).  libvirt pauses a running guest while it
+ * writes and then lets it run on; a paused guest stays paused, which is how
+ * a caller takes the disk's snapshot in the same instant.  MEM_PATH is a
+ * libvirt save image: virt_restore starts a domain from it. */
+int virt_memory_snapshot(struct virt *v, const char *uuid, const char *mem_path,
+			 struct err *e);
 /* Start a domain from the save image PATH, defined by XML (which must be
  * ABI-compatible with the saved one: same devices; paths, name, UUID may
  * differ).  The image is not consumed. */

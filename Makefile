@@ -33,7 +33,7 @@ COMMON_SRC  := common/log.c common/util.c common/run.c common/buf.c \
 STORAGE_SRC := storage/storage.c storage/qcow2.c storage/lvm_thin.c
 HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/config.c hostd/db.c hostd/virt.c \
                hostd/seed.c hostd/api.c hostd/machine.c hostd/image.c \
-               hostd/keys.c hostd/checkpoint.c
+               hostd/keys.c hostd/checkpoint.c hostd/userkeys.c hostd/sessions.c
 CLI_SRC     := cli/main.c cli/client.c cli/up.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 

@@ -31,6 +31,7 @@ static const char usage_text[] =
 	"  restore NAME CKPT [--no-wait]      return the machine to a checkpoint\n"
 	"  fork NAME NEW [--from CKPT | --live] [--no-start] [--no-wait]\n"
 	"  image ls | image build RECIPE [--name N] | image rm NAME\n"
+	"  key add FILE|- | key ls | key rm ID   your SSH public keys (for ssh NAME@host)\n"
 	"\n"
 	"  --state DIR   state directory of the hostd to talk to (default $BERTH_STATE or /var/lib/berth)\n"
 	"  --json        machine-readable output\n";
@@ -589,6 +590,112 @@ static int cmd_image(struct client *c, int argc, char **argv)
 	return 2;
 }
 
+/* berth key add FILE: every key line of FILE ("-": stdin), each added
+ * on its own; a line that fails does not stop the others. */
+static int key_add(struct client *c, const char *file)
+{
+	FILE *f = strcmp(file, "-") == 0 ? stdin : fopen(file, "re");
+	char *line = NULL;
+	size_t cap = 0;
+	int lineno = 0, added = 0, failed = 0;
+	json_t *out = json_pack("{s:[], s:[]}", "added", "failed");
+
+	if (!f) {
+		fprintf(stderr, "berth: cannot read %s: %s\n", file, strerror(errno));
+		json_decref(out);
+		return 1;
+	}
+	while (getline(&line, &cap, f) >= 0) {
+		char *p = line + strspn(line, " \t"), err[1024];
+		long status;
+		json_t *body, *r = NULL, *msg;
+		lineno++;
+		p[strcspn(p, "\r\n")] = '\0';
+		if (*p == '\0' || *p == '#')
+			continue;
+		body = json_pack("{s:s}", "key", p);
+		if (client_call(c, "POST", "/v1/keys", body, &status, &r, err, sizeof(err)) < 0) {
+			fprintf(stderr, "berth: %s\n", err);
+			json_decref(body);
+			failed++;
+			break;
+		}
+		json_decref(body);
+		if (status == 201 && r) {
+			added++;
+			if (!c->json)
+				printf("added key %lld: %s %s%s%s\n", jint(r, "id"), jstr(r, "type"),
+				       jstr(r, "fingerprint"), *jstr(r, "comment") ? " " : "",
+				       jstr(r, "comment"));
+			json_array_append(json_object_get(out, "added"), r);
+		} else {
+			failed++;
+			msg = json_object_get(json_object_get(r, "error"), "message");
+			fprintf(stderr, "berth: %s:%d: %s\n", strcmp(file, "-") ? file : "stdin",
+				lineno, json_is_string(msg) ? json_string_value(msg)
+							    : "unexpected answer from hostd");
+			json_array_append_new(json_object_get(out, "failed"),
+					      json_pack("{s:i, s:O*}", "line", lineno, "error",
+							json_object_get(r, "error")));
+		}
+		json_decref(r);
+	}
+	if (f != stdin)
+		fclose(f);
+	free(line);
+	if (added + failed == 0)
+		fprintf(stderr, "berth: no key line in %s (expected 'TYPE BASE64 [COMMENT]', "
+			"as in ~/.ssh/id_ed25519.pub)\n", strcmp(file, "-") ? file : "stdin");
+	if (c->json)
+		print_json(out);
+	json_decref(out);
+	return added > 0 && failed == 0 ? 0 : 1;
+}
+
+static int cmd_key(struct client *c, int argc, char **argv)
+{
+	json_t *r, *k;
+	size_t i;
+	char path[64];
+
+	if (argc == 3 && !strcmp(argv[1], "add"))
+		return key_add(c, argv[2]);
+	if (argc == 2 && (!strcmp(argv[1], "ls") || !strcmp(argv[1], "list"))) {
+		if (cli_call(c, "GET", "/v1/keys", NULL, &r) < 0)
+			return 1;
+		if (c->json) {
+			print_json(r);
+		} else {
+			printf("%-5s %-34s %-50s %s\n", "ID", "TYPE", "FINGERPRINT", "COMMENT");
+			json_array_foreach(json_object_get(r, "keys"), i, k)
+				printf("%-5lld %-34s %-50s %s\n", jint(k, "id"), jstr(k, "type"),
+				       jstr(k, "fingerprint"), jstr(k, "comment"));
+		}
+		json_decref(r);
+		return 0;
+	}
+	if (argc == 3 && !strcmp(argv[1], "rm")) {
+		char *end;
+		long long id = strtoll(argv[2], &end, 10);
+		if (*end || end == argv[2] || id <= 0) {
+			fprintf(stderr, "berth: invalid key id '%s' (berth key ls shows them)\n",
+				argv[2]);
+			return 2;
+		}
+		snprintf(path, sizeof(path), "/v1/keys/%lld", id);
+		if (cli_call(c, "DELETE", path, NULL, &r) < 0)
+			return 1;
+		if (c->json)
+			print_json(r);
+		else
+			printf("deleted key %lld\n", id);
+		json_decref(r);
+		return 0;
+	}
+	fprintf(stderr, "usage: berth key add FILE|- | key ls | key rm ID\n");
+	return 2;
+}
+
 int main(int argc, char **argv)
 {
 	struct client c = { 0 };
@@ -674,8 +781,9 @@ int main(int argc, char **argv)
 		return cmd_restore(&c, nargs, args);
 	if (!strcmp(cmd, "fork"))
 		return cmd_fork(&c, nargs, args);
-	if (!strcmp(cmd, "desktop") || !strcmp(cmd, "usage") ||
-	    !strcmp(cmd, "key") || !strcmp(cmd, "token")) {
+	if (!strcmp(cmd, "key"))
+		return cmd_key(&c, nargs, args);
+	if (!strcmp(cmd, "desktop") || !strcmp(cmd, "usage") || !strcmp(cmd, "token")) {
 		fprintf(stderr, "berth: '%s' is not implemented yet\n", cmd);
 		return 2;
 	}

@@ -1,7 +1,8 @@
 #!/bin/sh
-# Install the Debian packages berth needs to build, run and test.
-# Idempotent: when everything is present it only runs dpkg-query (well under
-# a second).  Usage: deploy/install-deps.sh [build|run|test]   (default: test)
+# Install the Debian packages berth needs to build, run and test, and (run,
+# test) the system user the gateways run as.  Idempotent: when everything is
+# present it only runs dpkg-query (well under a second).
+# Usage: deploy/install-deps.sh [build|run|test]   (default: test)
 set -eu
 
 what=${1:-test}
@@ -58,6 +59,18 @@ if [ "$what" != build ] && [ -f /etc/libvirt/qemu.conf ]; then
 			printf '\n# added by berth deploy/install-deps.sh\nuser = "root"\ngroup = "root"\n' >> /etc/libvirt/qemu.conf
 			echo "install-deps: set user/group root in /etc/libvirt/qemu.conf (restart libvirtd if it runs)" >&2
 		fi
+	fi
+fi
+
+# The gateways (berth-sshgw, berth-desktop) run as their own unprivileged
+# user; hostd knows their requests by it (gateway_user, default berth-gw).
+if [ "$what" != build ] && ! getent passwd berth-gw >/dev/null 2>&1; then
+	if [ "$(id -u)" = 0 ]; then
+		useradd --system --no-create-home --home-dir /nonexistent \
+			--shell /usr/sbin/nologin berth-gw
+		echo "install-deps: created the system user berth-gw (the gateways run as it)" >&2
+	else
+		echo "install-deps: no user berth-gw (run as root to create it)" >&2
 	fi
 fi
 exit 0

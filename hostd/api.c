@@ -18,6 +18,8 @@
 #include "hostd/checkpoint.h"
 #include "hostd/image.h"
 #include "hostd/machine.h"
+#include "hostd/sessions.h"
+#include "hostd/userkeys.h"
 #include "common/banned.h"
 
 #define VERSION "0.1.0"
@@ -232,6 +234,16 @@ static struct reply do_info(struct api *a)
 				 "hypervisor_note", virt_why_tcg(h->virt)));
 }
 
+/* A machine's JSON, with the number of the gateways' live sessions on it
+ * (the idle policy reads it too). */
+static json_t *machine_out(struct api *a, const struct machine *m)
+{
+	json_t *j = machine_json(a->h, m);
+
+	json_object_set_new(j, "sessions", json_integer(sessions_count(a->h->sessions, m->id)));
+	return j;
+}
+
 static struct reply do_list(struct api *a, const char *owner)
 {
 	struct machine *ms;
@@ -243,7 +255,7 @@ static struct reply do_list(struct api *a, const char *owner)
 		return fail(&e);
 	arr = json_array();
 	for (size_t i = 0; i < n; i++)
-		json_array_append_new(arr, machine_json(a->h, &ms[i]));
+		json_array_append_new(arr, machine_out(a, &ms[i]));
 	free(ms);
 	return ok(200, json_pack("{s:o}", "machines", arr));
 }
@@ -300,7 +312,7 @@ out:
 	json_decref(j);
 	if (err_isset(&e))
 		return fail(&e);
-	rep = ok(201, machine_json(a->h, &m));
+	rep = ok(201, machine_out(a, &m));
 	if (ready >= 0)
 		json_object_set_new(rep.body, "ready_ms", json_integer(ready));
 	return rep;
@@ -332,25 +344,67 @@ static struct reply do_action(struct api *a, const char *owner, const char *name
 	json_decref(j);
 	if (machine_act(a->h, owner, name, act, &o, &m, &ready, &e) < 0)
 		return fail(&e);
-	rep = ok(200, machine_json(a->h, &m));
+	rep = ok(200, machine_out(a, &m));
 	if (ready >= 0)
 		json_object_set_new(rep.body, "ready_ms", json_integer(ready));
 	return rep;
 }
 
-/* The SSH credential for a machine: its endpoint and the gateway's private
- * key.  Root only: it is the key to every machine. */
+/* The SSH credential of OWNER's machine NAME: its endpoint, the image's
+ * user and the gateway's private key, the key to every machine.  WAKE
+ * starts a stopped or suspended machine and waits for its SSH first;
+ * without it a machine that is not running is 409 "not_running" with its
+ * "state".  For the gateway (GATEWAY), a machine OWNER does not have is
+ * 404 "no_machine", "no machine NAME": the same whoever else has one. */
+static struct reply ssh_credential(struct api *a, const char *owner, const char *name,
+				   bool wake, bool gateway)
+{
+	struct err e = { 0 };
+	struct machine m;
+	struct image img;
+	char host[64];
+	int port, r;
+	int64_t ready = -1;
+	struct reply rep;
+
+	if (db_machine_get(a->h->db, owner, name, &m, &e) < 0)
+		goto lookup_failed;
+	if (strcmp(m.state, "running") != 0) {
+		if (!wake) {
+			rep = fail_now(409, "not_running", "machine %s is %s", name, m.state);
+			json_object_set_new(rep.body, "state", json_string(m.state));
+			return rep;
+		}
+		struct act_opts o = { .wait = true };
+		if (machine_act(a->h, owner, name, ACT_START, &o, &m, &ready, &e) < 0)
+			goto lookup_failed;
+	}
+	if (db_image_get(a->h->db, m.image, &img, &e) < 0)
+		return fail(&e);
+	r = machine_endpoint(a->h, &m, host, sizeof(host), &port, &e);
+	if (r < 0)
+		return fail(&e);
+	if (r > 0)
+		return fail_now(503, "no_address", "machine %s has no address yet", name);
+	return ok(200, json_pack("{s:s, s:i, s:s, s:s, s:I}", "host", host, "port", port,
+				 "user", img.user, "private_key", a->h->key.private_pem,
+				 "woke_ms", (json_int_t)ready));
+lookup_failed:
+	/* No such machine (or it went while waking): the gateway's answer
+	 * must not tell another owner's machine from none. */
+	if (gateway && e.status == 404)
+		return fail_now(404, "no_machine", "no machine %s", name);
+	return fail(&e);
+}
+
+/* POST /v1/machines/NAME/ssh: the credential `berth exec` uses.  Root
+ * only. */
 static struct reply do_ssh(struct api *a, const char *owner, const char *name,
 			   uid_t uid, const struct buf *body)
 {
 	static const char *const allowed[] = { "wake", NULL };
 	struct err e = { 0 };
-	struct machine m;
-	struct image img;
 	bool wake = false;
-	char host[64];
-	int port;
-	int64_t ready = -1;
 	json_t *j;
 
 	if (uid != 0)
@@ -361,25 +415,7 @@ static struct reply do_ssh(struct api *a, const char *owner, const char *name,
 		return fail(&e);
 	}
 	json_decref(j);
-	if (db_machine_get(a->h->db, owner, name, &m, &e) < 0)
-		return fail(&e);
-	if (strcmp(m.state, "running") != 0) {
-		if (!wake)
-			return fail_now(409, "not_running", "machine %s is %s", name, m.state);
-		struct act_opts o = { .wait = true };
-		if (machine_act(a->h, owner, name, ACT_START, &o, &m, &ready, &e) < 0)
-			return fail(&e);
-	}
-	if (db_image_get(a->h->db, m.image, &img, &e) < 0)
-		return fail(&e);
-	int r = machine_endpoint(a->h, &m, host, sizeof(host), &port, &e);
-	if (r < 0)
-		return fail(&e);
-	if (r > 0)
-		return fail_now(503, "no_address", "machine %s has no address yet", name);
-	return ok(200, json_pack("{s:s, s:i, s:s, s:s, s:I}", "host", host, "port", port,
-				 "user", img.user, "private_key", a->h->key.private_pem,
-				 "woke_ms", (json_int_t)ready));
+	return ssh_credential(a, owner, name, wake, false);
 }
 
 static struct reply do_images(struct api *a)
@@ -499,7 +535,7 @@ static struct reply do_restore(struct api *a, const char *owner, const char *nam
 	if (machine_restore(a->h, owner, name, ckpt, wait, &m, &e) < 0)
 		rep = fail(&e);
 	else
-		rep = ok(200, machine_json(a->h, &m));
+		rep = ok(200, machine_out(a, &m));
 	json_decref(j);
 	return rep;
 }
@@ -527,11 +563,264 @@ static struct reply do_fork(struct api *a, const char *owner, const char *name,
 	if (machine_fork(a->h, owner, name, new_name, from, live, start, wait, &m, &e) < 0) {
 		rep = fail(&e);
 	} else {
-		rep = ok(201, machine_json(a->h, &m));
+		rep = ok(201, machine_out(a, &m));
 		json_object_set_new(rep.body, "took_ms", json_real((double)(mono_us() - t0) / 1000.0));
 	}
 	json_decref(j);
 	return rep;
+}
+
+/* A positive integer id from a path segment (keys, sessions); -1 when S
+ * is not one. */
+static int64_t parse_id(const char *s)
+{
+	char *end;
+	long long v;
+
+	if (*s < '1' || *s > '9')
+		return -1;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	return errno || *end ? -1 : (int64_t)v;
+}
+
+static struct reply do_keys(struct api *a, const char *owner)
+{
+	struct userkey *ks;
+	size_t n;
+	struct err e = { 0 };
+	json_t *arr;
+
+	if (db_key_list(a->h->db, owner, &ks, &n, &e) < 0)
+		return fail(&e);
+	arr = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(arr, userkey_json(&ks[i]));
+	free(ks);
+	return ok(200, json_pack("{s:o}", "keys", arr));
+}
+
+/* The "key" field of BODY: a string without NUL bytes, into *LINE (owned
+ * by *J, which the caller decrefs). */
+static int get_key_line(const struct buf *body, json_t **j, const char **line,
+			struct err *e)
+{
+	static const char *const allowed[] = { "key", NULL };
+	json_t *v;
+
+	*j = api_parse_body(body, allowed, e);
+	if (!*j)
+		return -1;
+	v = json_object_get(*j, "key");
+	if (!json_is_string(v))
+		return err_set(e, 400, "invalid_key", "key is required: a public key line, "
+			       "'TYPE BASE64 [COMMENT]'");
+	*line = json_string_value(v);
+	if (strlen(*line) != json_string_length(v))
+		return err_set(e, 400, "invalid_key", "the key line has a NUL byte");
+	return 0;
+}
+
+static struct reply do_key_add(struct api *a, const char *owner, const struct buf *body)
+{
+	struct err e = { 0 };
+	struct userkey k;
+	const char *line = NULL;
+	json_t *j = NULL;
+
+	if (get_key_line(body, &j, &line, &e) == 0 && userkey_parse(line, &k, &e) == 0) {
+		snprintf(k.owner, sizeof(k.owner), "%s", owner);
+		if (db_key_insert(a->h->db, &k, &e) == 0)
+			log_info("key %lld of %s added: %s %s", (long long)k.id, owner, k.type,
+				 k.fingerprint);
+	}
+	json_decref(j);
+	if (err_isset(&e))
+		return fail(&e);
+	return ok(201, userkey_json(&k));
+}
+
+static struct reply do_key_delete(struct api *a, const char *owner, const char *id_s)
+{
+	struct err e = { 0 };
+	int64_t id = parse_id(id_s);
+
+	if (id < 0)
+		return fail_now(400, "invalid_id", "invalid key id '%.40s': a positive integer "
+				"(berth key ls shows them)", id_s);
+	if (db_key_delete(a->h->db, owner, id, &e) < 0)
+		return fail(&e);
+	log_info("key %lld of %s removed", (long long)id, owner);
+	return ok(200, json_pack("{s:I}", "deleted", (json_int_t)id));
+}
+
+/* A user name from a gateway's request: the owner a key maps to.  Owners
+ * are local user names (or "uidN"), so more than DNS labels: 1 to 63
+ * printable ASCII characters, no '/', not starting with '-'. */
+static bool user_valid(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n < 1 || n > 63 || s[0] == '-')
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (s[i] <= 0x20 || s[i] >= 0x7f || s[i] == '/')
+			return false;
+	return true;
+}
+
+/* The "user" and "machine" fields every gateway request but auth has. */
+static int get_user_machine(json_t *j, const char **user, const char **machine,
+			    struct err *e)
+{
+	json_t *u = json_object_get(j, "user"), *m = json_object_get(j, "machine");
+
+	if (!json_is_string(u) || !user_valid(json_string_value(u)))
+		return err_set(e, 400, "invalid_user", "user is required: the user name a key "
+			       "maps to");
+	if (!json_is_string(m))
+		return err_set(e, 400, "invalid_name", "machine (a string) is required");
+	if (!name_valid(json_string_value(m)))
+		return err_set(e, 400, "invalid_name", "invalid machine name '%s': use 1 to 63 "
+			       "of a-z, 0-9 and '-', not starting or ending with '-'",
+			       json_string_value(m));
+	*user = json_string_value(u);
+	*machine = json_string_value(m);
+	return 0;
+}
+
+/* POST /v1/gateway/auth: whose is this key?  Nothing but 404
+ * "unknown_key" for a key nobody registered, or one no one could (an RSA
+ * key too short, a refused type). */
+static struct reply gw_auth(struct api *a, const struct buf *body)
+{
+	struct err e = { 0 };
+	struct userkey k, found;
+	const char *line = NULL;
+	json_t *j = NULL;
+	struct reply rep;
+
+	if (get_key_line(body, &j, &line, &e) < 0) {
+		rep = fail(&e);
+	} else if (userkey_parse(line, &k, &e) < 0) {
+		log_debug("gateway auth: %s", e.msg);
+		rep = e.status == 400 ? fail_now(404, "unknown_key", "unknown key") : fail(&e);
+	} else if (db_key_find(a->h->db, k.type, k.blob, &found, &e) < 0) {
+		rep = fail(&e);
+	} else {
+		rep = ok(200, json_pack("{s:s, s:I, s:s}", "user", found.owner,
+					"key_id", (json_int_t)found.id,
+					"fingerprint", found.fingerprint));
+	}
+	json_decref(j);
+	return rep;
+}
+
+/* POST /v1/gateway/connect: the SSH credential of a user's machine. */
+static struct reply gw_connect(struct api *a, const struct buf *body)
+{
+	static const char *const allowed[] = { "user", "machine", "wake", NULL };
+	struct err e = { 0 };
+	const char *user = NULL, *machine = NULL;
+	bool wake = false;
+	json_t *j = api_parse_body(body, allowed, &e);
+	struct reply rep;
+
+	if (!j || get_user_machine(j, &user, &machine, &e) < 0 ||
+	    get_bool(j, "wake", &wake, &e) < 0)
+		rep = fail(&e);
+	else
+		rep = ssh_credential(a, user, machine, wake, true);
+	json_decref(j);
+	return rep;
+}
+
+/* POST /v1/gateway/sessions: a gateway connected a user to a machine. */
+static struct reply gw_session_open(struct api *a, const struct buf *body)
+{
+	static const char *const allowed[] = { "user", "machine", "kind", "from", NULL };
+	struct err e = { 0 };
+	const char *user = NULL, *machine = NULL, *kind, *from = "";
+	json_t *j = api_parse_body(body, allowed, &e), *v;
+	struct machine m;
+	int64_t id = -1;
+
+	if (!j || get_user_machine(j, &user, &machine, &e) < 0)
+		goto out;
+	v = json_object_get(j, "kind");
+	if (!json_is_string(v)) {
+		err_set(&e, 400, "invalid_kind", "kind is required: \"ssh\" or \"desktop\"");
+		goto out;
+	}
+	kind = json_string_value(v);
+	v = json_object_get(j, "from");
+	if (v && !json_is_string(v)) {
+		err_set(&e, 400, "invalid_json", "from must be a string (the client's address)");
+		goto out;
+	}
+	if (v)
+		from = json_string_value(v);
+	if (db_machine_get(a->h->db, user, machine, &m, &e) < 0) {
+		if (e.status == 404) {
+			err_clear(&e);
+			err_set(&e, 404, "no_machine", "no machine %s", machine);
+		}
+		goto out;
+	}
+	id = sessions_open(a->h->sessions, m.id, user, machine, kind, from, &e);
+out:
+	json_decref(j);
+	if (err_isset(&e))
+		return fail(&e);
+	return ok(201, json_pack("{s:I}", "session", (json_int_t)id));
+}
+
+/* DELETE /v1/gateway/sessions/ID: the connection ended. */
+static struct reply gw_session_close(struct api *a, const char *id_s, const struct buf *body)
+{
+	static const char *const allowed[] = { "bytes_in", "bytes_out", NULL };
+	struct err e = { 0 };
+	int64_t id = parse_id(id_s);
+	json_t *j, *v;
+	uint64_t bytes[2] = { 0, 0 };
+	struct session s;
+
+	if (id < 0)
+		return fail_now(400, "invalid_id", "invalid session id '%.40s'", id_s);
+	j = api_parse_body(body, allowed, &e);
+	if (!j)
+		return fail(&e);
+	for (int i = 0; i < 2; i++) {
+		v = json_object_get(j, allowed[i]);
+		if (v && (!json_is_integer(v) || json_integer_value(v) < 0)) {
+			json_decref(j);
+			return fail_now(400, "invalid_json", "%s must be a non-negative integer",
+					allowed[i]);
+		}
+		bytes[i] = v ? (uint64_t)json_integer_value(v) : 0;
+	}
+	json_decref(j);
+	if (sessions_close(a->h->sessions, id, bytes[0], bytes[1], &s, &e) < 0)
+		return fail(&e);
+	return ok(200, json_pack("{s:I, s:I}", "closed", (json_int_t)id,
+				 "seconds", (json_int_t)(now_s() - s.opened)));
+}
+
+/* The /v1/gateway routes (root and the gateway user only). */
+static struct reply route_gateway(struct api *a, const char *method, const char *url,
+				  char **seg, size_t n, const struct buf *body)
+{
+	bool post = !strcmp(method, "POST"), del = !strcmp(method, "DELETE");
+
+	if (n == 3 && post && !strcmp(seg[2], "auth"))
+		return gw_auth(a, body);
+	if (n == 3 && post && !strcmp(seg[2], "connect"))
+		return gw_connect(a, body);
+	if (n == 3 && post && !strcmp(seg[2], "sessions"))
+		return gw_session_open(a, body);
+	if (n == 4 && del && !strcmp(seg[2], "sessions"))
+		return gw_session_close(a, seg[3], body);
+	return fail_now(404, "not_found", "no route %s %s", method, url);
 }
 
 /* Split "/v1/machines/NAME/ACTION" into at most 4 segments. */
@@ -562,6 +851,18 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 		return fail_now(414, "uri_too_long", "request path too long");
 	snprintf(path, sizeof(path), "%s", url);
 	n = split_path(path, seg, 6);
+	/* The gateway user's calls are confined to the gateway routes, and
+	 * those are for it and root alone. */
+	bool gateway_route = n >= 2 && !strcmp(seg[0], "v1") && !strcmp(seg[1], "gateway");
+	bool gateway_user = a->h->has_gateway && uid == a->h->gateway_uid;
+	if (gateway_user && !gateway_route)
+		return fail_now(403, "forbidden", "the gateway user %s may use only the "
+				"/v1/gateway routes", a->h->cfg.gateway_user);
+	if (gateway_route && uid != 0 && !gateway_user)
+		return fail_now(403, "forbidden", "only root and the gateway user may use the "
+				"/v1/gateway routes");
+	if (gateway_route)
+		return route_gateway(a, method, url, seg, n, body);
 	if (n < 2 || strcmp(seg[0], "v1") != 0)
 		return fail_now(404, "not_found", "no route %s %s", method, url);
 
@@ -581,7 +882,7 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 			uint64_t ex, sh;
 			if (db_machine_get(a->h->db, owner, seg[2], &m, &e) < 0)
 				return fail(&e);
-			struct reply rep = ok(200, machine_json(a->h, &m));
+			struct reply rep = ok(200, machine_out(a, &m));
 			/* One machine: its allocation split too (the list skips it). */
 			if (storage_vol_usage(a->h->st, m.volume, &ex, &sh, NULL) == 0)
 				json_object_set_new(rep.body, "usage", json_pack("{s:I, s:I}",
@@ -589,8 +890,12 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 			return rep;
 		}
 		if (n == 3 && del) {
-			if (machine_delete(a->h, owner, seg[2], &e) < 0)
+			struct machine m;
+			if (db_machine_get(a->h->db, owner, seg[2], &m, &e) < 0 ||
+			    machine_delete(a->h, owner, seg[2], &e) < 0)
 				return fail(&e);
+			/* A deleted machine has no sessions left. */
+			sessions_drop_machine(a->h->sessions, m.id);
 			return ok(200, json_pack("{s:s}", "deleted", seg[2]));
 		}
 		if (n == 4 && post && !strcmp(seg[3], "ssh"))
@@ -614,6 +919,14 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 			return do_fork(a, owner, seg[2], body);
 		if (n == 4 && post)
 			return do_action(a, owner, seg[2], seg[3], body);
+	}
+	if (!strcmp(seg[1], "keys")) {
+		if (n == 2 && get)
+			return do_keys(a, owner);
+		if (n == 2 && post)
+			return do_key_add(a, owner, body);
+		if (n == 3 && del)
+			return do_key_delete(a, owner, seg[2]);
 	}
 	if (!strcmp(seg[1], "images")) {
 		if (n == 2 && get)
@@ -764,10 +1077,10 @@ struct api *api_start(struct hostd *h, const char *path, struct err *e)
 	close(a->fd);
 	a->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	unlink(path);
-	mode_t old = umask(0177);
-	int rc = bind(a->fd, (struct sockaddr *)&sa, sizeof(sa));
-	umask(old);
-	if (rc < 0 || listen(a->fd, 128) < 0) {
+	/* Any local user may call (as themselves: peer_owner); hostd's umask
+	 * keeps the socket private until the chmod. */
+	if (bind(a->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(path, 0666) < 0 ||
+	    listen(a->fd, 128) < 0) {
 		err_errno(e, errno, "listen on %s", path);
 		goto fail;
 	}

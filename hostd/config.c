@@ -40,6 +40,7 @@ static const struct copt options[] = {
 	STR("recipes_dir", recipes_dir, NULL),
 	STR("cache_dir", cache_dir, NULL),
 	STR("log_level", log_level, levels),
+	STR("gateway_user", gateway_user, NULL),
 	INT("stop_timeout", stop_timeout_s, 1, 3600),
 	INT("boot_timeout", boot_timeout_s, 1, 3600),
 	INT("max_vcpus", max_vcpus, 1, 1024),
@@ -61,6 +62,7 @@ void config_defaults(struct config *c, const char *state_dir)
 	snprintf(c->libvirt_uri, sizeof(c->libvirt_uri), "qemu:///system");
 	snprintf(c->cache_dir, sizeof(c->cache_dir), "/var/cache/berth");
 	snprintf(c->log_level, sizeof(c->log_level), "info");
+	snprintf(c->gateway_user, sizeof(c->gateway_user), "berth-gw");
 	c->stop_timeout_s = 30;
 	c->boot_timeout_s = 180;
 	c->max_vcpus = 64;

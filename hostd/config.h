@@ -23,6 +23,7 @@ struct config {
 	char recipes_dir[PATH_MAX];    /* "" = next to the binary */
 	char cache_dir[PATH_MAX];      /* downloaded packages for image recipes */
 	char log_level[16];
+	char gateway_user[64];         /* local user the gateways run as ("" = none) */
 	int stop_timeout_s;            /* ACPI shutdown, then force */
 	int boot_timeout_s;            /* start --wait gives up after this */
 	int max_vcpus;

@@ -40,7 +40,14 @@ static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS checkpoints("
 	"  machine_id TEXT NOT NULL, name TEXT NOT NULL, volume TEXT NOT NULL,"
 	"  created INTEGER NOT NULL, memory TEXT NOT NULL DEFAULT '',"
-	"  PRIMARY KEY(machine_id, name));";
+	"  PRIMARY KEY(machine_id, name));"
+	/* Users' SSH public keys; blob is canonical base64, so one key is
+	 * one row whoever registers it. */
+	"CREATE TABLE IF NOT EXISTS keys("
+	"  id INTEGER PRIMARY KEY, owner TEXT NOT NULL, type TEXT NOT NULL,"
+	"  blob TEXT NOT NULL, comment TEXT NOT NULL, fingerprint TEXT NOT NULL,"
+	"  created INTEGER NOT NULL, UNIQUE(type, blob));"
+	"CREATE INDEX IF NOT EXISTS keys_owner ON keys(owner, id);";
 
 static int sql_err(struct db *db, struct err *e, const char *what)
 {
@@ -704,4 +711,95 @@ out:
 	sqlite3_finalize(st);
 	pthread_mutex_unlock(&db->lock);
 	return rc;
+}
+
+#define KEY_COLS "id, owner, type, blob, comment, fingerprint, created"
+
+static void key_from_row(sqlite3_stmt *st, void *out)
+{
+	struct userkey *k = out;
+
+	memset(k, 0, sizeof(*k));
+	k->id = sqlite3_column_int64(st, 0);
+	copy_text(st, 1, k->owner, sizeof(k->owner));
+	copy_text(st, 2, k->type, sizeof(k->type));
+	copy_text(st, 3, k->blob, sizeof(k->blob));
+	copy_text(st, 4, k->comment, sizeof(k->comment));
+	copy_text(st, 5, k->fingerprint, sizeof(k->fingerprint));
+	k->created = sqlite3_column_int64(st, 6);
+}
+
+int db_key_insert(struct db *db, struct userkey *k, struct err *e)
+{
+	int rc;
+
+	k->created = now_s();
+	pthread_mutex_lock(&db->lock);
+	rc = execute(db, e, "insert key",
+		     "INSERT INTO keys(owner, type, blob, comment, fingerprint, created)"
+		     " VALUES(?,?,?,?,?,?)", "sssssI", k->owner, k->type, k->blob,
+		     k->comment, k->fingerprint, k->created);
+	if (rc == 0)
+		k->id = sqlite3_last_insert_rowid(db->h);
+	pthread_mutex_unlock(&db->lock);
+	if (rc == 1) {
+		/* Whose it is stays unsaid: a key names its owner to no one
+		 * else. */
+		err_clear(e);
+		return err_set(e, 409, "key_exists", "key %s is already registered",
+			       k->fingerprint);
+	}
+	return rc;
+}
+
+int db_key_list(struct db *db, const char *owner, struct userkey **out, size_t *n,
+		struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT " KEY_COLS " FROM keys WHERE owner = ? ORDER BY id", "s",
+		   owner);
+	if (st)
+		rc = collect(db, st, sizeof(**out), key_from_row, (void **)out, n,
+			     "list keys", e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_key_find(struct db *db, const char *type, const char *blob, struct userkey *k,
+		struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT " KEY_COLS " FROM keys WHERE type = ? AND blob = ?", "ss",
+		   type, blob);
+	if (st) {
+		switch (sqlite3_step(st)) {
+		case SQLITE_ROW: key_from_row(st, k); rc = 0; break;
+		case SQLITE_DONE: err_set(e, 404, "unknown_key", "unknown key"); break;
+		default: sql_err(db, e, "select key");
+		}
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_key_delete(struct db *db, const char *owner, int64_t id, struct err *e)
+{
+	int rc;
+
+	pthread_mutex_lock(&db->lock);
+	rc = execute(db, e, "delete key", "DELETE FROM keys WHERE id = ? AND owner = ?", "Is",
+		     id, owner);
+	if (rc == 0 && sqlite3_changes(db->h) == 0)
+		rc = err_set(e, 404, "not_found", "no key %lld", (long long)id);
+	pthread_mutex_unlock(&db->lock);
+	return rc == 0 ? 0 : -1;
 }

@@ -1,6 +1,7 @@
 /* hostd's state in SQLite (WAL, synchronous=FULL): machines, images, the
- * usage ledger and a few meta values.  All functions are thread-safe (one
- * connection behind a mutex); multi-row changes are one transaction.
+ * usage ledger, users' SSH public keys and a few meta values.  All
+ * functions are thread-safe (one connection behind a mutex); multi-row
+ * changes are one transaction.
  *
  * The machines table doubles as the journal of multi-resource operations:
  * a row is inserted in state "creating" before any volume or domain exists
@@ -110,6 +111,36 @@ int db_ckpt_delete(struct db *db, const char *machine_id, const char *name,
 		   struct err *e);
 /* How many rows (machines, checkpoints, images) name VOLUME, or -1. */
 int db_volume_named(struct db *db, const char *volume, struct err *e);
+
+/* A user's SSH public key (what `ssh NAME@host` accepts): one row of the
+ * keys table.  A key (type and blob) belongs to one user only. */
+#define USERKEY_BLOB_MAX 4096      /* base64, with the NUL: RSA up to 16384 bits */
+#define USERKEY_COMMENT_CHARS 200  /* characters (UTF-8), not bytes */
+
+struct userkey {
+	int64_t id;
+	char owner[64];
+	char type[48];        /* "ssh-ed25519", "ecdsa-sha2-nistp256", ... */
+	char blob[USERKEY_BLOB_MAX];  /* canonical base64 of the public key blob */
+	char comment[USERKEY_COMMENT_CHARS * 4 + 1];
+	char fingerprint[64]; /* "SHA256:" + unpadded base64, as ssh-keygen -l */
+	int64_t created;      /* seconds since the epoch */
+};
+
+/* Insert K for K->owner, setting K->id and K->created.  409 "key_exists"
+ * when the key is registered already, by anyone (the message names no
+ * user). */
+int db_key_insert(struct db *db, struct userkey *k, struct err *e);
+/* OWNER's keys, oldest first; *OUT malloc'd (free it), *N its length. */
+int db_key_list(struct db *db, const char *owner, struct userkey **out, size_t *n,
+		struct err *e);
+/* The key with this TYPE and canonical base64 BLOB.  404 "unknown_key"
+ * (no details) when nobody registered it. */
+int db_key_find(struct db *db, const char *type, const char *blob, struct userkey *k,
+		struct err *e);
+/* Remove OWNER's key ID.  404 "not_found" ("no key ID") when it is missing
+ * or another user's. */
+int db_key_delete(struct db *db, const char *owner, int64_t id, struct err *e);
 
 /* Ledger rows of machine ID (all when NULL) as a JSON-ready callback walk:
  * FN(state, start, end (0 = open), data). */

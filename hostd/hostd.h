@@ -8,10 +8,12 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <sys/types.h>
 
 #include "hostd/config.h"
 #include "hostd/db.h"
 #include "hostd/keys.h"
+#include "hostd/sessions.h"
 #include "hostd/virt.h"
 #include "storage/storage.h"
 
@@ -27,6 +29,14 @@ struct hostd {
 	char dom_prefix[32];        /* "berth-INSTANCE-" */
 	char recipes_dir[PATH_MAX];
 	int64_t started_ms;
+
+	/* The gateways' identity: the uid of cfg.gateway_user, looked up at
+	 * start.  Its requests may use the /v1/gateway routes only; those
+	 * routes are for it and root.  has_gateway is false when the user
+	 * does not exist (or none is configured). */
+	bool has_gateway;
+	uid_t gateway_uid;
+	struct sessions *sessions;  /* the gateways' live sessions */
 
 	/* Operations in progress, by machine id or "image:NAME": a second
 	 * operation on the same object gets 409 instead of racing. */

@@ -2,7 +2,11 @@
  *   berth-hostd --state DIR [--config FILE] [--log-level L]
  * Serves the JSON API on DIR/hostd.sock until SIGTERM or SIGINT.  Machines
  * are libvirt domains and outlive it; at start it reconciles its database
- * with libvirt and storage. */
+ * with libvirt and storage.
+ *
+ * Every file it makes is private (umask 077).  The state directory is 0711
+ * and the socket 0666: any local user may call the API, as themselves
+ * (hostd reads the peer's credentials), without listing the directory. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -11,8 +15,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pwd.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -68,6 +74,52 @@ static void resolve_recipes(struct hostd *h)
 	snprintf(h->recipes_dir, sizeof(h->recipes_dir), "/usr/lib/berth/recipes");
 }
 
+/* The gateways' identity: the uid of gateway_user.  A missing user means
+ * none (logged once); root is refused, since the gateways' requests are
+ * confined to the gateway routes. */
+static int lookup_gateway(struct hostd *h, struct err *e)
+{
+	struct passwd pw, *res = NULL;
+	char buf[4096];
+
+	h->has_gateway = false;
+	if (!h->cfg.gateway_user[0]) {
+		log_info("no gateway_user: only root may use the gateway routes");
+		return 0;
+	}
+	if (getpwnam_r(h->cfg.gateway_user, &pw, buf, sizeof(buf), &res) != 0 || !res) {
+		log_warn("gateway user '%s' does not exist: the gateways cannot call hostd as "
+			 "themselves (deploy/install-deps.sh creates it)", h->cfg.gateway_user);
+		return 0;
+	}
+	if (pw.pw_uid == 0)
+		return err_set(e, 400, "invalid_config", "gateway_user = %s is root: the "
+			       "gateways must run as an unprivileged user", h->cfg.gateway_user);
+	h->gateway_uid = pw.pw_uid;
+	h->has_gateway = true;
+	log_info("gateway user %s (uid %u)", h->cfg.gateway_user, (unsigned)pw.pw_uid);
+	return 0;
+}
+
+/* Other users reach the socket only through directories they may
+ * traverse: say so when one above STATE is closed to them. */
+static void check_reachable(const char *state)
+{
+	char dir[PATH_MAX];
+	struct stat st;
+	char *slash;
+
+	snprintf(dir, sizeof(dir), "%s", state);
+	while ((slash = strrchr(dir, '/')) && slash != dir) {
+		*slash = '\0';
+		if (stat(dir, &st) == 0 && !(st.st_mode & S_IXOTH)) {
+			log_warn("%s (mode %04o) is closed to other users: only root can reach "
+				 "%s/hostd.sock", dir, (unsigned)(st.st_mode & 07777), state);
+			return;
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -87,6 +139,7 @@ int main(int argc, char **argv)
 	enum log_level lvl;
 
 	log_init("berth-hostd");
+	umask(077);
 	while ((c = getopt_long(argc, argv, "s:c:l:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': state = optarg; break;
@@ -127,10 +180,14 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	if (mkdir_p(state, 0700) < 0) {
+	if (mkdir_p(state, 0711) < 0 || chmod(state, 0711) < 0) {
 		err_errno(&e, errno, "create state directory %s", state);
 		goto fail;
 	}
+	check_reachable(state);
+	if (lookup_gateway(&h, &e) < 0)
+		goto fail;
+	h.sessions = sessions_new();
 	snprintf(path, sizeof(path), "%s/hostd.lock", state);
 	lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
@@ -174,7 +231,7 @@ int main(int argc, char **argv)
 	{
 		char pid[32];
 		int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
-		file_write_atomic(path, pid, (size_t)n, 0644, NULL);
+		file_write_atomic(path, pid, (size_t)n, 0600, NULL);
 	}
 	log_info("ready in %lld ms", (long long)(mono_ms() - h.started_ms));
 
@@ -194,6 +251,7 @@ out:
 	storage_close(h.st);
 	keys_free(&h.key);
 	db_close(h.db);
+	sessions_free(h.sessions);
 	if (lock_fd >= 0)
 		close(lock_fd);
 	return rc;

@@ -35,6 +35,7 @@ HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/config.c hostd/db.c hostd/virt.c
                hostd/seed.c hostd/api.c hostd/machine.c hostd/image.c \
                hostd/keys.c hostd/checkpoint.c hostd/userkeys.c hostd/sessions.c
 CLI_SRC     := cli/main.c cli/client.c cli/up.c
+SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/hostapi.c sshgw/pool.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 
 # Objects shared by the daemon and the unit tests (everything but main).
@@ -42,7 +43,7 @@ LIB_SRC     := $(COMMON_SRC) $(STORAGE_SRC) $(filter-out hostd/main.c,$(HOSTD_SR
 
 obj = $(patsubst %.c,$(OUT)/obj/%.o,$(1))
 
-PROGS := $(BIN)/berth-hostd $(BIN)/berth
+PROGS := $(BIN)/berth-hostd $(BIN)/berth $(BIN)/berth-sshgw
 UNITS := $(patsubst tests/unit/%.c,$(OUT)/tests/%,$(UNIT_SRC))
 
 all: $(PROGS) $(UNITS)
@@ -53,6 +54,11 @@ $(OUT)/obj/%.o: %.c
 	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) -c -o $@ $<
 
 $(BIN)/berth-hostd: $(call obj,hostd/main.c $(LIB_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BIN)/berth-sshgw: $(call obj,$(SSHGW_SRC) $(COMMON_SRC))
 	$(call quiet,LINK,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -73,7 +79,7 @@ deps:
 # The two commands.  Both install what is missing first.
 run: deps
 	$(Q)$(MAKE) --no-print-directory all
-	$(Q)./bin/berth up --state $(or $(STATE),/var/lib/berth)
+	$(Q)./bin/berth up --state $(or $(STATE),/var/lib/berth) --ssh-port $(or $(SSH_PORT),2222)
 
 test: deps
 	$(Q)$(MAKE) --no-print-directory all

@@ -1,10 +1,11 @@
 /* `berth up` and `berth down`: the embedded default on one machine.
  *
  * up:   libvirtd (started here when none answers: these machines have no
- *       systemd), berth-hostd for the state directory, the tiny image when
+ *       systemd), berth-hostd for the state directory, berth-sshgw on
+ *       --ssh-port (default 2222, all addresses), the tiny image when
  *       missing, and a running machine "demo".  Without --detach it stays in
  *       the foreground and runs `down` on Ctrl-C.
- * down: stops the running machines (their disks stay), hostd, and libvirtd
+ * down: stops the running machines (their disks stay), sshgw, hostd, and libvirtd
  *       if `up` started it and no domain runs any more. */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +22,7 @@
 
 #include "cli/cli.h"
 #include "common/run.h"
+#include "common/sshexec.h"
 #include "common/util.h"
 #include "common/banned.h"
 
@@ -145,6 +147,72 @@ static int ensure_hostd(struct client *c)
 	return -1;
 }
 
+/* PID, when it is alive and runs the program NAME (a pid file can outlive
+ * its process, and the pid be reused). */
+static bool pid_is(pid_t pid, const char *name)
+{
+	char path[64], comm[64] = "";
+	FILE *f;
+
+	if (pid <= 0)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%ld/comm", (long)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	if (!fgets(comm, sizeof(comm), f))
+		comm[0] = '\0';
+	fclose(f);
+	comm[strcspn(comm, "\n")] = '\0';
+	return strcmp(comm, name) == 0;
+}
+
+/* berth-sshgw on LISTEN (ADDR:PORT), unless one runs for this state. */
+static int ensure_sshgw(struct client *c, const char *listen, int port)
+{
+	char bin[PATH_MAX], dir[PATH_MAX], log[PATH_MAX], pidfile[PATH_MAX];
+	pid_t pid;
+
+	snprintf(pidfile, sizeof(pidfile), "%s/sshgw.pid", c->state);
+	if (pid_is(pid_from_file(pidfile), "berth-sshgw"))
+		return 0;
+	if (exe_dir(dir, sizeof(dir)) < 0)
+		return -1;
+	snprintf(bin, sizeof(bin), "%s/berth-sshgw", dir);
+	snprintf(log, sizeof(log), "%s/sshgw.log", c->state);
+	unlink(pidfile);
+	fprintf(stderr, "starting berth-sshgw on %s (log %s)…\n", listen, log);
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+		int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		setsid();
+		if (fd < 0 || nul < 0)
+			_exit(127);
+		dup2(nul, 0);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		if (fork() != 0)
+			_exit(0);
+		execl(bin, "berth-sshgw", "--state", c->state, "--listen", listen, "--pidfile",
+		      pidfile, (char *)NULL);
+		dprintf(2, "cannot run %s: %s\n", bin, strerror(errno));
+		_exit(127);
+	}
+	waitpid(pid, NULL, 0);
+	for (int i = 0; i < 100; i++) {
+		if (pid_is(pid_from_file(pidfile), "berth-sshgw") &&
+		    sshexec_banner_ready("127.0.0.1", port, 1000))
+			return 0;
+		usleep(100 * 1000);
+	}
+	fprintf(stderr, "berth up: berth-sshgw did not come up within 10 s\n");
+	print_log_tail(log);
+	return -1;
+}
+
 static int ensure_image(struct client *c)
 {
 	json_t *r;
@@ -210,21 +278,33 @@ int cmd_up(struct client *c, int argc, char **argv)
 {
 	bool detach = false;
 	json_t *m = NULL, *info = NULL;
-	char pidfile[PATH_MAX];
+	char pidfile[PATH_MAX], listen[64];
+	int ssh_port = 2222;
 
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--detach") || !strcmp(argv[i], "-d"))
+		if (!strcmp(argv[i], "--detach") || !strcmp(argv[i], "-d")) {
 			detach = true;
-		else {
-			fprintf(stderr, "usage: berth up [--state DIR] [--detach]\n");
+		} else if (!strcmp(argv[i], "--ssh-port") && i + 1 < argc) {
+			char *end;
+			long v = strtol(argv[++i], &end, 10);
+			if (*end || v < 1 || v > 65535) {
+				fprintf(stderr, "berth up: --ssh-port %s: expected 1 to 65535\n",
+					argv[i]);
+				return 2;
+			}
+			ssh_port = (int)v;
+		} else {
+			fprintf(stderr, "usage: berth up [--state DIR] [--detach] [--ssh-port N]\n");
 			return 2;
 		}
 	}
+	snprintf(listen, sizeof(listen), "0.0.0.0:%d", ssh_port);
 	if (geteuid() != 0) {
 		fprintf(stderr, "berth up: run as root (it starts libvirtd and the privileged hostd)\n");
 		return 1;
 	}
-	if (ensure_libvirtd(c) < 0 || ensure_hostd(c) < 0 || ensure_image(c) < 0 ||
+	if (ensure_libvirtd(c) < 0 || ensure_hostd(c) < 0 ||
+	    ensure_sshgw(c, listen, ssh_port) < 0 || ensure_image(c) < 0 ||
 	    ensure_demo(c, &m) < 0 || cli_call(c, "GET", "/v1/info", NULL, &info) < 0) {
 		json_decref(m);
 		return 1;
@@ -238,9 +318,11 @@ int cmd_up(struct client *c, int argc, char **argv)
 	printf("The machine 'demo' is running. Try:\n\n");
 	printf("  bin/berth --state %s exec demo -- uname -a\n", c->state);
 	printf("  bin/berth --state %s ls\n", c->state);
+	printf("  bin/berth --state %s key add ~/.ssh/id_ed25519.pub   # once\n", c->state);
+	printf("  ssh -p %d demo@localhost\n", ssh_port);
 	if (host)
-		printf("  ssh -i %s/keys/gateway -p %lld -o StrictHostKeyChecking=no root@%s\n",
-		       c->state, port, host);
+		printf("  ssh -i %s/keys/gateway -p %lld -o StrictHostKeyChecking=no root@%s"
+		       "   # straight to the VM\n", c->state, port, host);
 	printf("  bin/berth --state %s down\n\n", c->state);
 	json_decref(m);
 	json_decref(info);
@@ -341,6 +423,9 @@ int cmd_down(struct client *c, int argc, char **argv)
 	if (client_alive(c))
 		stop_machines(c);
 	/* A stale pid file must not make us kill whatever reused the pid. */
+	snprintf(path, sizeof(path), "%s/sshgw.pid", c->state);
+	if (pid_is(pid_from_file(path), "berth-sshgw"))
+		stop_pid("berth-sshgw", path);
 	snprintf(path, sizeof(path), "%s/hostd.pid", c->state);
 	if (hostd_holds_lock(c))
 		stop_pid("berth-hostd", path);

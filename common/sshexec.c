@@ -53,6 +53,11 @@ static long long now_ms(void)
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+long long sshexec_now_ms(void)
+{
+	return now_ms();
+}
+
 /* Error message "HOST:PORT: <fmt...>" into err; a message that does not fit
  * is cut short, which is all a caller can do with it anyway. */
 static void set_err(char *err, size_t errlen, const char *host, int port,
@@ -467,6 +472,135 @@ out:
 	return ret;
 }
 
+ssh_session sshexec_connect(const struct sshexec_target *t, long long deadline,
+			   char *err, size_t errlen)
+{
+	ssh_session session = NULL;
+	ssh_key key = NULL;
+	long long left;
+	char why[160];
+	int fd = -1;
+	int rc;
+	bool no = false;
+
+	if (t == NULL || t->host == NULL || t->user == NULL || t->key_b64 == NULL) {
+		set_err(err, errlen, t ? t->host : NULL, t ? t->port : 0,
+			"invalid arguments");
+		return NULL;
+	}
+	if (ssh_pki_import_privkey_base64(t->key_b64, NULL, NULL, NULL,
+					  &key) != SSH_OK) {
+		set_err(err, errlen, t->host, t->port,
+			"cannot read the private key");
+		return NULL;
+	}
+
+	fd = tcp_connect(t->host, t->port, deadline, why, sizeof(why));
+	if (fd < 0) {
+		set_err(err, errlen, t->host, t->port, "%s", why);
+		goto fail;
+	}
+
+	session = ssh_new();
+	if (session == NULL) {
+		set_err(err, errlen, t->host, t->port, "out of memory");
+		goto fail;
+	}
+	/* Only the key we were given counts: no ssh_config, and an ssh
+	 * directory and known_hosts files that hold nothing, so libssh never
+	 * reads the invoking user's ~/.ssh (and ssh_options_apply() in
+	 * ssh_connect() has no path of ours to expand, so it cannot fail
+	 * before it takes the socket, see below). */
+	if (ssh_options_set(session, SSH_OPTIONS_HOST, t->host) < 0 ||
+	    ssh_options_set(session, SSH_OPTIONS_PORT, &t->port) < 0 ||
+	    ssh_options_set(session, SSH_OPTIONS_USER, t->user) < 0 ||
+	    ssh_options_set(session, SSH_OPTIONS_PROCESS_CONFIG, &no) < 0 ||
+	    ssh_options_set(session, SSH_OPTIONS_SSH_DIR, "/dev/null") < 0 ||
+	    ssh_options_set(session, SSH_OPTIONS_KNOWNHOSTS, "/dev/null") < 0 ||
+	    ssh_options_set(session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS,
+			    "/dev/null") < 0 ||
+	    ssh_options_set(session, SSH_OPTIONS_FD, &fd) < 0) {
+		set_err(err, errlen, t->host, t->port,
+			"cannot set SSH options: %s", ssh_get_error(session));
+		goto fail;
+	}
+
+	left = time_left(deadline);
+	if (left == 0) {
+		set_err(err, errlen, t->host, t->port,
+			"SSH handshake timed out");
+		goto fail;
+	}
+	set_timeout(session, left);
+	rc = ssh_connect(session);
+	/* From here libssh owns the socket: it closes it itself when the
+	 * handshake fails and in ssh_free(), while ssh_disconnect() leaves a
+	 * socket given with SSH_OPTIONS_FD open (libssh 0.10).
+	 * sshexec_disconnect() closes what libssh still holds. */
+	fd = -1;
+	if (rc != SSH_OK) {
+		if (time_left(deadline) == 0)
+			set_err(err, errlen, t->host, t->port,
+				"SSH handshake timed out");
+		else
+			set_err(err, errlen, t->host, t->port,
+				"SSH handshake failed: %s",
+				ssh_get_error(session));
+		goto fail;
+	}
+	/*
+	 * The server's host key is accepted without a check, on purpose:
+	 * the target is always one of our VMs reached over loopback, and its
+	 * host key is new each time the VM is re-created, so a known_hosts
+	 * entry would only ever be stale.  What protects the guest is the
+	 * client key, which only the host daemon hands out.
+	 */
+
+	left = time_left(deadline);
+	if (left == 0) {
+		set_err(err, errlen, t->host, t->port,
+			"authentication timed out");
+		goto fail;
+	}
+	set_timeout(session, left);
+	rc = ssh_userauth_publickey(session, NULL, key);
+	if (rc != SSH_AUTH_SUCCESS) {
+		if (rc == SSH_AUTH_DENIED || rc == SSH_AUTH_PARTIAL)
+			set_err(err, errlen, t->host, t->port,
+				"authentication failed");
+		else if (rc == SSH_AUTH_AGAIN || time_left(deadline) == 0)
+			set_err(err, errlen, t->host, t->port,
+				"authentication timed out");
+		else
+			set_err(err, errlen, t->host, t->port,
+				"authentication failed: %s",
+				ssh_get_error(session));
+		goto fail;
+	}
+	ssh_key_free(key);
+	set_timeout(session, time_left(deadline) ? time_left(deadline) : 1);
+	return session;
+fail:
+	sshexec_disconnect(session);
+	if (fd >= 0)
+		close(fd);
+	ssh_key_free(key);
+	return NULL;
+}
+
+void sshexec_disconnect(ssh_session session)
+{
+	int sock;
+
+	if (session == NULL)
+		return;
+	sock = ssh_get_fd(session);	/* -1 if libssh closed it */
+	ssh_disconnect(session);
+	ssh_free(session);
+	if (sock >= 0)
+		close(sock);
+}
+
 int sshexec_run(const struct sshexec_target *t, const char *cmd,
 		int fd_in, int fd_out, int fd_err, int *status,
 		char *err, size_t errlen)
@@ -475,16 +609,11 @@ int sshexec_run(const struct sshexec_target *t, const char *cmd,
 	struct sshexec_run r;
 	ssh_session session = NULL;
 	ssh_channel channel = NULL;
-	ssh_key key = NULL;
 	long long deadline;
 	long long left;
-	char why[160];
 	int timeout_ms = SSHEXEC_DEFAULT_TIMEOUT_MS;
-	int fd = -1;
-	int sock;
 	int rc;
 	int ret = -1;
-	bool no = false;
 
 	memset(&r, 0, sizeof(r));
 	r.fd_in = fd_in;
@@ -507,95 +636,9 @@ int sshexec_run(const struct sshexec_target *t, const char *cmd,
 		set_err(err, errlen, t->host, t->port, "out of memory");
 		goto out;
 	}
-	if (ssh_pki_import_privkey_base64(t->key_b64, NULL, NULL, NULL,
-					  &key) != SSH_OK) {
-		set_err(err, errlen, t->host, t->port,
-			"cannot read the private key");
+	session = sshexec_connect(t, deadline, err, errlen);
+	if (session == NULL)
 		goto out;
-	}
-
-	fd = tcp_connect(t->host, t->port, deadline, why, sizeof(why));
-	if (fd < 0) {
-		set_err(err, errlen, t->host, t->port, "%s", why);
-		goto out;
-	}
-
-	session = ssh_new();
-	if (session == NULL) {
-		set_err(err, errlen, t->host, t->port, "out of memory");
-		goto out;
-	}
-	/* Only the key we were given counts: no ssh_config, and an ssh
-	 * directory and known_hosts files that hold nothing, so libssh never
-	 * reads the invoking user's ~/.ssh (and ssh_options_apply() in
-	 * ssh_connect() has no path of ours to expand, so it cannot fail
-	 * before it takes the socket, see below). */
-	if (ssh_options_set(session, SSH_OPTIONS_HOST, t->host) < 0 ||
-	    ssh_options_set(session, SSH_OPTIONS_PORT, &t->port) < 0 ||
-	    ssh_options_set(session, SSH_OPTIONS_USER, t->user) < 0 ||
-	    ssh_options_set(session, SSH_OPTIONS_PROCESS_CONFIG, &no) < 0 ||
-	    ssh_options_set(session, SSH_OPTIONS_SSH_DIR, "/dev/null") < 0 ||
-	    ssh_options_set(session, SSH_OPTIONS_KNOWNHOSTS, "/dev/null") < 0 ||
-	    ssh_options_set(session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS,
-			    "/dev/null") < 0 ||
-	    ssh_options_set(session, SSH_OPTIONS_FD, &fd) < 0) {
-		set_err(err, errlen, t->host, t->port,
-			"cannot set SSH options: %s", ssh_get_error(session));
-		goto out;
-	}
-
-	left = time_left(deadline);
-	if (left == 0) {
-		set_err(err, errlen, t->host, t->port,
-			"SSH handshake timed out");
-		goto out;
-	}
-	set_timeout(session, left);
-	rc = ssh_connect(session);
-	/* From here libssh owns the socket: it closes it itself when the
-	 * handshake fails and in ssh_free(), while ssh_disconnect() leaves a
-	 * socket given with SSH_OPTIONS_FD open (libssh 0.10).  The cleanup
-	 * below closes what libssh still holds after disconnecting. */
-	fd = -1;
-	if (rc != SSH_OK) {
-		if (time_left(deadline) == 0)
-			set_err(err, errlen, t->host, t->port,
-				"SSH handshake timed out");
-		else
-			set_err(err, errlen, t->host, t->port,
-				"SSH handshake failed: %s",
-				ssh_get_error(session));
-		goto out;
-	}
-	/*
-	 * The server's host key is accepted without a check, on purpose:
-	 * the target is always one of our VMs reached over loopback, and its
-	 * host key is new each time the VM is re-created, so a known_hosts
-	 * entry would only ever be stale.  What protects the guest is the
-	 * client key, which only the host daemon hands out.
-	 */
-
-	left = time_left(deadline);
-	if (left == 0) {
-		set_err(err, errlen, t->host, t->port,
-			"authentication timed out");
-		goto out;
-	}
-	set_timeout(session, left);
-	rc = ssh_userauth_publickey(session, NULL, key);
-	if (rc != SSH_AUTH_SUCCESS) {
-		if (rc == SSH_AUTH_DENIED || rc == SSH_AUTH_PARTIAL)
-			set_err(err, errlen, t->host, t->port,
-				"authentication failed");
-		else if (rc == SSH_AUTH_AGAIN || time_left(deadline) == 0)
-			set_err(err, errlen, t->host, t->port,
-				"authentication timed out");
-		else
-			set_err(err, errlen, t->host, t->port,
-				"authentication failed: %s",
-				ssh_get_error(session));
-		goto out;
-	}
 
 	channel = ssh_channel_new(session);
 	if (channel == NULL) {
@@ -691,16 +734,7 @@ out:
 		set_timeout(session, timeout_ms);
 	if (channel != NULL)
 		ssh_channel_free(channel);	/* closes it if still open */
-	if (session != NULL) {
-		sock = ssh_get_fd(session);	/* -1 if libssh closed it */
-		ssh_disconnect(session);
-		ssh_free(session);
-		if (sock >= 0)
-			close(sock);
-	}
-	if (fd >= 0)
-		close(fd);
-	ssh_key_free(key);
+	sshexec_disconnect(session);
 	free(r.buf);
 	return ret;
 }

@@ -67,6 +67,21 @@ int sshexec_run(const struct sshexec_target *t, const char *cmd,
 		char *err, size_t errlen);
 
 /*
+ * Connect to T and authenticate with its key before DEADLINE (milliseconds
+ * of CLOCK_MONOTONIC, see sshexec_now_ms): the first half of sshexec_run,
+ * for callers that drive channels themselves (the SSH gateway).  Returns a
+ * session in libssh's blocking mode whose timeout is what is left until
+ * DEADLINE, or NULL with ERR set as sshexec_run sets it.  Free it with
+ * sshexec_disconnect.
+ */
+struct ssh_session_struct *sshexec_connect(const struct sshexec_target *t, long long deadline,
+					   char *err, size_t errlen);
+/* Disconnect and free SESSION (may be NULL), closing its socket. */
+void sshexec_disconnect(struct ssh_session_struct *session);
+/* Now, in milliseconds of CLOCK_MONOTONIC. */
+long long sshexec_now_ms(void);
+
+/*
  * True when something at HOST:PORT accepts a TCP connection and sends the
  * first bytes of an SSH version banner ("SSH-") within TIMEOUT_MS in all;
  * false on refusal, silence, a short or other reply, or any error.  A

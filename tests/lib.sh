@@ -6,6 +6,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${BERTH_BIN:-$ROOT/bin}
 # Short path: the hostd socket must fit a UNIX socket address.
 T=$(mktemp -d /tmp/berth-t.XXXXXX)
+# The gateways run as berth-gw and reach STATE/hostd.sock through here.
+chmod 711 "$T"
 STATE=$T/state
 HOSTD_PID=
 n=0
@@ -73,8 +75,11 @@ dom_of() { berth show "$1" --json | json domain; }
 dom_state() { $VIRSH domstate "$1" 2>/dev/null | head -1; }
 
 cleanup() {
-	local d
+	local d p
 	kill_hostd KILL
+	# A gateway `berth up` started (a test's own gateways are its to stop).
+	p=$(cat "$STATE/sshgw.pid" 2>/dev/null)
+	[ -n "$p" ] && [ "$(cat "/proc/$p/comm" 2>/dev/null)" = berth-sshgw ] && kill -KILL "$p"
 	for d in $(test_domains); do
 		$VIRSH destroy "$d" >/dev/null 2>&1
 		$VIRSH undefine --managed-save --nvram "$d" >/dev/null 2>&1 ||

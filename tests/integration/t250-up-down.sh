@@ -1,15 +1,26 @@
 #!/bin/bash
-# The embedded default: `berth up --detach` starts hostd, builds the tiny
-# image, boots machine demo and prints how to reach it; `berth down` stops
-# the machine and hostd, and the disks stay.
+# The embedded default: `berth up --detach` starts hostd and the SSH
+# gateway, builds the tiny image, boots machine demo and prints how to reach
+# it; `ssh demo@localhost` through the gateway works; `berth down` stops the
+# machine, the gateway and hostd, and the disks stay.
 . "$(dirname "$0")/../lib.sh"
 
-out=$("$BIN/berth" up --state "$STATE" --detach 2>"$T/up.err")
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+out=$("$BIN/berth" up --state "$STATE" --detach --ssh-port "$PORT" 2>"$T/up.err")
 rc=$?
 check_eq "berth up --detach succeeds" 0 "$rc"
 [ "$rc" -eq 0 ] || sed 's/^/# /' "$T/up.err"
 check_match "it prints how to reach demo" "exec demo -- uname -a" "$out"
 check_match "it names the hypervisor" "machines run under (kvm|tcg)" "$out"
+check_match "it prints how to ssh in through the gateway" "ssh -p $PORT demo@localhost" "$out"
+GW_PID=$(cat "$STATE/sshgw.pid" 2>/dev/null)
+check_eq "the gateway runs" berth-sshgw "$(cat "/proc/$GW_PID/comm" 2>/dev/null)"
+check_eq "as berth-gw, not root" "$(id -u berth-gw)" "$(awk '/^Uid:/ {print $2}' "/proc/$GW_PID/status" 2>/dev/null)"
+ssh-keygen -q -t ed25519 -N '' -f "$T/user"
+berth key add "$T/user.pub" >/dev/null
+check_eq "ssh demo@localhost through the gateway" demo \
+	"$(ssh -F /dev/null -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR \
+		-o BatchMode=yes -i "$T/user" -p "$PORT" demo@127.0.0.1 hostname)"
 check_eq "demo answers" demo "$(berth exec demo -- hostname)"
 check_eq "demo runs the tiny image" tiny "$(berth show demo --json | json image)"
 HOSTD_PID=$(cat "$STATE/hostd.pid")
@@ -18,8 +29,9 @@ berth info > "$T/info"
 check_match "berth info says KVM or TCG" 'hypervisor: (kvm|tcg)' "$(head -1 "$T/info")"
 check_match "berth info names the storage backend" 'storage: +qcow2' "$(cat "$T/info")"
 
-out=$("$BIN/berth" up --state "$STATE" --detach 2>&1)
+out=$("$BIN/berth" up --state "$STATE" --detach --ssh-port "$PORT" 2>&1)
 check_eq "a second up is harmless" 0 "$?"
+check_eq "and keeps the same gateway" "$GW_PID" "$(cat "$STATE/sshgw.pid" 2>/dev/null)"
 
 dom=$(dom_of demo)
 out=$("$BIN/berth" down --state "$STATE" 2>&1)
@@ -27,11 +39,13 @@ check_eq "berth down succeeds" 0 "$?"
 kill -0 "$HOSTD_PID" 2>/dev/null
 check_eq "hostd is gone" 1 "$?"
 HOSTD_PID=
+kill -0 "$GW_PID" 2>/dev/null
+check_eq "the gateway is gone" 1 "$?"
 check_eq "demo is shut off" "shut off" "$(dom_state "$dom")"
 check_eq "its disk stays" 2 "$(ls "$STATE/volumes" | wc -l)"
 
 # up again brings the same demo back.
-"$BIN/berth" up --state "$STATE" --detach >/dev/null 2>&1
+"$BIN/berth" up --state "$STATE" --detach --ssh-port "$PORT" >/dev/null 2>&1
 HOSTD_PID=$(cat "$STATE/hostd.pid" 2>/dev/null)
 check_eq "up again: demo answers" demo "$(berth exec demo -- hostname)"
 "$BIN/berth" down --state "$STATE" >/dev/null 2>&1

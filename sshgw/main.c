@@ -1,0 +1,415 @@
+/* berth-sshgw: the SSH gateway.  Usage:
+ *   berth-sshgw --state DIR [--listen ADDR:PORT] [--user USER]
+ *               [--max-sessions N] [--login-grace SECONDS]
+ *               [--max-auth-tries N] [--auth-fail-limit N] [--log-level L]
+ *               [--pidfile FILE]
+ *
+ * `ssh NAME@host` lands in the caller's machine NAME (docs/architecture.md,
+ * "SSH gateway").  Started as root, it makes or loads its host key
+ * (DIR/sshgw/ssh_host_ed25519_key, made once and kept), binds its port and
+ * drops to USER (default berth-gw) before it accepts a connection: it never
+ * reads a network byte with privilege, and it never opens libvirt; what it
+ * needs it asks hostd over DIR/hostd.sock.  One thread per connection.
+ * Runs until SIGTERM or SIGINT. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <grp.h>
+#include <limits.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <libssh/libssh.h>
+#include <libssh/server.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "sshgw/proxy.h"
+#include "common/banned.h"
+
+#define RATE_SLOTS 1024
+#define RATE_WINDOW_S 60
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: berth-sshgw --state DIR [--listen ADDR:PORT] [--user USER]\n"
+		   "                   [--max-sessions N] [--login-grace SECONDS]\n"
+		   "                   [--max-auth-tries N] [--auth-fail-limit N] "
+		   "[--log-level LEVEL]\n"
+		   "                   [--pidfile FILE]\n");
+}
+
+/* ---- limits ------------------------------------------------------------- */
+
+/* Refused keys per source address in the current window; an address over
+ * the limit has its connections closed at accept until the window ends. */
+static struct rate {
+	char addr[64];
+	int64_t start;
+	int fails;
+} rates[RATE_SLOTS];
+static pthread_mutex_t rate_mu = PTHREAD_MUTEX_INITIALIZER;
+static int auth_fail_limit = 20;
+static atomic_int active;
+static int max_sessions = 2000;
+
+static struct rate *rate_slot(const char *addr)
+{
+	unsigned h = 5381;
+
+	for (const char *p = addr; *p; p++)
+		h = h * 33 + (unsigned char)*p;
+	return &rates[h % RATE_SLOTS];
+}
+
+void gw_auth_failed(const char *addr)
+{
+	int64_t now = mono_ms() / 1000;
+
+	pthread_mutex_lock(&rate_mu);
+	struct rate *r = rate_slot(addr);
+	if (strcmp(r->addr, addr) != 0 || now - r->start >= RATE_WINDOW_S) {
+		snprintf(r->addr, sizeof(r->addr), "%s", addr);
+		r->start = now;
+		r->fails = 0;
+	}
+	if (++r->fails == auth_fail_limit)
+		log_warn("%s: %d refused keys within %d s: its connections are refused for the "
+			 "rest of the minute", addr, r->fails, RATE_WINDOW_S);
+	pthread_mutex_unlock(&rate_mu);
+}
+
+static bool addr_blocked(const char *addr)
+{
+	int64_t now = mono_ms() / 1000;
+	bool blocked;
+
+	pthread_mutex_lock(&rate_mu);
+	struct rate *r = rate_slot(addr);
+	blocked = strcmp(r->addr, addr) == 0 && now - r->start < RATE_WINDOW_S &&
+		  r->fails >= auth_fail_limit;
+	pthread_mutex_unlock(&rate_mu);
+	return blocked;
+}
+
+/* ---- connections -------------------------------------------------------- */
+
+struct job {
+	struct gw *g;
+	int fd;
+	char addr[64];
+	int port;
+};
+
+static void *conn_main(void *arg)
+{
+	struct job *j = arg;
+
+	proxy_serve(j->g, j->fd, j->addr, j->port);
+	free(j);
+	atomic_fetch_sub(&active, 1);
+	return NULL;
+}
+
+static void peer_name(const struct sockaddr_storage *ss, char *addr, size_t len, int *port)
+{
+	char host[NI_MAXHOST], serv[NI_MAXSERV];
+
+	if (getnameinfo((const struct sockaddr *)ss, sizeof(*ss), host, sizeof(host), serv,
+			sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+		snprintf(addr, len, "?");
+		*port = 0;
+		return;
+	}
+	/* An IPv4 client of a dual-stack socket reads as itself. */
+	snprintf(addr, len, "%s", strncmp(host, "::ffff:", 7) == 0 ? host + 7 : host);
+	*port = atoi(serv);
+}
+
+/* ---- setup -------------------------------------------------------------- */
+
+static volatile sig_atomic_t stopping;
+static int wake_pipe[2] = { -1, -1 };
+
+static void on_signal(int sig)
+{
+	int saved = errno;
+
+	(void)sig;
+	stopping = 1;
+	if (write(wake_pipe[1], "x", 1) < 0) {
+		/* nothing to do: the flag is set */
+	}
+	errno = saved;
+}
+
+/* The host key in DIR, made on the first start. */
+static ssh_key host_key(const char *dir)
+{
+	char path[PATH_MAX], pub[PATH_MAX + 8];
+	ssh_key key = NULL;
+
+	snprintf(path, sizeof(path), "%s/ssh_host_ed25519_key", dir);
+	if (access(path, F_OK) == 0) {
+		if (ssh_pki_import_privkey_file(path, NULL, NULL, NULL, &key) != SSH_OK) {
+			log_error("cannot read the host key %s", path);
+			return NULL;
+		}
+		return key;
+	}
+	if (mkdir_p(dir, 0700) < 0) {
+		log_error("create %s: %s", dir, strerror(errno));
+		return NULL;
+	}
+	snprintf(pub, sizeof(pub), "%s.pub", path);
+	if (ssh_pki_generate(SSH_KEYTYPE_ED25519, 0, &key) != SSH_OK ||
+	    ssh_pki_export_privkey_file(key, NULL, NULL, NULL, pub) != SSH_OK ||
+	    rename(pub, path) < 0) {
+		log_error("cannot make the host key %s", path);
+		unlink(pub);
+		ssh_key_free(key);
+		return NULL;
+	}
+	/* The public half, for users to check the fingerprint against. */
+	ssh_key pk = NULL;
+	if (ssh_pki_export_privkey_to_pubkey(key, &pk) == SSH_OK)
+		ssh_pki_export_pubkey_file(pk, pub);
+	ssh_key_free(pk);
+	log_info("made the host key %s", path);
+	return key;
+}
+
+/* Bind ADDR:PORT ("0.0.0.0:22", "[::]:22", "127.0.0.1:2222"). */
+static int listen_on(const char *spec)
+{
+	char host[256];
+	const char *colon = strrchr(spec, ':');
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE |
+				  AI_NUMERICHOST | AI_NUMERICSERV }, *res = NULL;
+	int fd, one = 1, rc;
+
+	if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof(host)) {
+		log_error("--listen %s: expected ADDR:PORT, e.g. 0.0.0.0:22", spec);
+		return -1;
+	}
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - spec), spec);
+	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+		memmove(host, host + 1, strlen(host));
+		host[strlen(host) - 1] = '\0';
+	}
+	rc = getaddrinfo(host, colon + 1, &hints, &res);
+	if (rc != 0) {
+		log_error("--listen %s: %s", spec, gai_strerror(rc));
+		return -1;
+	}
+	fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 512) < 0) {
+		log_error("listen on %s: %s", spec, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	return fd;
+}
+
+/* Become USER for good. */
+static int drop_to(const char *user)
+{
+	struct passwd *pw = getpwnam(user);
+
+	if (!pw) {
+		log_error("user %s does not exist: create it (deploy/install-deps.sh does: "
+			  "useradd --system %s) or pass --user", user, user);
+		return -1;
+	}
+	if (pw->pw_uid == 0) {
+		log_error("--user %s is root: the gateway must not keep privilege", user);
+		return -1;
+	}
+	if (setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0) {
+		log_error("become %s: %s", user, strerror(errno));
+		return -1;
+	}
+	if (setuid(0) == 0) {
+		log_error("could regain root after dropping to %s", user);
+		return -1;
+	}
+	prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);	/* no core with host keys in it */
+	return 0;
+}
+
+static int parse_int(const char *opt, const char *s, int lo, int hi, int *out)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+
+	if (!*s || *end || v < lo || v > hi) {
+		log_error("%s %s: expected a number from %d to %d", opt, s, lo, hi);
+		return -1;
+	}
+	*out = (int)v;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "state", required_argument, NULL, 's' },
+		{ "listen", required_argument, NULL, 'l' },
+		{ "user", required_argument, NULL, 'u' },
+		{ "max-sessions", required_argument, NULL, 'm' },
+		{ "login-grace", required_argument, NULL, 'g' },
+		{ "max-auth-tries", required_argument, NULL, 't' },
+		{ "auth-fail-limit", required_argument, NULL, 'f' },
+		{ "log-level", required_argument, NULL, 'L' },
+		{ "pidfile", required_argument, NULL, 'p' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *state = NULL, *listen_spec = "0.0.0.0:22", *user = "berth-gw", *pidfile = NULL;
+	char sock[PATH_MAX], keydir[PATH_MAX];
+	struct gw g = { .login_grace_s = 30, .max_auth_tries = 6 };
+	int c, lfd;
+	ssh_key key;
+
+	log_init("berth-sshgw");
+	umask(077);
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 's': state = optarg; break;
+		case 'l': listen_spec = optarg; break;
+		case 'u': user = optarg; break;
+		case 'p': pidfile = optarg; break;
+		case 'm':
+			if (parse_int("--max-sessions", optarg, 1, 1000000, &max_sessions) < 0)
+				return 2;
+			break;
+		case 'g':
+			if (parse_int("--login-grace", optarg, 1, 3600, &g.login_grace_s) < 0)
+				return 2;
+			break;
+		case 't':
+			if (parse_int("--max-auth-tries", optarg, 1, 100, &g.max_auth_tries) < 0)
+				return 2;
+			break;
+		case 'f':
+			if (parse_int("--auth-fail-limit", optarg, 1, 1000000, &auth_fail_limit) < 0)
+				return 2;
+			break;
+		case 'L':
+			if (log_level_parse(optarg, &log_threshold) < 0) {
+				log_error("--log-level %s: use error, warn, info or debug", optarg);
+				return 2;
+			}
+			break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!state || optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	snprintf(sock, sizeof(sock), "%s/hostd.sock", state);
+	snprintf(keydir, sizeof(keydir), "%s/sshgw", state);
+	g.hostd_sock = sock;
+
+	signal(SIGPIPE, SIG_IGN);
+	if (ssh_init() < 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
+		log_error("cannot initialise libssh or libcurl");
+		return 1;
+	}
+	key = host_key(keydir);
+	if (!key)
+		return 1;
+	g.bind = ssh_bind_new();
+	if (!g.bind || ssh_bind_options_set(g.bind, SSH_BIND_OPTIONS_IMPORT_KEY, key) < 0) {
+		log_error("cannot set up libssh's server");
+		return 1;
+	}
+	lfd = listen_on(listen_spec);
+	if (lfd < 0)
+		return 1;
+	if (pidfile) {
+		char pid[32];
+		int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+		if (file_write_atomic(pidfile, pid, (size_t)n, 0644, NULL) < 0) {
+			log_error("cannot write %s", pidfile);
+			return 1;
+		}
+	}
+	if (geteuid() == 0 && drop_to(user) < 0)
+		return 1;
+	if (pipe2(wake_pipe, O_CLOEXEC) < 0) {
+		log_error("pipe: %s", strerror(errno));
+		return 1;
+	}
+	struct sigaction sa = { .sa_handler = on_signal };
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	log_info("listening on %s as uid %u; hostd at %s", listen_spec, (unsigned)getuid(), sock);
+
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, 512 * 1024);
+	while (!stopping) {
+		struct pollfd pfd[2] = { { .fd = lfd, .events = POLLIN },
+					 { .fd = wake_pipe[0], .events = POLLIN } };
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		pthread_t t;
+		int fd;
+
+		if (poll(pfd, 2, -1) < 0 && errno != EINTR)
+			break;
+		if (stopping)
+			break;
+		if (!(pfd[0].revents & POLLIN))
+			continue;
+		fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+		if (fd < 0)
+			continue;
+		struct job *j = calloc(1, sizeof(*j));
+		if (!j)
+			abort();
+		j->g = &g;
+		j->fd = fd;
+		peer_name(&ss, j->addr, sizeof(j->addr), &j->port);
+		if (addr_blocked(j->addr) || atomic_load(&active) >= max_sessions) {
+			log_debug("refused a connection from %s:%d (%s)", j->addr, j->port,
+				  addr_blocked(j->addr) ? "too many refused keys" : "session limit");
+			close(fd);
+			free(j);
+			continue;
+		}
+		atomic_fetch_add(&active, 1);
+		if (pthread_create(&t, &attr, conn_main, j) != 0) {
+			log_error("cannot start a thread for %s:%d", j->addr, j->port);
+			atomic_fetch_sub(&active, 1);
+			close(fd);
+			free(j);
+		}
+	}
+	log_info("stopping (%d sessions end with it)", atomic_load(&active));
+	close(lfd);
+	ssh_bind_free(g.bind);
+	ssh_key_free(key);
+	return 0;
+}

@@ -1,0 +1,28 @@
+/* One SSH connection through the gateway: the client's session (libssh
+ * server) and, once the caller's machine is known and awake, one session to
+ * the machine's sshd (libssh client, hostd's gateway key), with every
+ * channel of the first mirrored on the second.  See docs/architecture.md,
+ * "SSH gateway". */
+#ifndef BERTH_SSHGW_PROXY_H
+#define BERTH_SSHGW_PROXY_H
+
+#include <libssh/server.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct gw {
+	const char *hostd_sock;	/* STATE/hostd.sock */
+	ssh_bind bind;		/* host keys and algorithms for every connection */
+	int login_grace_s;	/* from accept to authenticated */
+	int max_auth_tries;	/* refused keys per connection */
+};
+
+/* Serve the accepted connection FD from ADDR:PORT until it ends; FD is
+ * consumed.  Logs one line when a session ends: who, which machine, from
+ * where, how long, bytes each way. */
+void proxy_serve(struct gw *g, int fd, const char *addr, int port);
+
+/* Implemented by main.c: a refused key from ADDR counts towards its limit. */
+void gw_auth_failed(const char *addr);
+
+#endif

@@ -12,10 +12,11 @@ build="gcc make pkg-config libvirt-dev libsqlite3-dev libmicrohttpd-dev
 libjansson-dev libssh-dev libcurl4-openssl-dev"
 # Run: the hypervisor, libvirt, the tools hostd runs from argv (lvm2 and
 # thin-provisioning-tools for the lvm-thin backend: lvm, thin_ls), and what
-# the tiny image recipe and tests/guest/lvm-vm.sh take from Debian.
+# the tiny image recipe (rsync and dbclient go into the guest too) and
+# tests/guest/lvm-vm.sh take from Debian.
 run="qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
 genisoimage busybox-static dropbear-bin openssh-sftp-server kmod cpio e2fsprogs
-zstd xz-utils ca-certificates lvm2 thin-provisioning-tools"
+zstd xz-utils ca-certificates lvm2 thin-provisioning-tools rsync"
 # Test: real clients the tests drive.
 test="openssh-client procps psmisc curl python3 python3-yaml libxml2-utils"
 

@@ -806,6 +806,28 @@ static struct reply gw_session_close(struct api *a, const char *id_s, const stru
 				 "seconds", (json_int_t)(now_s() - s.opened)));
 }
 
+/* DELETE /v1/gateway/sessions {"kind"}: a gateway starts, and whatever it
+ * had open before (it crashed, or was killed) is over. */
+static struct reply gw_sessions_reset(struct api *a, const struct buf *body)
+{
+	static const char *const allowed[] = { "kind", NULL };
+	struct err e = { 0 };
+	const char *kind = NULL;
+	json_t *j = api_parse_body(body, allowed, &e);
+	int n;
+
+	if (!j)
+		return fail(&e);
+	if (json_unpack(j, "{s:s}", "kind", &kind) < 0 ||
+	    (strcmp(kind, "ssh") != 0 && strcmp(kind, "desktop") != 0)) {
+		json_decref(j);
+		return fail_now(400, "invalid_kind", "kind must be \"ssh\" or \"desktop\"");
+	}
+	n = sessions_drop_kind(a->h->sessions, kind);
+	json_decref(j);
+	return ok(200, json_pack("{s:i}", "dropped", n));
+}
+
 /* The /v1/gateway routes (root and the gateway user only). */
 static struct reply route_gateway(struct api *a, const char *method, const char *url,
 				  char **seg, size_t n, const struct buf *body)
@@ -818,6 +840,8 @@ static struct reply route_gateway(struct api *a, const char *method, const char 
 		return gw_connect(a, body);
 	if (n == 3 && post && !strcmp(seg[2], "sessions"))
 		return gw_session_open(a, body);
+	if (n == 3 && del && !strcmp(seg[2], "sessions"))
+		return gw_sessions_reset(a, body);
 	if (n == 4 && del && !strcmp(seg[2], "sessions"))
 		return gw_session_close(a, seg[3], body);
 	return fail_now(404, "not_found", "no route %s %s", method, url);

@@ -107,6 +107,25 @@ int sessions_count(struct sessions *s, const char *machine_id)
 	return n;
 }
 
+int sessions_drop_kind(struct sessions *s, const char *kind)
+{
+	int dropped = 0;
+
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < s->n;) {
+		if (strcmp(s->v[i].kind, kind) == 0) {
+			s->v[i] = s->v[--s->n];
+			dropped++;
+		} else {
+			i++;
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (dropped)
+		log_info("dropped %d %s session(s): their gateway restarted", dropped, kind);
+	return dropped;
+}
+
 int sessions_drop_machine(struct sessions *s, const char *machine_id)
 {
 	int dropped = 0;

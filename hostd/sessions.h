@@ -42,6 +42,9 @@ int sessions_close(struct sessions *s, int64_t id, uint64_t bytes_in, uint64_t b
 		   struct session *out, struct err *e);
 /* Live sessions on machine MACHINE_ID. */
 int sessions_count(struct sessions *s, const char *machine_id);
+/* Forget every session of KIND: its gateway (re)started, so none of them
+ * is live any more.  Returns how many. */
+int sessions_drop_kind(struct sessions *s, const char *kind);
 /* Forget the sessions of machine MACHINE_ID (it was deleted); how many. */
 int sessions_drop_machine(struct sessions *s, const char *machine_id);
 

@@ -37,6 +37,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "sshgw/hostapi.h"
 #include "sshgw/proxy.h"
 #include "common/banned.h"
 
@@ -140,6 +141,25 @@ static void peer_name(const struct sockaddr_storage *ss, char *addr, size_t len,
 }
 
 /* ---- setup -------------------------------------------------------------- */
+
+/* Sessions hostd still counts from an earlier run of the gateway (one that
+ * crashed or was killed) are over: say so, or the idle policy would never
+ * see their machines idle. */
+static void forget_sessions(const char *sock)
+{
+	json_t *body = json_pack("{s:s}", "kind", "ssh"), *resp = NULL;
+	char err[256];
+	long st;
+
+	if (hostapi_call(sock, "DELETE", "/v1/gateway/sessions", body, &st, &resp, err,
+			 sizeof(err)) < 0)
+		log_warn("%s (sessions an earlier gateway left stay counted)", err);
+	else if (st != 200)
+		log_warn("hostd answered %ld to forgetting old sessions: %s", st,
+			 hostapi_message(resp, "no message"));
+	json_decref(body);
+	json_decref(resp);
+}
 
 static volatile sig_atomic_t stopping;
 static int wake_pipe[2] = { -1, -1 };
@@ -364,6 +384,7 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	log_info("listening on %s as uid %u; hostd at %s", listen_spec, (unsigned)getuid(), sock);
+	forget_sessions(sock);
 
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
@@ -409,7 +430,6 @@ int main(int argc, char **argv)
 	}
 	log_info("stopping (%d sessions end with it)", atomic_load(&active));
 	close(lfd);
-	ssh_bind_free(g.bind);
-	ssh_key_free(key);
+	ssh_bind_free(g.bind);	/* and the host key: the bind owns it */
 	return 0;
 }

@@ -82,6 +82,7 @@ struct pair {
 	int status;
 	char exit_signal[32];
 	bool eof_up, eof_down;	/* EOF sent up / down */
+	bool retried;		/* started again on a new session to the machine */
 };
 
 struct conn {
@@ -327,10 +328,16 @@ static struct pair *pair_new(struct conn *c, enum pair_kind kind)
 
 static void pair_free(struct pair *p)
 {
-	if (p->down)
+	/* libssh keeps a freed channel until the peer's close arrives, and
+	 * calls its callbacks meanwhile: they must not find P. */
+	if (p->down) {
+		ssh_remove_channel_callbacks(p->down, &p->dcb);
 		ssh_channel_free(p->down);
-	if (p->up)
+	}
+	if (p->up) {
+		ssh_remove_channel_callbacks(p->up, &p->ucb);
 		ssh_channel_free(p->up);
+	}
 	for (int i = 0; i < p->nenv; i++) {
 		free(p->env_name[i]);
 		free(p->env_value[i]);
@@ -781,6 +788,24 @@ static void start_pair(struct pair *p)
 			snprintf(m, sizeof(m), "the machine refused the %s",
 				 p->req == REQ_SHELL ? "shell" : p->req == REQ_EXEC ? "command" :
 				 "subsystem");
+			log_warn("%s/%s from %s: %s: %s", c->owner, c->machine, c->addr, m,
+				 ssh_get_error(c->up.s));
+			bool alone = true;	/* no other channel on that session */
+			for (struct pair *o = c->pairs; o; o = o->next)
+				alone = alone && (o == p || !o->up);
+			if (c->up_pooled && !p->retried && alone) {
+				/* A kept session may be on its way out: once more
+				 * on a new one. */
+				p->retried = true;
+				ssh_remove_channel_callbacks(p->up, &p->ucb);
+				ssh_channel_free(p->up);
+				p->up = NULL;
+				ssh_event_remove_session(c->ev, c->up.s);
+				upstream_close(&c->up);
+				c->up_pooled = false;
+				start_pair(p);
+				return;
+			}
 			fail_pair(p, m);
 			return;
 		}

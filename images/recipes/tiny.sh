@@ -6,8 +6,8 @@
 # Writes OUTDIR/vmlinuz, OUTDIR/initrd.img, OUTDIR/root.qcow2 and
 # OUTDIR/image.json.  Run as root (the root filesystem's files must be owned
 # by root).  Needs the host packages deploy/install-deps.sh installs for
-# "run": busybox-static, dropbear-bin, openssh-sftp-server, kmod, cpio,
-# e2fsprogs, qemu-utils (and xz-utils for BERTH_TINY_PVH=1).
+# "run": busybox-static, dropbear-bin, openssh-sftp-server, rsync, kmod,
+# cpio, e2fsprogs, qemu-utils (and xz-utils for BERTH_TINY_PVH=1).
 #
 # The kernel is Debian's: linux-image-amd64 is resolved to the real package
 # (linux-image-VERSION), which is downloaded with `apt-get download` and
@@ -25,7 +25,8 @@
 #    file is replaced by the seed's keys).
 #  - eth0 via busybox udhcpc (boot waits at most ~5 s for a lease, then it
 #    keeps trying in the background); dropbear on port 22, keys only, with
-#    OpenSSH's sftp-server (so scp and sftp work; rsync does not).
+#    OpenSSH's sftp-server (so scp and sftp work) and rsync (so `rsync -e
+#    ssh` works); dropbear's client dbclient (it can use a forwarded agent).
 #  - the ACPI power button (virDomainShutdown, QEMU system_powerdown) powers
 #    off cleanly (busybox acpid); `poweroff` and `reboot` work.
 #  - root shells on ttyS0 and tty1; boot messages on ttyS0.
@@ -87,13 +88,17 @@ if ldd $BUSYBOX >/dev/null 2>&1; then
 fi
 DROPBEAR=/usr/sbin/dropbear
 DROPBEARKEY=/usr/bin/dropbearkey
-if [ ! -x $DROPBEAR ] || [ ! -x $DROPBEARKEY ]; then
+DBCLIENT=/usr/bin/dbclient
+if [ ! -x $DROPBEAR ] || [ ! -x $DROPBEARKEY ] || [ ! -x $DBCLIENT ]; then
 	die "dropbear not found (install dropbear-bin)"
 fi
 # OpenSSH's scp speaks SFTP by default (and sftp always): dropbear runs
 # /usr/lib/sftp-server for it.
 SFTP_SERVER=/usr/lib/openssh/sftp-server
 [ -x $SFTP_SERVER ] || die "$SFTP_SERVER not found (install openssh-sftp-server)"
+# `rsync -e ssh` runs rsync on the far side too.
+RSYNC=/usr/bin/rsync
+[ -x $RSYNC ] || die "$RSYNC not found (install rsync)"
 
 START=$(date +%s.%N)
 
@@ -258,11 +263,14 @@ $BUSYBOX --list-full | while read -r a; do
 	ln -s /bin/busybox "$R/$a"
 done
 
-# dropbear and exactly the libraries ldd lists, plus the loader.
+# dropbear, dbclient, sftp-server, rsync and exactly the libraries ldd
+# lists, plus the loader.
 cp $DROPBEAR "$R/usr/sbin/dropbear"
 cp $DROPBEARKEY "$R/usr/bin/dropbearkey"
+cp $DBCLIENT "$R/usr/bin/dbclient"
 cp $SFTP_SERVER "$R/usr/lib/sftp-server"
-for lib in $( (ldd $DROPBEAR; ldd $DROPBEARKEY; ldd $SFTP_SERVER) |
+cp $RSYNC "$R/usr/bin/rsync"
+for lib in $( (ldd $DROPBEAR; ldd $DROPBEARKEY; ldd $DBCLIENT; ldd $SFTP_SERVER; ldd $RSYNC) |
 	awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u); do
 	mkdir -p "$R${lib%/*}"
 	[ -e "$R$lib" ] || cp -L "$lib" "$R$lib"

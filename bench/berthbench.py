@@ -66,6 +66,7 @@ class Hostd:
 def hostd():
     """A berth-hostd on a fresh state directory, with the tiny image built."""
     tmp = tempfile.mkdtemp(prefix="berth-b.", dir="/tmp")
+    os.chmod(tmp, 0o711)  # the gateways (berth-gw) reach STATE/hostd.sock through it
     state = os.path.join(tmp, "state")
     log = open(os.path.join(tmp, "hostd.log"), "w")
     proc = subprocess.Popen([os.path.join(BIN, "berth-hostd"), "--state", state],

@@ -741,10 +741,14 @@ static int open_up(struct pair *p)
 		if (p->up)
 			ssh_channel_free(p->up);
 		p->up = NULL;
-		if (!c->up_pooled || attempt > 0 || !closed(c->up.s))
+		log_warn("%s/%s from %s: %s: %s", c->owner, c->machine, c->addr,
+			 c->up_pooled ? "a kept session refused a channel" : "the machine refused a channel",
+			 ssh_get_error(c->up.s));
+		bool alone = true;	/* no other channel on that session */
+		for (struct pair *o = c->pairs; o; o = o->next)
+			alone = alone && (o == p || !o->up);
+		if (!c->up_pooled || attempt > 0 || !alone)
 			break;
-		log_debug("%s/%s: a pooled session was dead; connecting anew", c->owner,
-			  c->machine);
 		ssh_event_remove_session(c->ev, c->up.s);
 		upstream_close(&c->up);
 		c->up_pooled = false;

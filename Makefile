@@ -29,13 +29,13 @@ quiet = @printf '  %-6s %s\n' $(1) $(2);
 endif
 
 COMMON_SRC  := common/log.c common/util.c common/run.c common/buf.c \
-               common/err.c common/sshexec.c
+               common/err.c common/sshexec.c common/hostapi.c
 STORAGE_SRC := storage/storage.c storage/qcow2.c storage/lvm_thin.c
 HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/config.c hostd/db.c hostd/virt.c \
                hostd/seed.c hostd/api.c hostd/machine.c hostd/image.c \
                hostd/keys.c hostd/checkpoint.c hostd/userkeys.c hostd/sessions.c
 CLI_SRC     := cli/main.c cli/client.c cli/up.c
-SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/hostapi.c sshgw/pool.c
+SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/pool.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 
 # Objects shared by the daemon and the unit tests (everything but main).

@@ -1,65 +1,20 @@
 #include "cli/client.h"
 
-#include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/buf.h"
+#include "common/hostapi.h"
 #include "common/banned.h"
-
-static size_t on_data(char *p, size_t size, size_t n, void *data)
-{
-	buf_add(data, p, size * n);
-	return size * n;
-}
 
 int client_call(const struct client *c, const char *method, const char *path,
 		json_t *body, long *status, json_t **resp, char *err, size_t errlen)
 {
-	CURL *h = curl_easy_init();
-	struct curl_slist *hdrs = NULL;
-	struct buf out = BUF_INIT;
-	char url[1024], *text = NULL;
-	CURLcode rc;
-	int ret = -1;
-
-	*resp = NULL;
-	*status = 0;
-	if (!h) {
-		snprintf(err, errlen, "cannot initialise libcurl");
-		return -1;
-	}
-	snprintf(url, sizeof(url), "http://berth%s", path);
-	curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, c->sock);
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, &out);
-	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	hdrs = curl_slist_append(hdrs, "Expect:");
-	if (body) {
-		text = json_dumps(body, JSON_COMPACT);
-		hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
-		curl_easy_setopt(h, CURLOPT_POSTFIELDS, text);
-	}
-	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-	rc = curl_easy_perform(h);
-	if (rc != CURLE_OK) {
-		snprintf(err, errlen, "cannot reach berth-hostd at %s: %s (is it running? "
-			 "try `berth up --state %s`)", c->sock, curl_easy_strerror(rc), c->state);
-		goto out;
-	}
-	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
-	if (out.len)
-		*resp = json_loadb(out.data, out.len, 0, NULL);
-	ret = 0;
-out:
-	free(text);
-	buf_free(&out);
-	curl_slist_free_all(hdrs);
-	curl_easy_cleanup(h);
-	return ret;
+	if (hostapi_call(c->sock, method, path, body, status, resp, err, errlen) == 0)
+		return 0;
+	size_t n = strlen(err);
+	snprintf(err + n, errlen - n, " (is it running? try `berth up --state %s`)", c->state);
+	return -1;
 }
 
 bool client_alive(const struct client *c)

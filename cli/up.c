@@ -101,22 +101,17 @@ static void print_log_tail(const char *log)
 	free(text);
 }
 
-static int ensure_hostd(struct client *c)
+/* Start the program NAME beside this one with ARGV (ARGV[0] is NAME),
+ * detached (its own session, reparented: nobody waits on it), stdin
+ * /dev/null, stdout and stderr appended to LOG. */
+static int spawn_daemon(const char *name, char *const argv[], const char *log)
 {
-	char bin[PATH_MAX], dir[PATH_MAX], log[PATH_MAX];
+	char bin[PATH_MAX], dir[PATH_MAX];
 	pid_t pid;
 
-	if (client_alive(c))
-		return 0;
 	if (exe_dir(dir, sizeof(dir)) < 0)
 		return -1;
-	snprintf(bin, sizeof(bin), "%s/berth-hostd", dir);
-	snprintf(log, sizeof(log), "%s/hostd.log", c->state);
-	if (mkdir_p(c->state, 0700) < 0) {
-		fprintf(stderr, "berth up: create %s: %s\n", c->state, strerror(errno));
-		return -1;
-	}
-	fprintf(stderr, "starting berth-hostd (log %s)…\n", log);
+	snprintf(bin, sizeof(bin), "%s/%s", dir, name);
 	pid = fork();
 	if (pid < 0)
 		return -1;
@@ -129,14 +124,31 @@ static int ensure_hostd(struct client *c)
 		dup2(nul, 0);
 		dup2(fd, 1);
 		dup2(fd, 2);
-		/* Detach fully: a grandchild is reparented, nobody waits on it. */
 		if (fork() != 0)
 			_exit(0);
-		execl(bin, "berth-hostd", "--state", c->state, (char *)NULL);
+		execv(bin, argv);
 		dprintf(2, "cannot run %s: %s\n", bin, strerror(errno));
 		_exit(127);
 	}
 	waitpid(pid, NULL, 0);
+	return 0;
+}
+
+static int ensure_hostd(struct client *c)
+{
+	char log[PATH_MAX];
+	char *const argv[] = { "berth-hostd", "--state", c->state, NULL };
+
+	if (client_alive(c))
+		return 0;
+	snprintf(log, sizeof(log), "%s/hostd.log", c->state);
+	if (mkdir_p(c->state, 0700) < 0) {
+		fprintf(stderr, "berth up: create %s: %s\n", c->state, strerror(errno));
+		return -1;
+	}
+	fprintf(stderr, "starting berth-hostd (log %s)…\n", log);
+	if (spawn_daemon("berth-hostd", argv, log) < 0)
+		return -1;
 	for (int i = 0; i < 300; i++) {
 		if (client_alive(c))
 			return 0;
@@ -170,38 +182,19 @@ static bool pid_is(pid_t pid, const char *name)
 /* berth-sshgw on LISTEN (ADDR:PORT), unless one runs for this state. */
 static int ensure_sshgw(struct client *c, const char *listen, int port)
 {
-	char bin[PATH_MAX], dir[PATH_MAX], log[PATH_MAX], pidfile[PATH_MAX];
-	pid_t pid;
+	char log[PATH_MAX], pidfile[PATH_MAX], lst[64];
+	char *const argv[] = { "berth-sshgw", "--state", c->state, "--listen", lst,
+			       "--pidfile", pidfile, NULL };
 
 	snprintf(pidfile, sizeof(pidfile), "%s/sshgw.pid", c->state);
+	snprintf(lst, sizeof(lst), "%s", listen);
 	if (pid_is(pid_from_file(pidfile), "berth-sshgw"))
 		return 0;
-	if (exe_dir(dir, sizeof(dir)) < 0)
-		return -1;
-	snprintf(bin, sizeof(bin), "%s/berth-sshgw", dir);
 	snprintf(log, sizeof(log), "%s/sshgw.log", c->state);
 	unlink(pidfile);
 	fprintf(stderr, "starting berth-sshgw on %s (log %s)…\n", listen, log);
-	pid = fork();
-	if (pid < 0)
+	if (spawn_daemon("berth-sshgw", argv, log) < 0)
 		return -1;
-	if (pid == 0) {
-		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-		int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		setsid();
-		if (fd < 0 || nul < 0)
-			_exit(127);
-		dup2(nul, 0);
-		dup2(fd, 1);
-		dup2(fd, 2);
-		if (fork() != 0)
-			_exit(0);
-		execl(bin, "berth-sshgw", "--state", c->state, "--listen", listen, "--pidfile",
-		      pidfile, (char *)NULL);
-		dprintf(2, "cannot run %s: %s\n", bin, strerror(errno));
-		_exit(127);
-	}
-	waitpid(pid, NULL, 0);
 	for (int i = 0; i < 100; i++) {
 		if (pid_is(pid_from_file(pidfile), "berth-sshgw") &&
 		    sshexec_banner_ready("127.0.0.1", port, 1000))

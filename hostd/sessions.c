@@ -1,6 +1,7 @@
 #include "hostd/sessions.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,13 +108,14 @@ int sessions_count(struct sessions *s, const char *machine_id)
 	return n;
 }
 
-int sessions_drop_kind(struct sessions *s, const char *kind)
+/* Forget the sessions whose FIELD (machine_id or kind) is VALUE. */
+static int drop(struct sessions *s, size_t field, const char *value)
 {
 	int dropped = 0;
 
 	pthread_mutex_lock(&s->lock);
 	for (size_t i = 0; i < s->n;) {
-		if (strcmp(s->v[i].kind, kind) == 0) {
+		if (strcmp((const char *)&s->v[i] + field, value) == 0) {
 			s->v[i] = s->v[--s->n];
 			dropped++;
 		} else {
@@ -121,6 +123,13 @@ int sessions_drop_kind(struct sessions *s, const char *kind)
 		}
 	}
 	pthread_mutex_unlock(&s->lock);
+	return dropped;
+}
+
+int sessions_drop_kind(struct sessions *s, const char *kind)
+{
+	int dropped = drop(s, offsetof(struct session, kind), kind);
+
 	if (dropped)
 		log_info("dropped %d %s session(s): their gateway restarted", dropped, kind);
 	return dropped;
@@ -128,18 +137,8 @@ int sessions_drop_kind(struct sessions *s, const char *kind)
 
 int sessions_drop_machine(struct sessions *s, const char *machine_id)
 {
-	int dropped = 0;
+	int dropped = drop(s, offsetof(struct session, machine_id), machine_id);
 
-	pthread_mutex_lock(&s->lock);
-	for (size_t i = 0; i < s->n;) {
-		if (strcmp(s->v[i].machine_id, machine_id) == 0) {
-			s->v[i] = s->v[--s->n];
-			dropped++;
-		} else {
-			i++;
-		}
-	}
-	pthread_mutex_unlock(&s->lock);
 	if (dropped)
 		log_info("dropped %d session(s) of deleted machine %s", dropped, machine_id);
 	return dropped;

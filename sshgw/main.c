@@ -37,7 +37,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
-#include "sshgw/hostapi.h"
+#include "common/hostapi.h"
 #include "sshgw/proxy.h"
 #include "common/banned.h"
 

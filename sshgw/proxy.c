@@ -44,7 +44,7 @@
 #include "common/log.h"
 #include "common/sshexec.h"
 #include "common/util.h"
-#include "sshgw/hostapi.h"
+#include "common/hostapi.h"
 #include "sshgw/pool.h"
 #include "common/banned.h"
 

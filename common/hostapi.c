@@ -1,4 +1,4 @@
-#include "sshgw/hostapi.h"
+#include "common/hostapi.h"
 
 #include <curl/curl.h>
 #include <stdio.h>
@@ -36,8 +36,8 @@ int hostapi_call(const char *sock, const char *method, const char *path, json_t 
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &out);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	/* A wake waits for the machine to boot: hostd bounds that itself. */
-	curl_easy_setopt(h, CURLOPT_TIMEOUT, 600L);
+	/* No timeout: a wake waits for a boot, an image build for its recipe,
+	 * and hostd bounds those itself. */
 	hdrs = curl_slist_append(hdrs, "Expect:");
 	if (body) {
 		text = json_dumps(body, JSON_COMPACT);

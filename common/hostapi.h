@@ -1,8 +1,8 @@
-/* The gateway's requests to berth-hostd over its UNIX socket (docs/api.md,
- * "Gateway"): JSON in, JSON out, one HTTP request per call.  The gateway
- * never opens libvirt; this is all it can ask. */
-#ifndef BERTH_SSHGW_HOSTAPI_H
-#define BERTH_SSHGW_HOSTAPI_H
+/* A client of berth-hostd's JSON API over its UNIX socket (libcurl), for the
+ * CLI and the gateways: JSON in, JSON out, one HTTP request per call.  (The
+ * gateways never open libvirt: this is how they ask hostd.) */
+#ifndef BERTH_HOSTAPI_H
+#define BERTH_HOSTAPI_H
 
 #include <jansson.h>
 #include <stddef.h>

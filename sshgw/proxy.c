@@ -677,9 +677,13 @@ static int ensure_up(struct conn *c, bool wake, struct pair *progress)
 		}
 		log_debug("%s/%s: connected to %s:%d in %lld ms", c->owner, c->machine, host,
 			  t.port, (long long)(mono_ms() - t0));
-		/* The session runs now: no timeout on what the loop waits for. */
+		/* The session runs now: no timeout on what the loop waits for
+		 * (both parts: sshexec_connect left what remained of its
+		 * deadline in them, and a leftover fraction of a second made
+		 * a busy machine's slower answers look like refusals). */
 		long zero = 0;
 		ssh_options_set(c->up.s, SSH_OPTIONS_TIMEOUT, &zero);
+		ssh_options_set(c->up.s, SSH_OPTIONS_TIMEOUT_USEC, &zero);
 		c->up.cb = calloc(1, sizeof(*c->up.cb));
 		if (!c->up.cb)
 			abort();

@@ -37,9 +37,10 @@ meta=$((size / 1000 / mib))
 [ "$meta" -ge 64 ] || meta=64
 [ "$meta" -le 15360 ] || meta=15360
 
-lvm pvcreate -q ${force:+-ff -y} "$dev"
-lvm vgcreate -q "$vg" "$dev"
-lvm lvcreate -q -T "$vg/$pool" -l 90%VG --poolmetadatasize "${meta}m"
+# lvm says what it did on stdout even with -q: stdout is for berth.conf.
+lvm pvcreate -q ${force:+-ff -y} "$dev" >&2
+lvm vgcreate -q "$vg" "$dev" >&2
+lvm lvcreate -q -T "$vg/$pool" -l 90%VG --poolmetadatasize "${meta}m" >&2
 echo "lvm-thin-setup: thin pool $vg/$pool on $dev (metadata ${meta} MiB)" >&2
 echo "storage = lvm-thin"
 echo "storage_location = $vg/$pool"

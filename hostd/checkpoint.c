@@ -309,7 +309,7 @@ static void rename_running(struct hostd *h, const struct machine *f)
 	    machine_endpoint(h, f, host, sizeof(host), &port, NULL) != 0)
 		return;
 	struct sshexec_target t = { .host = host, .port = port, .user = img.user,
-				    .key_b64 = h->key.private_pem, .connect_timeout_ms = 5000 };
+				    .key_b64 = h->key.private_pem, .connect_timeout_ms = 20000 };
 	snprintf(cmd, sizeof(cmd), "hostname '%s'", f->name);
 	if (sshexec_run(&t, cmd, -1, -1, -1, &status, err, sizeof(err)) < 0 || status != 0)
 		log_warn("live fork %s keeps its source's hostname until it reboots: %s",

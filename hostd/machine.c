@@ -273,8 +273,11 @@ int machine_wait_ready(struct hostd *h, const struct machine *m, int timeout_s,
 			return err_set(e, 409, "not_running",
 				       "machine %s stopped while booting (state %s); see its console log",
 				       m->name, vstate_name(vs));
+		/* A slow guest (TCG in TCG: 2-5 s) sends its banner late: a
+		 * probe waits up to 10 s for it, never past the deadline. */
+		int64_t left = deadline - mono_ms();
 		int r = machine_endpoint(h, m, host, sizeof(host), &port, NULL);
-		if (r == 0 && sshexec_banner_ready(host, port, 1000))
+		if (r == 0 && sshexec_banner_ready(host, port, left < 10000 ? (int)left : 10000))
 			return 0;
 		usleep(200 * 1000);
 	}

@@ -2,7 +2,8 @@
 # Run a command as root inside a small TCG VM whose kernel has real dm-thin.
 #
 #   tests/guest/lvm-vm.sh [--disk-size SIZE] [--timeout SECONDS]
-#                         [--rw-dir DIR] [--verbose] -- CMD [ARGS...]
+#                         [--memory SIZE] [--cpus N] [--rw-dir DIR]
+#                         [--overlay DIR]... [--verbose] -- CMD [ARGS...]
 #
 # This is how berth's lvm-thin storage backend is tested for real on machines
 # whose own kernel has no device-mapper (ENVIRONMENT.md, "LVM thin inside a
@@ -14,7 +15,9 @@
 #  - Debian's kernel, the one images/recipes/tiny.sh uses (same cache,
 #    images/recipes/kernel.sh), booted directly (its uncompressed vmlinux,
 #    through QEMU's PVH entry point, when it can be had: about 3 s sooner);
-#    always TCG (`-accel tcg`), -m 1024, one vCPU (two boot 2 s slower).
+#    always TCG (`-accel tcg`), -m 1024, one vCPU (two boot 2 s slower);
+#    --memory SIZE (M or G, at least 256M) and --cpus N (1 to 8) change
+#    those, e.g. for a libvirtd running its own (nested, TCG) guests.
 #  - an initramfs of busybox-static and the modules of dm-thin, dm-snapshot,
 #    virtio, 9p and overlayfs, cached in $BERTH_CACHE/lvm-vm (default
 #    /var/cache/berth/lvm-vm), keyed by the kernel version and a hash of
@@ -25,10 +28,15 @@
 #    current directory (which must not be under /run, /proc, /sys or /dev).  Fresh /proc, /sys, /dev (devtmpfs, so /dev/vdb and
 #    /dev/mapper/* appear), /dev/pts, /dev/shm; tmpfs on /run; /tmp is the
 #    host's /tmp seen through an overlay on tmpfs: host files there can be
-#    read, writes stay in the guest.  Nothing CMD writes reaches the host
-#    except its output, its exit status and what it writes under DIR:
-#    --rw-dir DIR shares the host's directory DIR, writable (files are
-#    created as root), at the same path in the guest.
+#    read, writes stay in the guest.  --overlay DIR (repeatable) does the
+#    same for the host's directory DIR (its mode and owner kept): e.g.
+#    /etc/libvirt, /var/lib/libvirt, /var/log/libvirt for a libvirtd in
+#    the guest.  Nothing CMD writes reaches the host except its output, its
+#    exit status and what it writes under DIR: --rw-dir DIR shares the
+#    host's directory DIR, writable (files are created as root), at the
+#    same path in the guest.
+#  - network: the loopback interface only (up, 127.0.0.1), so a QEMU in the
+#    guest can forward ports on it; nothing leaves the VM.
 #  - environment: PATH and every BERTH_* and LVM_* variable of the caller,
 #    HOME=/root, plus
 #      BERTH_LVM_DEVICE=/dev/vdb        the blank disk, for the PV
@@ -62,13 +70,14 @@ RECIPES=$HERE/../../images/recipes
 
 usage() {
 	cat >&2 <<EOF
-usage: $0 [--disk-size SIZE] [--timeout SECONDS] [--rw-dir DIR] [--verbose]
-          -- CMD [ARGS...]
+usage: $0 [--disk-size SIZE] [--timeout SECONDS] [--memory SIZE] [--cpus N]
+          [--rw-dir DIR] [--overlay DIR]... [--verbose] -- CMD [ARGS...]
 Runs CMD as root in a TCG VM with real dm-thin, chrooted into the host's root
 (read-only) in the current directory; /dev/vdb (\$BERTH_LVM_DEVICE) is a blank
-disk of SIZE (default 2G); --rw-dir makes the host directory DIR writable in
-the VM.  Exits with CMD's status (124: timeout, default 300 s; 125: the VM
-failed).
+disk of SIZE (default 2G); --memory (default 1024M) and --cpus (default 1)
+size the VM; --rw-dir makes the host directory DIR writable in the VM;
+--overlay makes DIR writable in the VM only (a tmpfs layer over the host's).
+Exits with CMD's status (124: timeout, default 300 s; 125: the VM failed).
 EOF
 	exit 2
 }
@@ -85,6 +94,9 @@ DISK_SIZE=2G
 TIMEOUT=300
 VERBOSE=
 RW_DIR=
+MEMORY=1024M
+CPUS=1
+OVERLAYS=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	--disk-size) [ $# -ge 2 ] || usage; DISK_SIZE=$2; shift 2 ;;
@@ -93,6 +105,12 @@ while [ $# -gt 0 ]; do
 	--timeout=*) TIMEOUT=${1#*=}; shift ;;
 	--rw-dir) [ $# -ge 2 ] || usage; RW_DIR=$2; shift 2 ;;
 	--rw-dir=*) RW_DIR=${1#*=}; shift ;;
+	--memory) [ $# -ge 2 ] || usage; MEMORY=$2; shift 2 ;;
+	--memory=*) MEMORY=${1#*=}; shift ;;
+	--cpus) [ $# -ge 2 ] || usage; CPUS=$2; shift 2 ;;
+	--cpus=*) CPUS=${1#*=}; shift ;;
+	--overlay) [ $# -ge 2 ] || usage; OVERLAYS+=("$2"); shift 2 ;;
+	--overlay=*) OVERLAYS+=("${1#*=}"); shift ;;
 	-v | --verbose) VERBOSE=1; shift ;;
 	-h | --help) usage ;;
 	--) shift; break ;;
@@ -104,6 +122,16 @@ done
 	{ say "bad --disk-size '$DISK_SIZE' (e.g. 512M, 2G)"; usage; }
 [[ $TIMEOUT =~ ^[1-9][0-9]*$ ]] ||
 	{ say "bad --timeout '$TIMEOUT' (whole seconds)"; usage; }
+case $MEMORY in
+[1-9]*M) MEM_MIB=${MEMORY%M} ;;
+[1-9]*G) MEM_MIB=${MEMORY%G}; [[ $MEM_MIB =~ ^[0-9]+$ ]] && MEM_MIB=$((MEM_MIB * 1024)) ;;
+*) MEM_MIB=x ;;
+esac
+if [[ ! $MEM_MIB =~ ^[0-9]+$ ]] || [ "$MEM_MIB" -lt 256 ] || [ "$MEM_MIB" -gt 65536 ]; then
+	say "bad --memory '$MEMORY' (e.g. 1024M, 3G; 256M to 64G)"
+	usage
+fi
+[[ $CPUS =~ ^[1-8]$ ]] || { say "bad --cpus '$CPUS' (1 to 8)"; usage; }
 if [ -n "$RW_DIR" ]; then
 	[ -d "$RW_DIR" ] || { say "--rw-dir $RW_DIR: no such directory"; usage; }
 	RW_DIR=$(cd -- "$RW_DIR" && pwd -P) || die "cannot resolve $RW_DIR"
@@ -113,6 +141,22 @@ if [ -n "$RW_DIR" ]; then
 	*$'\n'*) say "--rw-dir: no newline in the path, please"; usage ;;
 	esac
 fi
+# --overlay: "MODE UID GID PATH" lines for the guest's /init.
+OVERLAY_LINES=
+for d in "${OVERLAYS[@]}"; do
+	[ -d "$d" ] || { say "--overlay $d: no such directory"; usage; }
+	d=$(cd -- "$d" && pwd -P) || die "cannot resolve $d"
+	case $d in
+	/ | /proc | /proc/* | /sys | /sys/* | /dev | /dev/* | /run | /run/* | /tmp | /tmp/*)
+		say "--overlay cannot be $d"; usage ;;
+	*$'\n'*) say "--overlay: no newline in the path, please"; usage ;;
+	esac
+	if [ -n "$RW_DIR" ]; then
+		case $d/ in "$RW_DIR"/*) say "--overlay $d is inside --rw-dir $RW_DIR"; usage ;; esac
+		case $RW_DIR/ in "$d"/*) say "--rw-dir $RW_DIR is inside --overlay $d"; usage ;; esac
+	fi
+	OVERLAY_LINES+="$(stat -c '%a %u %g' -- "$d") $d"$'\n'
+done
 
 QEMU=qemu-system-x86_64
 BUSYBOX=/bin/busybox
@@ -179,7 +223,7 @@ OPTIONAL_MODULES="virtio_rng"
 # Applets /init uses.  Never one named busybox: a symlink loop makes the
 # kernel fail to run /init with error -40.
 APPLETS="sh mount mkdir insmod chroot env cat mv ln sync poweroff sleep
-usleep chmod"
+usleep chmod chown ip"
 
 build_initrd() { # OUT
 	local I=$T/initrd m deps kind path rel n=0
@@ -275,6 +319,20 @@ if [ -s $S/rw-dir ]; then
 	read -r d <$S/rw-dir
 	mount -t 9p -o "$OPTS" berthrw "/host$d" || fail "cannot mount $d (9p berthrw)"
 fi
+# --overlay: host directories, read-only, under writable tmpfs layers
+# ("MODE UID GID PATH" lines, parents first).
+if [ -s $S/overlays ]; then
+	mkdir -p /ovl2 && mount -t tmpfs -o mode=755 tmpfs /ovl2 || fail "cannot mount /ovl2"
+	i=0
+	while read -r mode uid gid d; do
+		i=$((i + 1))
+		mkdir -p /ovl2/$i/upper /ovl2/$i/work &&
+			chown "$uid:$gid" /ovl2/$i/upper && chmod "$mode" /ovl2/$i/upper &&
+			mount -t overlay -o "lowerdir=/host$d,upperdir=/ovl2/$i/upper,workdir=/ovl2/$i/work" \
+				overlay "/host$d" || fail "cannot mount an overlay on $d"
+	done <$S/overlays
+fi
+ip link set lo up || fail "cannot bring up lo"
 i=0
 until [ -b /host/dev/vdb ]; do
 	i=$((i + 1))
@@ -371,6 +429,9 @@ EOF
 	printf '\n'
 } >"$SHARE/cmd.sh" || die "cannot write $SHARE/cmd.sh"
 
+[ -z "$OVERLAY_LINES" ] ||
+	printf '%s' "$OVERLAY_LINES" | LC_ALL=C sort -k4 >"$SHARE/overlays" ||
+	die "cannot write $SHARE/overlays"
 RW_ARGS=()
 if [ -n "$RW_DIR" ]; then
 	printf '%s\n' "$RW_DIR" >"$SHARE/rw-dir"
@@ -384,7 +445,7 @@ SETUP=$(elapsed "$T0")
 SERIAL=$T/serial.log
 CMDLINE="console=ttyS0 quiet panic=-1 mitigations=off"
 QSTART=$(now)
-$QEMU -name berth-lvm-vm -accel tcg -machine pc -m 1024 -smp 1 \
+$QEMU -name berth-lvm-vm -accel tcg -machine pc -m "$MEM_MIB" -smp "$CPUS" \
 	-nodefaults -no-user-config -display none -no-reboot \
 	-chardev "file,id=ser0,path=$(q "$SERIAL")" -serial chardev:ser0 \
 	-kernel "$KERNEL" -initrd "$INITRD" -append "$CMDLINE" \

@@ -834,6 +834,15 @@ static struct reply route_gateway(struct api *a, const char *method, const char 
 {
 	bool post = !strcmp(method, "POST"), del = !strcmp(method, "DELETE");
 
+	if (n == 3 && !strcmp(method, "GET") && !strcmp(seg[2], "epoch")) {
+		/* Which run of hostd this is: live sessions do not survive
+		 * a restart, so a gateway that sees a new epoch opens its
+		 * connections' sessions again. */
+		char epoch[64];
+		snprintf(epoch, sizeof(epoch), "%ld-%lld", (long)getpid(),
+			 (long long)a->h->started_ms);
+		return ok(200, json_pack("{s:s}", "epoch", epoch));
+	}
 	if (n == 3 && post && !strcmp(seg[2], "auth"))
 		return gw_auth(a, body);
 	if (n == 3 && post && !strcmp(seg[2], "connect"))

@@ -140,6 +140,37 @@ static void peer_name(const struct sockaddr_storage *ss, char *addr, size_t len,
 	*port = atoi(serv);
 }
 
+/* ---- hostd's restarts ----------------------------------------------------- */
+
+static atomic_int generation;
+
+int gw_hostd_generation(void)
+{
+	return atomic_load(&generation);
+}
+
+/* Ask hostd which run of it this is; a new one since the last look means
+ * it restarted and every live connection must open its session again. */
+static void watch_hostd(const char *sock)
+{
+	static char last[64];
+	json_t *resp = NULL;
+	char err[256];
+	long st;
+
+	if (hostapi_call(sock, "GET", "/v1/gateway/epoch", NULL, &st, &resp, err,
+			 sizeof(err)) == 0 && st == 200 &&
+	    json_is_string(json_object_get(resp, "epoch"))) {
+		const char *now = json_string_value(json_object_get(resp, "epoch"));
+		if (last[0] && strcmp(last, now) != 0) {
+			log_info("hostd restarted: the live sessions are registered again");
+			atomic_fetch_add(&generation, 1);
+		}
+		snprintf(last, sizeof(last), "%s", now);
+	}
+	json_decref(resp);
+}
+
 /* ---- setup -------------------------------------------------------------- */
 
 /* Sessions hostd still counts from an earlier run of the gateway (one that
@@ -385,6 +416,8 @@ int main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	log_info("listening on %s as uid %u; hostd at %s", listen_spec, (unsigned)getuid(), sock);
 	forget_sessions(sock);
+	watch_hostd(sock);
+	int64_t watched = mono_ms();
 
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
@@ -398,10 +431,14 @@ int main(int argc, char **argv)
 		pthread_t t;
 		int fd;
 
-		if (poll(pfd, 2, -1) < 0 && errno != EINTR)
+		if (poll(pfd, 2, 5000) < 0 && errno != EINTR)
 			break;
 		if (stopping)
 			break;
+		if (mono_ms() - watched >= 5000) {
+			watch_hostd(sock);
+			watched = mono_ms();
+		}
 		if (!(pfd[0].revents & POLLIN))
 			continue;
 		fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);

@@ -106,6 +106,7 @@ struct conn {
 	bool up_failed;
 	char up_err[256];
 	char session_id[64];
+	int generation;		/* gw_hostd_generation() when it was opened */
 	struct pair *pairs;
 	/* Set by any callback: something arrived that the loop has not looked
 	 * at.  libssh reads every session of the event whenever it reads one,
@@ -184,6 +185,7 @@ static int machine_endpoint(struct conn *c, bool wake, json_t **resp, char *msg,
 
 static void session_opened(struct conn *c)
 {
+	c->generation = gw_hostd_generation();
 	json_t *body = json_pack("{s:s, s:s, s:s, s:s}", "user", c->owner, "machine", c->machine,
 				 "kind", "ssh", "from", c->addr), *resp = NULL;
 	char err[256];
@@ -962,6 +964,11 @@ static void serve(struct conn *c)
 		}
 		if (closed(c->down))
 			break;
+		if (c->session_id[0] && c->generation != gw_hostd_generation()) {
+			/* hostd restarted and forgot this session. */
+			c->session_id[0] = '\0';
+			session_opened(c);
+		}
 		if (c->up.s && closed(c->up.s)) {
 			/* The machine went away: its channels are closed, and a
 			 * new channel will find out why. */

@@ -24,5 +24,8 @@ void proxy_serve(struct gw *g, int fd, const char *addr, int port);
 
 /* Implemented by main.c: a refused key from ADDR counts towards its limit. */
 void gw_auth_failed(const char *addr);
+/* Implemented by main.c: how many times hostd was seen to restart (its
+ * sessions are then gone, and live connections open theirs again). */
+int gw_hostd_generation(void);
 
 #endif

@@ -322,6 +322,23 @@ wait "$sl"
 check_eq "  it ends with status 0" 0 "$?"
 forget "$sl"
 check_eq "  after it: sessions 0" 0 "$(wait_sessions 0)"
+# hostd forgets live sessions when it restarts; the gateway sees the new
+# run (it asks every 5 s) and registers its live connections again.
+bg_gw /dev/null /dev/null m1@127.0.0.1 'sleep 30'
+sl=$BG_PID
+check_eq "while 'ssh m1 sleep 30' runs: sessions 1" 1 "$(wait_sessions 1)"
+kill_hostd TERM
+start_hostd
+s=
+for _ in $(seq 150); do
+	s=$(sessions)
+	[ "$s" = 1 ] && break
+	sleep 0.1
+done
+check_eq "  hostd restarted: the gateway registers it again" 1 "$s"
+stop_pid "$sl"
+forget "$sl"
+check_eq "  after it: sessions 0" 0 "$(wait_sessions 0)"
 
 # ---- waking ----
 token=$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')

@@ -539,10 +539,16 @@ static ssh_channel on_session_open(ssh_session s, void *userdata)
 	return p->down;
 }
 
+static int ensure_up(struct conn *c, bool wake, struct pair *progress);
+
 /* What the server callbacks leave: direct-tcpip opens (ssh -L, -W,
- * ProxyJump).  Accepted now; the machine's side opens in the loop, and a
- * refusal there closes the channel.  Everything else gets libssh's default
- * answer (a refusal): returning 1 asks for it. */
+ * ProxyJump).  The machine's side is opened first, here: its refusal is
+ * the client's refusal, as with direct ssh.  This is the one blocking
+ * libssh call inside a callback: libssh polls only for output on the
+ * client's socket meanwhile (it is locked while its packet is handled), so
+ * the machine's session runs and nothing of the client's is re-entered.
+ * Everything else gets libssh's default answer (a refusal): returning 1
+ * asks for it. */
 static int on_message(ssh_session s, ssh_message msg, void *userdata)
 {
 	struct conn *c = userdata;
@@ -555,15 +561,25 @@ static int on_message(ssh_session s, ssh_message msg, void *userdata)
 		return 1;
 	dh = ssh_message_channel_request_open_destination(msg);
 	oh = ssh_message_channel_request_open_originator(msg);
-	if (!dh || strlen(dh) >= sizeof(p->dhost))
+	if (!dh || strlen(dh) >= sizeof(p->dhost) || ensure_up(c, true, NULL) < 0)
 		return 1;
 	p = pair_new(c, P_TCPIP);
 	snprintf(p->dhost, sizeof(p->dhost), "%s", dh);
 	snprintf(p->ohost, sizeof(p->ohost), "%s", oh ? oh : "127.0.0.1");
 	p->dport = ssh_message_channel_request_open_destination_port(msg);
 	p->oport = ssh_message_channel_request_open_originator_port(msg);
+	p->up = ssh_channel_new(c->up.s);
+	if (!p->up || ssh_channel_open_forward(p->up, p->dhost, p->dport, p->ohost,
+					       p->oport) != SSH_OK) {
+		log_info("%s/%s: the machine refused a connection to %s:%d", c->owner, c->machine,
+			 p->dhost, p->dport);
+		p->done = true;
+		return 1;
+	}
+	set_up_callbacks(p);
 	p->down = ssh_message_channel_request_open_reply_accept(msg);
 	if (!p->down) {
+		ssh_channel_close(p->up);
 		p->done = true;
 		return 1;
 	}
@@ -571,6 +587,7 @@ static int on_message(ssh_session s, ssh_message msg, void *userdata)
 	watch(&p->dcb, p);
 	ssh_callbacks_init(&p->dcb);
 	ssh_set_channel_callbacks(p->down, &p->dcb);
+	p->started = true;
 	return 0;
 }
 
@@ -721,9 +738,9 @@ static void fail_pair(struct pair *p, const char *msg)
 	p->done = true;
 }
 
-/* Open P's channel to the machine (waking it for a session, with the
- * progress line there).  A session from the pool that turns out dead is
- * replaced by a new one, once.  Returns 0, or -1 with P failed. */
+/* Open P's session channel on the machine (waking it, with the progress
+ * line on P).  A session from the pool that turns out dead is replaced by
+ * a new one, once.  Returns 0, or -1 with P failed. */
 static int open_up(struct pair *p)
 {
 	struct conn *c = p->c;
@@ -731,15 +748,13 @@ static int open_up(struct pair *p)
 	for (int attempt = 0;; attempt++) {
 		int rc = SSH_ERROR;
 
-		if (ensure_up(c, true, p->kind == P_SESSION ? p : NULL) < 0) {
+		if (ensure_up(c, true, p) < 0) {
 			fail_pair(p, c->up_err);
 			return -1;
 		}
 		p->up = ssh_channel_new(c->up.s);
 		if (p->up)
-			rc = p->kind == P_SESSION ? ssh_channel_open_session(p->up)
-				: ssh_channel_open_forward(p->up, p->dhost, p->dport, p->ohost,
-							   p->oport);
+			rc = ssh_channel_open_session(p->up);
 		if (rc == SSH_OK) {
 			set_up_callbacks(p);
 			return 0;
@@ -759,13 +774,7 @@ static int open_up(struct pair *p)
 		upstream_close(&c->up);
 		c->up_pooled = false;
 	}
-	if (p->kind == P_TCPIP) {
-		log_info("%s/%s: the machine refused a connection to %s:%d", c->owner, c->machine,
-			 p->dhost, p->dport);
-		fail_pair(p, "connection refused");
-	} else {
-		fail_pair(p, "the machine refused a session");
-	}
+	fail_pair(p, "the machine refused a session");
 	return -1;
 }
 
@@ -820,9 +829,7 @@ static void start_pair(struct pair *p)
 			return;
 		}
 		break;
-	case P_TCPIP:
-		if (open_up(p) < 0)
-			return;
+	case P_TCPIP:	/* opened in on_message */
 		break;
 	case P_AGENT:
 		p->down = ssh_channel_new(c->down);

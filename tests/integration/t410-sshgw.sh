@@ -271,6 +271,10 @@ stop_pid "$fwd"
 forget "$fwd"
 out=$(gw -W 127.0.0.1:22 m1@127.0.0.1 </dev/null | head -1 | tr -d '\r')
 check_match "ssh -W 127.0.0.1:22: dropbear's banner" '^SSH-2\.0-dropbear' "$out"
+# A port nobody listens on in the machine: refused, as direct ssh is.
+gw -W 127.0.0.1:7778 m1@127.0.0.1 </dev/null >/dev/null 2>"$T/w.err"
+check_eq "ssh -W to a closed port: exit 255, as direct" 255 "$?"
+check_match "  the client says the forwarding failed" 'open failed|forwarding failed' "$(cat "$T/w.err")"
 out=$(timeout -k 5 "$TMO" ssh "${OPTS[@]}" -i "$STATE/keys/gateway" \
 	-o "ProxyCommand=ssh $OPTS_S -i $T/k1 -p $P1 -W %h:%p m1@127.0.0.1" \
 	-p 22 root@127.0.0.1 'echo "via ProxyCommand on $(hostname)"')

@@ -328,6 +328,15 @@ static struct pair *pair_new(struct conn *c, enum pair_kind kind)
 	return p;
 }
 
+static void free_up_channel(struct pair *p)
+{
+	if (p->up) {
+		ssh_remove_channel_callbacks(p->up, &p->ucb);
+		ssh_channel_free(p->up);
+		p->up = NULL;
+	}
+}
+
 static void pair_free(struct pair *p)
 {
 	/* libssh keeps a freed channel until the peer's close arrives, and
@@ -336,10 +345,7 @@ static void pair_free(struct pair *p)
 		ssh_remove_channel_callbacks(p->down, &p->dcb);
 		ssh_channel_free(p->down);
 	}
-	if (p->up) {
-		ssh_remove_channel_callbacks(p->up, &p->ucb);
-		ssh_channel_free(p->up);
-	}
+	free_up_channel(p);
 	for (int i = 0; i < p->nenv; i++) {
 		free(p->env_name[i]);
 		free(p->env_value[i]);
@@ -738,6 +744,31 @@ static void fail_pair(struct pair *p, const char *msg)
 	p->done = true;
 }
 
+/* Drop the session to the machine; the next channel connects anew. */
+static void drop_up(struct conn *c)
+{
+	ssh_event_remove_session(c->ev, c->up.s);
+	upstream_close(&c->up);
+	c->up_pooled = false;
+}
+
+/* A kept session that refused P's channel or request may be on its way
+ * out: when no other channel uses it, drop it (P's own channel first) so
+ * that P can try once more on a new one.  Returns whether it did. */
+static bool drop_kept_session(struct pair *p)
+{
+	struct conn *c = p->c;
+
+	if (!c->up_pooled)
+		return false;
+	for (struct pair *o = c->pairs; o; o = o->next)
+		if (o != p && o->up)
+			return false;
+	free_up_channel(p);
+	drop_up(c);
+	return true;
+}
+
 /* Open P's session channel on the machine (waking it, with the progress
  * line on P).  A session from the pool that turns out dead is replaced by
  * a new one, once.  Returns 0, or -1 with P failed. */
@@ -759,20 +790,12 @@ static int open_up(struct pair *p)
 			set_up_callbacks(p);
 			return 0;
 		}
-		if (p->up)
-			ssh_channel_free(p->up);
-		p->up = NULL;
+		free_up_channel(p);
 		log_warn("%s/%s from %s: %s: %s", c->owner, c->machine, c->addr,
 			 c->up_pooled ? "a kept session refused a channel" : "the machine refused a channel",
 			 ssh_get_error(c->up.s));
-		bool alone = true;	/* no other channel on that session */
-		for (struct pair *o = c->pairs; o; o = o->next)
-			alone = alone && (o == p || !o->up);
-		if (!c->up_pooled || attempt > 0 || !alone)
+		if (attempt > 0 || !drop_kept_session(p))
 			break;
-		ssh_event_remove_session(c->ev, c->up.s);
-		upstream_close(&c->up);
-		c->up_pooled = false;
 	}
 	fail_pair(p, "the machine refused a session");
 	return -1;
@@ -809,19 +832,8 @@ static void start_pair(struct pair *p)
 				 "subsystem");
 			log_warn("%s/%s from %s: %s: %s", c->owner, c->machine, c->addr, m,
 				 ssh_get_error(c->up.s));
-			bool alone = true;	/* no other channel on that session */
-			for (struct pair *o = c->pairs; o; o = o->next)
-				alone = alone && (o == p || !o->up);
-			if (c->up_pooled && !p->retried && alone) {
-				/* A kept session may be on its way out: once more
-				 * on a new one. */
+			if (!p->retried && drop_kept_session(p)) {
 				p->retried = true;
-				ssh_remove_channel_callbacks(p->up, &p->ucb);
-				ssh_channel_free(p->up);
-				p->up = NULL;
-				ssh_event_remove_session(c->ev, c->up.s);
-				upstream_close(&c->up);
-				c->up_pooled = false;
 				start_pair(p);
 				return;
 			}
@@ -979,8 +991,7 @@ static void serve(struct conn *c)
 		if (c->up.s && closed(c->up.s)) {
 			/* The machine went away: its channels are closed, and a
 			 * new channel will find out why. */
-			ssh_event_remove_session(c->ev, c->up.s);
-			upstream_close(&c->up);
+			drop_up(c);
 			c->up_failed = true;
 			snprintf(c->up_err, sizeof(c->up_err), "connection to %s lost", c->machine);
 			continue;

@@ -4,7 +4,7 @@
 # on those binaries).  Quiet unless V=1.
 
 CC      ?= cc
-PKGS    := libvirt sqlite3 libmicrohttpd jansson libssh libcurl
+PKGS    := libvirt sqlite3 libmicrohttpd jansson libssh libcurl libzstd libcrypto
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
            -Wmissing-prototypes -Wformat=2 -Wno-format-nonliteral \
            -Wno-missing-field-initializers -Wno-format-truncation

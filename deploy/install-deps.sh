@@ -9,14 +9,15 @@ what=${1:-test}
 
 # Build: compiler and the libraries hostd and the CLI link against.
 build="gcc make pkg-config libvirt-dev libsqlite3-dev libmicrohttpd-dev
-libjansson-dev libssh-dev libcurl4-openssl-dev"
+libjansson-dev libssh-dev libcurl4-openssl-dev libzstd-dev libssl-dev"
 # Run: the hypervisor, libvirt, the tools hostd runs from argv (lvm2 and
 # thin-provisioning-tools for the lvm-thin backend: lvm, thin_ls), and what
 # the tiny image recipe (rsync and dbclient go into the guest too) and
-# tests/guest/lvm-vm.sh take from Debian.
+# tests/guest/lvm-vm.sh take from Debian; debootstrap for the agents image
+# recipe; zstd, xz and gzip for image catalogs and their benchmarks.
 run="qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
 genisoimage busybox-static dropbear-bin openssh-sftp-server kmod cpio e2fsprogs
-zstd xz-utils ca-certificates lvm2 thin-provisioning-tools rsync"
+zstd xz-utils gzip ca-certificates lvm2 thin-provisioning-tools rsync debootstrap"
 # Test: real clients the tests drive.
 test="openssh-client procps psmisc curl python3 python3-yaml libxml2-utils"
 

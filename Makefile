@@ -4,7 +4,7 @@
 # on those binaries).  Quiet unless V=1.
 
 CC      ?= cc
-PKGS    := libvirt sqlite3 libmicrohttpd jansson libssh libcurl libzstd libcrypto
+PKGS    := libvirt sqlite3 libmicrohttpd jansson libssh libcurl libzstd libcrypto libnbd
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
            -Wmissing-prototypes -Wformat=2 -Wno-format-nonliteral \
            -Wno-missing-field-initializers -Wno-format-truncation
@@ -30,11 +30,12 @@ endif
 
 COMMON_SRC  := common/log.c common/util.c common/run.c common/buf.c \
                common/err.c common/sshexec.c common/hostapi.c
-STORAGE_SRC := storage/storage.c storage/qcow2.c storage/lvm_thin.c
+STORAGE_SRC := storage/storage.c storage/qcow2.c storage/lvm_thin.c storage/volio.c
 HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/config.c hostd/db.c hostd/virt.c \
                hostd/seed.c hostd/api.c hostd/machine.c hostd/image.c \
-               hostd/keys.c hostd/checkpoint.c hostd/userkeys.c hostd/sessions.c
-CLI_SRC     := cli/main.c cli/client.c cli/up.c
+               hostd/keys.c hostd/checkpoint.c hostd/userkeys.c hostd/sessions.c \
+               hostd/catalog.c
+CLI_SRC     := cli/main.c cli/client.c cli/up.c cli/image.c
 SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/pool.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 

@@ -11,7 +11,17 @@
 int cli_call(const struct client *c, const char *method, const char *path,
 	     json_t *body, json_t **resp);
 
+/* Output helpers (main.c). */
+void print_json(json_t *j);
+const char *jstr(json_t *o, const char *k);
+long long jint(json_t *o, const char *k);
+/* O's integer K as a size ("1.5G"), "-" when absent. */
+void fmt_size(json_t *o, const char *k, char *out, size_t outlen);
+/* ARGV[*I] is NAME: its value (advancing *I), or NULL. */
+const char *optval(int argc, char **argv, int *i, const char *name);
+
 int cmd_up(struct client *c, int argc, char **argv);
+int cmd_image(struct client *c, int argc, char **argv);
 int cmd_down(struct client *c, int argc, char **argv);
 
 #endif

@@ -31,6 +31,8 @@ static const char usage_text[] =
 	"  restore NAME CKPT [--no-wait]      return the machine to a checkpoint\n"
 	"  fork NAME NEW [--from CKPT | --live] [--no-start] [--no-wait]\n"
 	"  image ls | image build RECIPE [--name N] | image rm NAME\n"
+	"  image import NAME FILE [--sha256 H] [--format raw|qcow2] [--like IMAGE] [--user U]\n"
+	"  image export MACHINE[@CHECKPOINT] FILE.zst [--force]\n"
 	"  key add FILE|- | key ls | key rm ID   your SSH public keys (for ssh NAME@host)\n"
 	"\n"
 	"  --state DIR   state directory of the hostd to talk to (default $BERTH_STATE or /var/lib/berth)\n"
@@ -58,24 +60,24 @@ int cli_call(const struct client *c, const char *method, const char *path,
 	return -1;
 }
 
-static void print_json(json_t *j)
+void print_json(json_t *j)
 {
 	json_dumpf(j, stdout, JSON_INDENT(2));
 	fputc('\n', stdout);
 }
 
-static const char *jstr(json_t *o, const char *k)
+const char *jstr(json_t *o, const char *k)
 {
 	const char *s = json_string_value(json_object_get(o, k));
 	return s ? s : "";
 }
 
-static long long jint(json_t *o, const char *k)
+long long jint(json_t *o, const char *k)
 {
 	return (long long)json_integer_value(json_object_get(o, k));
 }
 
-static void fmt_size(json_t *o, const char *k, char *out, size_t outlen)
+void fmt_size(json_t *o, const char *k, char *out, size_t outlen)
 {
 	json_t *v = json_object_get(o, k);
 	if (!json_is_integer(v)) {
@@ -176,7 +178,7 @@ static int cmd_show(struct client *c, int argc, char **argv)
 }
 
 /* Value of option ARGV[*I] ("--cpus 2" or "--cpus=2"); advances *I. */
-static const char *optval(int argc, char **argv, int *i, const char *name)
+const char *optval(int argc, char **argv, int *i, const char *name)
 {
 	size_t n = strlen(name);
 
@@ -519,75 +521,6 @@ static int cmd_fork(struct client *c, int argc, char **argv)
 	print_machine(c, r);
 	json_decref(r);
 	return 0;
-}
-
-static int cmd_image(struct client *c, int argc, char **argv)
-{
-	json_t *r, *img;
-	size_t i;
-	char path[256];
-
-	if (argc >= 2 && !strcmp(argv[1], "ls")) {
-		if (cli_call(c, "GET", "/v1/images", NULL, &r) < 0)
-			return 1;
-		if (c->json) {
-			print_json(r);
-		} else {
-			printf("%-16s %8s %9s %5s  %s\n", "NAME", "SIZE", "ALLOCATED", "USERS", "SHA256");
-			json_array_foreach(json_object_get(r, "images"), i, img) {
-				char size[32], alloc[32];
-				fmt_size(img, "size", size, sizeof(size));
-				fmt_size(img, "allocated", alloc, sizeof(alloc));
-				printf("%-16s %8s %9s %5lld  %s\n", jstr(img, "name"), size, alloc,
-				       jint(img, "users"), jstr(img, "sha256"));
-			}
-		}
-		json_decref(r);
-		return 0;
-	}
-	if (argc >= 3 && !strcmp(argv[1], "build")) {
-		const char *name = argv[2], *v;
-		for (int j = 3; j < argc; j++) {
-			if ((v = optval(argc, argv, &j, "--name")))
-				name = v;
-			else {
-				fprintf(stderr, "berth image build: unexpected argument '%s'\n", argv[j]);
-				return 2;
-			}
-		}
-		json_t *body = json_pack("{s:s, s:s}", "recipe", argv[2], "name", name);
-		int64_t t0 = mono_ms();
-		if (!c->json)
-			fprintf(stderr, "building image %s from recipe %s…\n", name, argv[2]);
-		int rc = cli_call(c, "POST", "/v1/images", body, &r);
-		json_decref(body);
-		if (rc < 0)
-			return 1;
-		if (c->json)
-			print_json(r);
-		else
-			printf("image %s built in %.1f s (sha256 %s)\n", name,
-			       (double)(mono_ms() - t0) / 1000.0, jstr(r, "sha256"));
-		json_decref(r);
-		return 0;
-	}
-	if (argc == 3 && !strcmp(argv[1], "rm")) {
-		if (!name_valid(argv[2])) {
-			fprintf(stderr, "berth: invalid image name '%s'\n", argv[2]);
-			return 2;
-		}
-		snprintf(path, sizeof(path), "/v1/images/%s", argv[2]);
-		if (cli_call(c, "DELETE", path, NULL, &r) < 0)
-			return 1;
-		if (c->json)
-			print_json(r);
-		else
-			printf("deleted image %s\n", argv[2]);
-		json_decref(r);
-		return 0;
-	}
-	fprintf(stderr, "usage: berth image ls | build RECIPE [--name N] | rm NAME\n");
-	return 2;
 }
 
 /* berth key add FILE: every key line of FILE ("-": stdin), each added

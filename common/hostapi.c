@@ -1,8 +1,12 @@
 #include "common/hostapi.h"
 
 #include <curl/curl.h>
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "common/buf.h"
 #include "common/banned.h"
@@ -61,6 +65,161 @@ out:
 	curl_slist_free_all(hdrs);
 	curl_easy_cleanup(h);
 	return ret;
+}
+
+struct stream {
+	CURL *h;
+	int fd;
+	uint64_t size;
+	hostapi_progress_fn fn;
+	void *data;
+	bool download;         /* a 2xx body goes to FD */
+	struct buf err_body;   /* any other body: hostd's JSON answer */
+	int io_errno;          /* a failed read or write of FD */
+};
+
+static size_t on_read(char *p, size_t size, size_t n, void *data)
+{
+	struct stream *s = data;
+	ssize_t r;
+
+	do
+		r = read(s->fd, p, size * n);
+	while (r < 0 && errno == EINTR);
+	if (r < 0) {
+		s->io_errno = errno;
+		return CURL_READFUNC_ABORT;
+	}
+	return (size_t)r;
+}
+
+static size_t on_write(char *p, size_t size, size_t n, void *data)
+{
+	struct stream *s = data;
+	long code = 0;
+	size_t len = size * n, done = 0;
+
+	curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &code);
+	if (!s->download || code < 200 || code > 299) {
+		buf_add(&s->err_body, p, len);
+		return len;
+	}
+	while (done < len) {
+		ssize_t w = write(s->fd, p + done, len - done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			s->io_errno = w < 0 ? errno : EIO;
+			return 0;
+		}
+		done += (size_t)w;
+	}
+	return len;
+}
+
+static int on_progress(void *data, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+		       curl_off_t ulnow)
+{
+	struct stream *s = data;
+
+	(void)dltotal;
+	(void)ultotal;
+	if (s->fn)
+		s->fn(s->size ? (uint64_t)ulnow : (uint64_t)dlnow, s->size, s->data);
+	return 0;
+}
+
+static int transfer(const char *sock, const char *method, const char *path,
+		    struct stream *s, bool upload, long *status, json_t **resp,
+		    char *err, size_t errlen)
+{
+	struct curl_slist *hdrs = NULL;
+	char url[2048];
+	CURLcode rc;
+	int ret = -1;
+
+	*resp = NULL;
+	*status = 0;
+	s->h = curl_easy_init();
+	if (!s->h) {
+		snprintf(err, errlen, "cannot initialise libcurl");
+		return -1;
+	}
+	snprintf(url, sizeof(url), "http://berth%s", path);
+	curl_easy_setopt(s->h, CURLOPT_UNIX_SOCKET_PATH, sock);
+	curl_easy_setopt(s->h, CURLOPT_URL, url);
+	curl_easy_setopt(s->h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(s->h, CURLOPT_WRITEFUNCTION, on_write);
+	curl_easy_setopt(s->h, CURLOPT_WRITEDATA, s);
+	curl_easy_setopt(s->h, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(s->h, CURLOPT_XFERINFOFUNCTION, on_progress);
+	curl_easy_setopt(s->h, CURLOPT_XFERINFODATA, s);
+	hdrs = curl_slist_append(hdrs, "Expect:");
+	if (upload) {
+		curl_easy_setopt(s->h, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(s->h, CURLOPT_CUSTOMREQUEST, method);
+		curl_easy_setopt(s->h, CURLOPT_READFUNCTION, on_read);
+		curl_easy_setopt(s->h, CURLOPT_READDATA, s);
+		curl_easy_setopt(s->h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)s->size);
+		curl_easy_setopt(s->h, CURLOPT_UPLOAD_BUFFERSIZE, 1L << 20);
+		hdrs = curl_slist_append(hdrs, "Content-Type: application/octet-stream");
+	}
+	curl_easy_setopt(s->h, CURLOPT_HTTPHEADER, hdrs);
+	rc = curl_easy_perform(s->h);
+	curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, status);
+	if (s->err_body.len)
+		*resp = json_loadb(s->err_body.data, s->err_body.len, 0, NULL);
+	if (s->io_errno) {
+		snprintf(err, errlen, "%s: %s", upload ? "read" : "write", strerror(s->io_errno));
+		goto out;
+	}
+	if (rc != CURLE_OK) {
+		if (*status)
+			snprintf(err, errlen, "the transfer from berth-hostd broke off: %s "
+				 "(hostd's log says why)", curl_easy_strerror(rc));
+		else
+			snprintf(err, errlen, "cannot reach berth-hostd at %s: %s", sock,
+				 curl_easy_strerror(rc));
+		goto out;
+	}
+	ret = 0;
+out:
+	buf_free(&s->err_body);
+	curl_slist_free_all(hdrs);
+	curl_easy_cleanup(s->h);
+	return ret;
+}
+
+int hostapi_upload(const char *sock, const char *method, const char *path, int fd,
+		   uint64_t size, hostapi_progress_fn fn, void *data, long *status,
+		   json_t **resp, char *err, size_t errlen)
+{
+	struct stream s = { .fd = fd, .size = size, .fn = fn, .data = data,
+			    .err_body = BUF_INIT };
+
+	return transfer(sock, method, path, &s, true, status, resp, err, errlen);
+}
+
+int hostapi_download(const char *sock, const char *path, int fd, hostapi_progress_fn fn,
+		     void *data, long *status, json_t **resp, char *err, size_t errlen)
+{
+	struct stream s = { .fd = fd, .fn = fn, .data = data, .download = true,
+			    .err_body = BUF_INIT };
+
+	return transfer(sock, "GET", path, &s, false, status, resp, err, errlen);
+}
+
+char *hostapi_escape(const char *s)
+{
+	char *c = curl_easy_escape(NULL, s, 0), *out;
+
+	if (!c)
+		abort();
+	out = strdup(c);
+	curl_free(c);
+	if (!out)
+		abort();
+	return out;
 }
 
 const char *hostapi_message(json_t *resp, const char *fallback)

@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* METHOD PATH with BODY (NULL: none; not consumed) to the hostd listening on
  * SOCK.  Sets *STATUS to the HTTP status and *RESP to the JSON body (NULL
@@ -13,6 +14,24 @@
  * could not be reached, with ERR (ERRLEN bytes) saying why. */
 int hostapi_call(const char *sock, const char *method, const char *path, json_t *body,
 		 long *status, json_t **resp, char *err, size_t errlen);
+
+/* Called as bytes move: DONE so far of TOTAL (0 when unknown). */
+typedef void (*hostapi_progress_fn)(uint64_t done, uint64_t total, void *data);
+
+/* METHOD PATH with the SIZE bytes read from FD as the body, streamed.
+ * Otherwise as hostapi_call. */
+int hostapi_upload(const char *sock, const char *method, const char *path, int fd,
+		   uint64_t size, hostapi_progress_fn fn, void *data, long *status,
+		   json_t **resp, char *err, size_t errlen);
+
+/* GET PATH; a 2xx body is written to FD as it arrives, any other body is
+ * parsed into *RESP.  Returns -1 with ERR also when the transfer breaks
+ * off (hostd ends a failed stream early). */
+int hostapi_download(const char *sock, const char *path, int fd, hostapi_progress_fn fn,
+		     void *data, long *status, json_t **resp, char *err, size_t errlen);
+
+/* S escaped for a URL's query (malloc'd). */
+char *hostapi_escape(const char *s);
 
 /* The "message" of an error answer RESP, or FALLBACK. */
 const char *hostapi_message(json_t *resp, const char *fallback);

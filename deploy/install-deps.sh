@@ -9,7 +9,8 @@ what=${1:-test}
 
 # Build: compiler and the libraries hostd and the CLI link against.
 build="gcc make pkg-config libvirt-dev libsqlite3-dev libmicrohttpd-dev
-libjansson-dev libssh-dev libcurl4-openssl-dev libzstd-dev libssl-dev"
+libjansson-dev libssh-dev libcurl4-openssl-dev libzstd-dev libssl-dev
+libnbd-dev"
 # Run: the hypervisor, libvirt, the tools hostd runs from argv (lvm2 and
 # thin-provisioning-tools for the lvm-thin backend: lvm, thin_ls), and what
 # the tiny image recipe (rsync and dbclient go into the guest too) and

@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "hostd/catalog.h"
 #include "hostd/checkpoint.h"
 #include "hostd/image.h"
 #include "hostd/machine.h"
@@ -31,21 +32,30 @@ struct api {
 	char path[108];
 };
 
+/* What a handler returns: status and a JSON body (reference taken), or a
+ * response that streams its body (an export). */
+struct reply {
+	int status;
+	json_t *body;
+	struct MHD_Response *stream;
+};
+
 struct req {
 	struct buf body;
 	bool too_big;
 	int64_t t0;
-};
-
-/* What a handler returns: status and a JSON body (reference taken). */
-struct reply {
-	int status;
-	json_t *body;
+	/* PUT /v1/images/NAME: the body streams into an import instead of
+	 * being buffered; an answer decided before it (a refusal) is kept in
+	 * early while the body is read and dropped. */
+	bool streaming;
+	struct import *import;
+	bool has_early;
+	struct reply early;
 };
 
 static struct reply ok(int status, json_t *body)
 {
-	return (struct reply){ status, body };
+	return (struct reply){ status, body, NULL };
 }
 
 /* Replace every byte of S that is not part of valid UTF-8 with '?': error
@@ -432,6 +442,104 @@ static struct reply do_images(struct api *a)
 		json_array_append_new(arr, image_json(a->h, &imgs[i]));
 	free(imgs);
 	return ok(200, json_pack("{s:o}", "images", arr));
+}
+
+static const char *query_arg(struct MHD_Connection *c, const char *key)
+{
+	const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, key);
+
+	return v && *v ? v : NULL;
+}
+
+/* PUT /v1/images/NAME?sha256=&format=&like=&user=&origin=: the body is the
+ * image file.  Boot settings come from the image LIKE (its kernel, initrd,
+ * command line and user), else the disk boots by its own boot loader. */
+static struct import *start_import(struct api *a, struct MHD_Connection *c, const char *name,
+				   struct reply *early)
+{
+	struct import_opts o = { .name = name, .boot = "firmware", .user = "root" };
+	struct image like;
+	struct err e = { 0 };
+	char owner[64];
+	uid_t uid = (uid_t)-1;
+	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+						     MHD_HTTP_HEADER_CONTENT_LENGTH);
+	struct import *im;
+
+	if (peer_owner(c, owner, sizeof(owner), &uid, &e) < 0) {
+		*early = fail(&e);
+		return NULL;
+	}
+	if (uid != 0) {
+		*early = fail_now(403, "forbidden", "only root may import images");
+		return NULL;
+	}
+	o.sha256 = query_arg(c, "sha256");
+	o.format = query_arg(c, "format");
+	o.origin = query_arg(c, "origin");
+	o.length = cl ? strtoull(cl, NULL, 10) : 0;
+	const char *like_name = query_arg(c, "like");
+	if (like_name) {
+		if (db_image_get(a->h->db, like_name, &like, &e) < 0) {
+			*early = fail(&e);
+			return NULL;
+		}
+		o.boot = like.boot;
+		o.kernel = like.kernel;
+		o.initrd = like.initrd;
+		o.cmdline = like.cmdline;
+		o.user = like.user;
+	}
+	if (query_arg(c, "user"))
+		o.user = query_arg(c, "user");
+	im = import_begin(a->h, &o, &e);
+	if (!im)
+		*early = fail(&e);
+	return im;
+}
+
+static ssize_t export_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	ssize_t n = export_read(cls, buf, max);
+
+	(void)pos;
+	if (n < 0)
+		return MHD_CONTENT_READER_END_WITH_ERROR;
+	return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : n;
+}
+
+static void export_free(void *cls)
+{
+	export_end(cls);
+}
+
+/* GET /v1/machines/NAME/export[?checkpoint=C]: the disk as one zstd frame.
+ * A failure half-way ends the chunked body without its last chunk, which
+ * a client sees as a truncated transfer. */
+static struct reply do_export(struct api *a, struct MHD_Connection *c, const char *owner,
+			      const char *name)
+{
+	struct err e = { 0 };
+	const char *ckpt = query_arg(c, "checkpoint");
+	struct export *x;
+	char size[32];
+
+	if (ckpt && !name_valid(ckpt))
+		return fail_now(400, "invalid_name", "invalid checkpoint name '%s'", ckpt);
+	x = export_begin(a->h, owner, name, ckpt, &e);
+	if (!x)
+		return fail(&e);
+	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1 << 20,
+								       export_reader, x,
+								       export_free);
+	if (!resp) {
+		export_end(x);
+		return fail_now(500, "internal", "cannot create the export response");
+	}
+	snprintf(size, sizeof(size), "%llu", (unsigned long long)export_size(x));
+	MHD_add_response_header(resp, "Content-Type", "application/zstd");
+	MHD_add_response_header(resp, "X-Berth-Disk-Size", size);
+	return (struct reply){ 200, NULL, resp };
 }
 
 static struct reply do_image_build(struct api *a, uid_t uid, const struct buf *body)
@@ -933,6 +1041,8 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 		}
 		if (n == 4 && post && !strcmp(seg[3], "ssh"))
 			return do_ssh(a, owner, seg[2], uid, body);
+		if (n == 4 && get && !strcmp(seg[3], "export"))
+			return do_export(a, c, owner, seg[2]);
 		if (n == 4 && !strcmp(seg[3], "checkpoints")) {
 			if (post)
 				return do_checkpoint(a, owner, seg[2], body);
@@ -985,6 +1095,11 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 
 static enum MHD_Result send_reply(struct MHD_Connection *c, struct reply r, int64_t t0)
 {
+	if (r.stream) {
+		enum MHD_Result sret = MHD_queue_response(c, (unsigned)r.status, r.stream);
+		MHD_destroy_response(r.stream);
+		return sret;
+	}
 	char *text = r.body ? json_dumps(r.body, JSON_COMPACT) : NULL;
 	size_t len;
 
@@ -1037,11 +1152,39 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		r->t0 = mono_us();
 		ext_time_reset();
 		*con_cls = r;
+		char name[64];
+		if (!strcmp(method, "PUT") && sscanf(url, "/v1/images/%63[a-z0-9-]", name) == 1 &&
+		    strlen(url) == strlen("/v1/images/") + strlen(name)) {
+			r->streaming = true;
+			r->import = start_import(a, c, name, &r->early);
+			r->has_early = !r->import;
+			return MHD_YES;
+		}
 		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
 							     MHD_HTTP_HEADER_CONTENT_LENGTH);
 		if (cl && strtoull(cl, NULL, 10) > a->h->cfg.max_body)
 			r->too_big = true;
 		return MHD_YES;
+	}
+	if (r->streaming) {
+		if (*upload_data_size) {
+			if (r->import)
+				import_feed(r->import, upload_data, *upload_data_size);
+			*upload_data_size = 0;
+			return MHD_YES;
+		}
+		struct reply srep = r->early;
+		if (!r->has_early) {
+			struct image img;
+			struct err e = { 0 };
+			struct import *im = r->import;
+			r->import = NULL;
+			srep = import_end(im, &img, &e) < 0 ? fail(&e) : ok(201, image_json(a->h, &img));
+		}
+		r->has_early = false;
+		if (srep.status >= 500)
+			log_warn("%s %s: %d", method, url, srep.status);
+		return send_reply(c, srep, r->t0);
 	}
 	if (*upload_data_size) {
 		if (!r->too_big && r->body.len + *upload_data_size <= a->h->cfg.max_body)
@@ -1075,6 +1218,10 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	(void)c;
 	(void)toe;
 	if (r) {
+		/* The client went away during an import. */
+		import_abort(r->import);
+		if (r->has_early)
+			json_decref(r->early.body);
 		buf_free(&r->body);
 		free(r);
 		*con_cls = NULL;

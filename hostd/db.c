@@ -23,7 +23,8 @@ static const char schema[] =
 	"  name TEXT PRIMARY KEY, volume TEXT NOT NULL, format TEXT NOT NULL,"
 	"  boot TEXT NOT NULL, kernel TEXT NOT NULL, initrd TEXT NOT NULL,"
 	"  cmdline TEXT NOT NULL, user TEXT NOT NULL, virtual_size INTEGER NOT NULL,"
-	"  sha256 TEXT NOT NULL, created INTEGER NOT NULL);"
+	"  sha256 TEXT NOT NULL, created INTEGER NOT NULL,"
+	"  source TEXT NOT NULL DEFAULT '', source_size INTEGER NOT NULL DEFAULT 0);"
 	"CREATE TABLE IF NOT EXISTS machines("
 	"  id TEXT PRIMARY KEY, owner TEXT NOT NULL, name TEXT NOT NULL,"
 	"  image TEXT NOT NULL, vcpus INTEGER NOT NULL, memory INTEGER NOT NULL,"
@@ -54,6 +55,32 @@ static int sql_err(struct db *db, struct err *e, const char *what)
 	return err_set(e, 500, "internal", "database: %s: %s", what, sqlite3_errmsg(db->h));
 }
 
+/* Add COLUMN to TABLE of a database made before it existed. */
+static int add_column(struct db *db, const char *table, const char *column,
+		      const char *decl, char **msg)
+{
+	char sql[256];
+	sqlite3_stmt *st;
+	bool have = false;
+
+	snprintf(sql, sizeof(sql), "PRAGMA table_info(%s)", table);
+	if (sqlite3_prepare_v2(db->h, sql, -1, &st, NULL) != SQLITE_OK)
+		goto fail;
+	while (sqlite3_step(st) == SQLITE_ROW)
+		if (!strcmp((const char *)sqlite3_column_text(st, 1), column))
+			have = true;
+	sqlite3_finalize(st);
+	if (have)
+		return 0;
+	snprintf(sql, sizeof(sql), "ALTER TABLE %s ADD COLUMN %s %s", table, column, decl);
+	if (sqlite3_exec(db->h, sql, NULL, NULL, msg) == SQLITE_OK)
+		return 0;
+	return -1;
+fail:
+	*msg = sqlite3_mprintf("%s", sqlite3_errmsg(db->h));
+	return -1;
+}
+
 struct db *db_open(const char *path, struct err *e)
 {
 	struct db *db = calloc(1, sizeof(*db));
@@ -71,7 +98,9 @@ struct db *db_open(const char *path, struct err *e)
 	sqlite3_busy_timeout(db->h, 5000);
 	if (sqlite3_exec(db->h, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
 			 "PRAGMA foreign_keys=ON;", NULL, NULL, &msg) != SQLITE_OK ||
-	    sqlite3_exec(db->h, schema, NULL, NULL, &msg) != SQLITE_OK) {
+	    sqlite3_exec(db->h, schema, NULL, NULL, &msg) != SQLITE_OK ||
+	    add_column(db, "images", "source", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
+	    add_column(db, "images", "source_size", "INTEGER NOT NULL DEFAULT 0", &msg) < 0) {
 		err_set(e, 500, "internal", "database %s: %s", path, msg ? msg : "?");
 		sqlite3_free(msg);
 		goto fail;
@@ -469,7 +498,7 @@ int db_machine_delete(struct db *db, const char *id, struct err *e)
 }
 
 #define IMAGE_COLS "name, volume, format, boot, kernel, initrd, cmdline, user," \
-		   " virtual_size, sha256, created"
+		   " virtual_size, sha256, created, source, source_size"
 
 static void image_from_row(sqlite3_stmt *st, void *out)
 {
@@ -487,15 +516,18 @@ static void image_from_row(sqlite3_stmt *st, void *out)
 	img->virtual_size = (uint64_t)sqlite3_column_int64(st, 8);
 	copy_text(st, 9, img->sha256, sizeof(img->sha256));
 	img->created = sqlite3_column_int64(st, 10);
+	copy_text(st, 11, img->source, sizeof(img->source));
+	img->source_size = (uint64_t)sqlite3_column_int64(st, 12);
 }
 
 int db_image_insert(struct db *db, const struct image *img, struct err *e)
 {
 	int rc = execute_locked(db, e, "insert image",
-				"INSERT INTO images(" IMAGE_COLS ") VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-				"ssssssssIsI", img->name, img->volume, img->format, img->boot,
+				"INSERT INTO images(" IMAGE_COLS ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+				"ssssssssIsIsI", img->name, img->volume, img->format, img->boot,
 				img->kernel, img->initrd, img->cmdline, img->user,
-				(int64_t)img->virtual_size, img->sha256, img->created);
+				(int64_t)img->virtual_size, img->sha256, img->created,
+				img->source, (int64_t)img->source_size);
 
 	if (rc == 1) {
 		err_clear(e);

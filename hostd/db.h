@@ -38,7 +38,7 @@ struct image {
 	char name[64];
 	char volume[80];
 	char format[16];      /* of the base volume as libvirt sees it */
-	char boot[16];        /* "direct" (kernel + initrd) */
+	char boot[16];        /* "direct" (kernel + initrd) or "firmware" (BIOS) */
 	char kernel[4096];    /* absolute paths, for direct boot */
 	char initrd[4096];
 	char cmdline[1024];
@@ -46,6 +46,8 @@ struct image {
 	uint64_t virtual_size;
 	char sha256[65];      /* of the imported root file */
 	int64_t created;
+	char source[16];      /* what was imported: raw, qcow2, raw.zst, qcow2.zst */
+	uint64_t source_size; /* its size in bytes (the download) */
 };
 
 /* Open (creating) the database at PATH.  NULL with E set on failure. */

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/run.h"
 #include "common/util.h"
+#include "hostd/catalog.h"
 #include "common/banned.h"
 
 /* rm -rf PATH, from argv: a recipe's build directory may have subdirectories. */
@@ -21,26 +22,6 @@ static void remove_recursive(const char *path)
 
 	if (run_argv(argv, NULL, &e) < 0)
 		log_warn("cannot remove %s: %s", path, e.msg);
-}
-
-static int sha256_file(const char *path, char out[65], struct err *e)
-{
-	struct buf o = BUF_INIT;
-	char *const argv[] = { "sha256sum", "--", (char *)path, NULL };
-	struct run_opts ro = { .out = &o };
-	int rc = -1;
-
-	if (run_argv(argv, &ro, e) < 0)
-		goto out;
-	if (o.len < 64) {
-		err_set(e, 500, "internal", "sha256sum %s: unexpected output", path);
-		goto out;
-	}
-	snprintf(out, 65, "%.64s", o.data);
-	rc = 0;
-out:
-	buf_free(&o);
-	return rc;
 }
 
 /* Read the recipe's image.json into IMG (paths made absolute under DIR). */
@@ -59,17 +40,23 @@ static int read_manifest(const char *outdir, struct image *img, char *root,
 	j = json_load_file(path, 0, &je);
 	if (!j)
 		return err_set(e, 500, "recipe_failed", "%s: %s (line %d)", path, je.text, je.line);
-	if (json_unpack_ex(j, &je, 0, "{s:s, s:s, s?s, s?s, s?s, s?s, s?s}",
+	if (json_unpack_ex(j, &je, 0, "{s:s, s?s, s?s, s?s, s?s, s?s, s?s}",
 			   "boot", &boot, "kernel", &kernel, "initrd", &initrd,
 			   "cmdline", &cmdline, "user", &user, "format", &format,
 			   "root", &rootfile) < 0) {
 		err_set(e, 500, "recipe_failed", "%s: %s", path, je.text);
 		goto out;
 	}
-	if (strcmp(boot, "direct") != 0) {
-		err_set(e, 500, "recipe_failed", "%s: boot '%s' is not supported yet", path, boot);
+	if (strcmp(boot, "direct") != 0 && strcmp(boot, "firmware") != 0) {
+		err_set(e, 500, "recipe_failed", "%s: boot '%s' is not direct or firmware", path, boot);
 		goto out;
 	}
+	if (!strcmp(boot, "direct") && !kernel) {
+		err_set(e, 500, "recipe_failed", "%s: direct boot needs a kernel", path);
+		goto out;
+	}
+	if (!kernel || !strcmp(boot, "firmware"))
+		kernel = initrd = "";
 	if (strchr(kernel, '/') || strchr(initrd, '/') || strchr(rootfile, '/')) {
 		err_set(e, 500, "recipe_failed", "%s: file names must not contain '/'", path);
 		goto out;
@@ -90,12 +77,10 @@ out:
 int image_build(struct hostd *h, const char *recipe, const char *name,
 		struct image *out, struct err *e)
 {
-	char key[80], script[PATH_MAX], tmp[PATH_MAX] = "", dir[PATH_MAX];
-	char root[PATH_MAX], root_format[16], src[PATH_MAX], dst[PATH_MAX];
+	char script[PATH_MAX], tmp[PATH_MAX] = "", dir[PATH_MAX];
+	char root[PATH_MAX], root_format[16], kernel[PATH_MAX], initrd[PATH_MAX];
 	char cache_env[PATH_MAX + 16];
-	struct image img;
-	struct storage_vol_info vi;
-	bool vol_made = false, dir_made = false;
+	struct image img, old;
 	int rc = -1;
 	int64_t t0 = mono_ms();
 
@@ -108,13 +93,9 @@ int image_build(struct hostd *h, const char *recipe, const char *name,
 	if (access(script, R_OK) < 0)
 		return err_set(e, 404, "not_found", "no image recipe '%s' (looked for %s)",
 			       recipe, script);
-	snprintf(key, sizeof(key), "image:%s", name);
-	if (hostd_busy_acquire(h, key, "build", name, e) < 0)
-		return -1;
-	if (db_image_get(h->db, name, &img, NULL) == 0) {
-		hostd_busy_release(h, key);
+	/* Before the long build; the import checks again under its mark. */
+	if (db_image_get(h->db, name, &old, NULL) == 0)
 		return err_set(e, 409, "exists", "image %s exists", name);
-	}
 
 	snprintf(tmp, sizeof(tmp), "%s/tmp/build-%s-XXXXXX", h->cfg.state_dir, name);
 	snprintf(dir, sizeof(dir), "%s/tmp", h->cfg.state_dir);
@@ -127,7 +108,7 @@ int image_build(struct hostd *h, const char *recipe, const char *name,
 	snprintf(cache_env, sizeof(cache_env), "BERTH_CACHE=%s", h->cfg.cache_dir);
 	char *env[] = { cache_env, NULL };
 	char *const argv[] = { "bash", script, tmp, NULL };
-	struct run_opts ro = { .env_add = env, .timeout_s = 1800 };
+	struct run_opts ro = { .env_add = env, .timeout_s = 3600 };
 	if (run_argv(argv, &ro, e) < 0) {
 		e->status = 500;
 		snprintf(e->code, sizeof(e->code), "recipe_failed");
@@ -135,54 +116,23 @@ int image_build(struct hostd *h, const char *recipe, const char *name,
 	}
 	if (read_manifest(tmp, &img, root, sizeof(root), root_format, sizeof(root_format), e) < 0)
 		goto out;
-	snprintf(img.name, sizeof(img.name), "%s", name);
-	snprintf(img.volume, sizeof(img.volume), "base-%s", name);
-	if (sha256_file(root, img.sha256, e) < 0)
-		goto out;
-
-	/* Kernel and initrd beside the catalog; the root into the backend. */
-	snprintf(dir, sizeof(dir), "%s/images/%s", h->cfg.state_dir, name);
-	if (mkdir_p(dir, 0755) < 0) {
-		err_errno(e, errno, "create %s", dir);
-		goto out;
-	}
-	dir_made = true;
-	snprintf(src, sizeof(src), "%s/%s", tmp, img.kernel);
-	snprintf(dst, sizeof(dst), "%s/%s", dir, img.kernel);
-	if (file_copy(src, dst, 0644, e) < 0)
-		goto out;
-	snprintf(img.kernel, sizeof(img.kernel), "%s", dst);
-	if (img.initrd[0]) {
-		snprintf(src, sizeof(src), "%s/%s", tmp, img.initrd);
-		snprintf(dst, sizeof(dst), "%s/%s", dir, img.initrd);
-		if (file_copy(src, dst, 0644, e) < 0)
-			goto out;
-		snprintf(img.initrd, sizeof(img.initrd), "%s", dst);
-	}
-	if (storage_base_import(h->st, img.volume, root, root_format, e) < 0)
-		goto out;
-	vol_made = true;
-	if (storage_vol_info(h->st, img.volume, &vi, e) < 0)
-		goto out;
-	img.virtual_size = vi.virtual_bytes;
-	snprintf(img.format, sizeof(img.format), "%s", vi.format);
-	img.created = now_s();
-	if (db_image_insert(h->db, &img, e) < 0)
+	log_info("image %s: recipe done in %lld ms; importing %s", name,
+		 (long long)(mono_ms() - t0), root);
+	snprintf(kernel, sizeof(kernel), "%s/%s", tmp, img.kernel);
+	snprintf(initrd, sizeof(initrd), "%s/%s", tmp, img.initrd);
+	struct import_opts o = {
+		.name = name, .format = root_format, .origin = root, .boot = img.boot,
+		.kernel = img.kernel[0] ? kernel : NULL, .initrd = img.initrd[0] ? initrd : NULL,
+		.cmdline = img.cmdline, .user = img.user,
+	};
+	if (import_file(h, &o, root, out, e) < 0)
 		goto out;
 	log_info("image %s built in %lld ms (sha256 %s)", name,
-		 (long long)(mono_ms() - t0), img.sha256);
-	*out = img;
+		 (long long)(mono_ms() - t0), out->sha256);
 	rc = 0;
 out:
-	if (rc < 0) {
-		if (vol_made)
-			storage_vol_remove(h->st, img.volume, NULL);
-		if (dir_made)
-			remove_tree(dir, NULL);
-	}
 	if (tmp[0])
 		remove_recursive(tmp);
-	hostd_busy_release(h, key);
 	return rc;
 }
 
@@ -222,11 +172,12 @@ json_t *image_json(struct hostd *h, const struct image *img)
 {
 	struct storage_vol_info vi;
 	int users = db_image_users(h->db, img->name, NULL);
-	json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:I, s:i}",
+	json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:I, s:i, s:s, s:I}",
 			      "name", img->name, "boot", img->boot, "user", img->user,
 			      "size", (json_int_t)img->virtual_size, "sha256", img->sha256,
 			      "format", img->format, "created", (json_int_t)img->created,
-			      "users", users < 0 ? 0 : users);
+			      "users", users < 0 ? 0 : users, "source", img->source,
+			      "source_size", (json_int_t)img->source_size);
 
 	if (storage_vol_info(h->st, img->volume, &vi, NULL) == 0)
 		json_object_set_new(j, "allocated", json_integer((json_int_t)vi.allocated_bytes));

@@ -32,7 +32,7 @@ struct domain_spec {
 	bool kvm;                  /* type='kvm' (else 'qemu': TCG) */
 	int vcpus;
 	uint64_t memory;           /* bytes */
-	const char *kernel, *initrd, *cmdline; /* direct boot */
+	const char *kernel, *initrd, *cmdline; /* direct boot; no kernel: BIOS */
 	const char *disk_path, *disk_format;
 	bool disk_block;
 	const char *seed_path;     /* NoCloud ISO, attached read-only as vdb */
@@ -78,6 +78,14 @@ int virt_shutdown(struct virt *v, const char *uuid, int timeout_s,
 int virt_destroy(struct virt *v, const char *uuid, struct err *e);
 /* Save memory to disk and stop (libvirt managed save). */
 int virt_managed_save(struct virt *v, const char *uuid, struct err *e);
+/* Save memory to the file PATH and stop (virDomainSaveFlags): the domain
+ * stays defined and has no managed save image; PATH is a libvirt save image
+ * (libvirt's configured format) that virt_restore starts it from.  When
+ * this fails the guest runs on and PATH is not a complete image. */
+int virt_save(struct virt *v, const char *uuid, const char *path, struct err *e);
+/* Size of the managed save image of the domain named DOM_NAME, or -1 when
+ * it has none or it is not where libvirt's system driver keeps them. */
+int64_t virt_managed_save_bytes(struct virt *v, const char *dom_name);
 /* Destroy if running and undefine with its managed save image; a missing
  * domain is success. */
 int virt_remove(struct virt *v, const char *uuid, struct err *e);
@@ -105,6 +113,19 @@ int virt_memory_snapshot(struct virt *v, const char *uuid, const char *mem_path,
  * ABI-compatible with the saved one: same devices; paths, name, UUID may
  * differ).  The image is not consumed. */
 int virt_restore(struct virt *v, const char *path, const char *xml, struct err *e);
+/* virt_restore, with the guest's CPUs left paused (virt_unpause runs
+ * them): the caller checks what it fed in before the guest runs. */
+int virt_restore_paused(struct virt *v, const char *path, const char *xml, struct err *e);
+/* Whether PATH is a complete libvirt save image: libvirt writes an image
+ * under a "partial" magic and sets the real one once QEMU's state is all
+ * in it. */
+bool virt_save_image_complete(const char *path);
+/* The domain XML stored in a libvirt save image, from HEAD, the image's
+ * first LEN bytes.  0 with *XML set (malloc'd, the caller frees it); 1 when
+ * LEN is too short, with *NEED the bytes the header and XML take; -1 with E
+ * when HEAD is not a complete format-2 save image. */
+int virt_save_image_xml(const void *head, size_t len, size_t *need, char **xml,
+			struct err *e);
 /* Write DST, a copy of the libvirt save image SRC whose domain XML is XML
  * (another machine's: name, UUID, disk, MAC), so that virt_restore(DST,
  * NULL) starts that machine with SRC's memory.  libvirt's own restore

@@ -138,6 +138,45 @@ static int qcow2_base_import(void *priv, const char *vol, const char *src,
 	return 0;
 }
 
+/* An empty qcow2 under VOL's ".part" name: open() removes it after a
+ * crash, and base_seal publishes it. */
+static int qcow2_base_create(void *priv, const char *vol, uint64_t bytes,
+			     struct storage_vol_info *info, struct err *e)
+{
+	struct qcow2_pool *p = priv;
+	char part[PATH_MAX], final[PATH_MAX], size[32];
+
+	if (vol_path(p, vol, "", final, sizeof(final), e) < 0 ||
+	    vol_path(p, vol, ".part", part, sizeof(part), e) < 0)
+		return -1;
+	if (access(final, F_OK) == 0)
+		return err_set(e, 409, "exists", "volume %s exists", vol);
+	snprintf(size, sizeof(size), "%llu", (unsigned long long)bytes);
+	char *const argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", part, size, NULL };
+	if (run_argv(argv, NULL, e) < 0) {
+		unlink(part);
+		return -1;
+	}
+	memset(info, 0, sizeof(*info));
+	snprintf(info->path, sizeof(info->path), "%s", part);
+	info->format = "qcow2";
+	info->virtual_bytes = bytes;
+	return 0;
+}
+
+static int qcow2_base_seal(void *priv, const char *vol, struct err *e)
+{
+	struct qcow2_pool *p = priv;
+	char part[PATH_MAX], final[PATH_MAX];
+
+	if (vol_path(p, vol, "", final, sizeof(final), e) < 0 ||
+	    vol_path(p, vol, ".part", part, sizeof(part), e) < 0)
+		return -1;
+	if (access(final, F_OK) == 0)
+		return err_set(e, 409, "exists", "volume %s exists", vol);
+	return publish(part, final, 0444, e);
+}
+
 /* The parent of VOL: its qcow2 backing file (header: u64 offset at 8, u32
  * length at 16), when that file is a volume of this pool. */
 static int qcow2_vol_parent(void *priv, const char *vol, char *parent, size_t len,
@@ -256,6 +295,11 @@ static int qcow2_vol_remove(void *priv, const char *vol, struct err *e)
 	char path[PATH_MAX];
 
 	if (vol_path(p, vol, "", path, sizeof(path), e) < 0)
+		return -1;
+	if (unlink(path) < 0 && errno != ENOENT)
+		return err_errno(e, errno, "remove volume %s", vol);
+	/* A base that was being filled. */
+	if (vol_path(p, vol, ".part", path, sizeof(path), e) < 0)
 		return -1;
 	if (unlink(path) < 0 && errno != ENOENT)
 		return err_errno(e, errno, "remove volume %s", vol);
@@ -383,6 +427,8 @@ const struct storage_ops storage_qcow2 = {
 	.open = qcow2_open,
 	.close = qcow2_close,
 	.base_import = qcow2_base_import,
+	.base_create = qcow2_base_create,
+	.base_seal = qcow2_base_seal,
 	.vol_create = qcow2_vol_create,
 	.vol_remove = qcow2_vol_remove,
 	.vol_exists = qcow2_vol_exists,

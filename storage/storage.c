@@ -97,6 +97,23 @@ int storage_base_import(struct storage *st, const char *vol, const char *src,
 	return st->ops->base_import(st->priv, vol, src, src_format, e);
 }
 
+int storage_base_create(struct storage *st, const char *vol, uint64_t bytes,
+			struct storage_vol_info *info, struct err *e)
+{
+	if (check_vol(vol, e) < 0)
+		return -1;
+	if (bytes == 0)
+		return err_set(e, 400, "invalid_image", "an image of 0 bytes");
+	return st->ops->base_create(st->priv, vol, bytes, info, e);
+}
+
+int storage_base_seal(struct storage *st, const char *vol, struct err *e)
+{
+	if (check_vol(vol, e) < 0)
+		return -1;
+	return st->ops->base_seal(st->priv, vol, e);
+}
+
 int storage_vol_create(struct storage *st, const char *vol, const char *base,
 		       uint64_t bytes, struct err *e)
 {

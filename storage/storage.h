@@ -53,6 +53,15 @@ struct storage_ops {
 	 * Removes the partial volume on failure. */
 	int (*base_import)(void *priv, const char *vol, const char *src,
 			   const char *src_format, struct err *e);
+	/* Required.  Make an empty base VOL of BYTES that reads as zeros, to
+	 * be filled through INFO's path (in INFO's format) and then sealed.
+	 * Until base_seal it is not a volume a restart keeps: a crash leaves
+	 * nothing under VOL's name that start-up would not collect.  The
+	 * caller removes it with vol_remove when filling fails. */
+	int (*base_create)(void *priv, const char *vol, uint64_t bytes,
+			   struct storage_vol_info *info, struct err *e);
+	/* Required.  Make the filled VOL a read-only base. */
+	int (*base_seal)(void *priv, const char *vol, struct err *e);
 	/* Required.  Make VOL of BYTES from BASE in O(1).  BYTES must be at
 	 * least the base's virtual size.  Removes the partial volume on
 	 * failure; fails with 409 "exists" when VOL exists. */
@@ -115,6 +124,9 @@ const char *storage_location(const struct storage *st);
 
 int storage_base_import(struct storage *st, const char *vol, const char *src,
 			const char *src_format, struct err *e);
+int storage_base_create(struct storage *st, const char *vol, uint64_t bytes,
+			struct storage_vol_info *info, struct err *e);
+int storage_base_seal(struct storage *st, const char *vol, struct err *e);
 int storage_vol_create(struct storage *st, const char *vol, const char *base,
 		       uint64_t bytes, struct err *e);
 /* Whether the backend makes frozen copies itself (storage_ops.snapshot). */

@@ -1,0 +1,368 @@
+/* berth image: ls, build, rm, import and export.  Imports and exports
+ * stream through hostd's socket; on a terminal they draw a progress bar. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/buf.h"
+#include "common/hostapi.h"
+#include "common/util.h"
+#include "common/banned.h"
+
+struct progress {
+	bool on;           /* stderr is a terminal and --json is off */
+	const char *label;
+	int64_t t0, drawn;
+	bool any;
+};
+
+static void progress_draw(uint64_t done, uint64_t total, void *data)
+{
+	struct progress *p = data;
+	int64_t now = mono_ms();
+	char d[32], t[32], rate[32], eta[32] = "";
+	double secs = (double)(now - p->t0) / 1000.0;
+
+	if (!p->on || (p->any && now - p->drawn < 200 && (!total || done < total)))
+		return;
+	p->any = true;
+	p->drawn = now;
+	size_format(done, d, sizeof(d));
+	size_format(secs > 0.05 ? (uint64_t)((double)done / secs) : 0, rate, sizeof(rate));
+	if (total) {
+		int width = 24, fill = (int)((double)width * (double)done / (double)total);
+		char bar[32];
+		for (int i = 0; i < width; i++)
+			bar[i] = i < fill ? '#' : '-';
+		bar[width] = '\0';
+		size_format(total, t, sizeof(t));
+		if (done > 0 && done < total) {
+			double left = secs * (double)(total - done) / (double)done;
+			snprintf(eta, sizeof(eta), "  ~%.0f s left", left);
+		}
+		fprintf(stderr, "\r\033[K%s [%s] %3d%%  %s / %s  %s/s%s", p->label, bar,
+			(int)(100.0 * (double)done / (double)total), d, t, rate, eta);
+	} else {
+		fprintf(stderr, "\r\033[K%s  %s  %s/s  %.0f s", p->label, d, rate, secs);
+	}
+}
+
+static void progress_end(struct progress *p)
+{
+	if (p->on && p->any)
+		fprintf(stderr, "\r\033[K");
+}
+
+static void print_images(const struct client *c, json_t *r)
+{
+	json_t *img;
+	size_t i;
+
+	if (c->json) {
+		print_json(r);
+		return;
+	}
+	printf("%-16s %8s %9s %10s %-9s %5s  %s\n", "NAME", "SIZE", "ALLOCATED", "COMPRESSED",
+	       "SOURCE", "USERS", "SHA256");
+	json_array_foreach(json_object_get(r, "images"), i, img) {
+		char size[32], alloc[32], comp[32] = "-";
+		const char *src = jstr(img, "source");
+		fmt_size(img, "size", size, sizeof(size));
+		fmt_size(img, "allocated", alloc, sizeof(alloc));
+		/* A compressed size only for what came compressed. */
+		if (strstr(src, ".zst"))
+			fmt_size(img, "source_size", comp, sizeof(comp));
+		printf("%-16s %8s %9s %10s %-9s %5lld  %s\n", jstr(img, "name"), size, alloc, comp,
+		       *src ? src : "-", jint(img, "users"), jstr(img, "sha256"));
+	}
+}
+
+/* Append "&KEY=VALUE" (escaped) to Q when VALUE is set. */
+static void query_add(struct buf *q, const char *key, const char *value)
+{
+	if (!value)
+		return;
+	char *v = hostapi_escape(value);
+	buf_printf(q, "%c%s=%s", q->len ? '&' : '?', key, v);
+	free(v);
+}
+
+static int image_import(struct client *c, int argc, char **argv)
+{
+	const char *name = NULL, *file = NULL, *sha = NULL, *format = NULL, *like = NULL,
+		   *user = NULL, *v;
+	struct buf q = BUF_INIT;
+	struct stat sb;
+	json_t *r = NULL;
+	long status;
+	char err[512], path[4096];
+	int fd, rc = 1;
+
+	for (int i = 2; i < argc; i++) {
+		if ((v = optval(argc, argv, &i, "--sha256")))
+			sha = v;
+		else if ((v = optval(argc, argv, &i, "--format")))
+			format = v;
+		else if ((v = optval(argc, argv, &i, "--like")))
+			like = v;
+		else if ((v = optval(argc, argv, &i, "--user")))
+			user = v;
+		else if (argv[i][0] == '-' && argv[i][1]) {
+			fprintf(stderr, "berth image import: unknown option '%s'\n", argv[i]);
+			return 2;
+		} else if (!name)
+			name = argv[i];
+		else if (!file)
+			file = argv[i];
+		else {
+			fprintf(stderr, "berth image import: unexpected argument '%s'\n", argv[i]);
+			return 2;
+		}
+	}
+	if (!name || !file) {
+		fprintf(stderr, "usage: berth image import NAME FILE [--sha256 H] "
+			"[--format raw|qcow2] [--like IMAGE] [--user U]\n");
+		return 2;
+	}
+	if (!name_valid(name)) {
+		fprintf(stderr, "berth: invalid image name '%s' (lower-case letters, digits "
+			"and '-', up to 63)\n", name);
+		return 2;
+	}
+	fd = open(file, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		fprintf(stderr, "berth: cannot open %s: %s\n", file, strerror(errno));
+		return 1;
+	}
+	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+		fprintf(stderr, "berth: %s is not a regular file\n", file);
+		close(fd);
+		return 1;
+	}
+	/* A taken name fails now, not after the upload. */
+	snprintf(path, sizeof(path), "/v1/images/%s", name);
+	if (client_call(c, "GET", path, NULL, &status, &r, err, sizeof(err)) < 0) {
+		fprintf(stderr, "berth: %s\n", err);
+		goto out;
+	}
+	if (status == 200) {
+		fprintf(stderr, "berth: image %s exists\n", name);
+		goto out;
+	}
+	json_decref(r);
+	r = NULL;
+	const char *base = strrchr(file, '/');
+	query_add(&q, "origin", base ? base + 1 : file);
+	query_add(&q, "sha256", sha);
+	query_add(&q, "format", format);
+	query_add(&q, "like", like);
+	query_add(&q, "user", user);
+	snprintf(path, sizeof(path), "/v1/images/%s%s", name, buf_str(&q));
+	struct progress p = { .on = !c->json && isatty(2), .label = "importing", .t0 = mono_ms() };
+	int64_t t0 = mono_ms();
+	if (hostapi_upload(c->sock, "PUT", path, fd, (uint64_t)sb.st_size, progress_draw, &p,
+			   &status, &r, err, sizeof(err)) < 0) {
+		progress_end(&p);
+		fprintf(stderr, "berth: %s\n", err);
+		goto out;
+	}
+	progress_end(&p);
+	if (status < 200 || status > 299) {
+		fprintf(stderr, "berth: %s\n", hostapi_message(r, "the import failed"));
+		goto out;
+	}
+	if (c->json) {
+		print_json(r);
+	} else {
+		char size[32], src[32];
+		double secs = (double)(mono_ms() - t0) / 1000.0;
+		size_format((uint64_t)jint(r, "size"), size, sizeof(size));
+		size_format((uint64_t)sb.st_size, src, sizeof(src));
+		printf("imported image %s: %s disk from %s %s in %.1f s (sha256 %s)\n", name, size,
+		       src, jstr(r, "source"), secs, jstr(r, "sha256"));
+	}
+	rc = 0;
+out:
+	json_decref(r);
+	buf_free(&q);
+	close(fd);
+	return rc;
+}
+
+static int image_export(struct client *c, int argc, char **argv)
+{
+	const char *what = NULL, *file = NULL;
+	bool force = false;
+	char machine[64], ckpt[64] = "", path[512], part[4096], err[512];
+	json_t *r = NULL;
+	long status;
+	int fd, rc = 1;
+
+	for (int i = 2; i < argc; i++) {
+		if (!strcmp(argv[i], "--force"))
+			force = true;
+		else if (argv[i][0] == '-' && argv[i][1]) {
+			fprintf(stderr, "berth image export: unknown option '%s'\n", argv[i]);
+			return 2;
+		} else if (!what)
+			what = argv[i];
+		else if (!file)
+			file = argv[i];
+		else {
+			fprintf(stderr, "berth image export: unexpected argument '%s'\n", argv[i]);
+			return 2;
+		}
+	}
+	if (!what || !file) {
+		fprintf(stderr, "usage: berth image export MACHINE[@CHECKPOINT] FILE.zst [--force]\n");
+		return 2;
+	}
+	const char *at = strchr(what, '@');
+	snprintf(machine, sizeof(machine), "%.*s", at ? (int)(at - what) : (int)strlen(what), what);
+	if (at)
+		snprintf(ckpt, sizeof(ckpt), "%s", at + 1);
+	if (!name_valid(machine) || (at && !name_valid(ckpt))) {
+		fprintf(stderr, "berth: invalid machine or checkpoint name '%s'\n", what);
+		return 2;
+	}
+	bool to_stdout = !strcmp(file, "-");
+	if (to_stdout && isatty(1)) {
+		fprintf(stderr, "berth: not writing a compressed disk to a terminal\n");
+		return 2;
+	}
+	if (!to_stdout && !force && access(file, F_OK) == 0) {
+		fprintf(stderr, "berth: %s exists (--force to replace it)\n", file);
+		return 1;
+	}
+	/* Written beside FILE and renamed when complete: FILE is never a
+	 * partial export. */
+	snprintf(part, sizeof(part), "%s.part", file);
+	fd = to_stdout ? dup(1) : open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		fprintf(stderr, "berth: cannot create %s: %s\n", part, strerror(errno));
+		return 1;
+	}
+	snprintf(path, sizeof(path), "/v1/machines/%s/export%s%s", machine,
+		 at ? "?checkpoint=" : "", ckpt);
+	struct progress p = { .on = !c->json && isatty(2), .label = "exporting", .t0 = mono_ms() };
+	int64_t t0 = mono_ms();
+	int hr = hostapi_download(c->sock, path, fd, progress_draw, &p, &status, &r, err,
+				  sizeof(err));
+	progress_end(&p);
+	if (hr < 0) {
+		fprintf(stderr, "berth: %s\n", err);
+		goto out;
+	}
+	if (status != 200) {
+		fprintf(stderr, "berth: %s\n", hostapi_message(r, "the export failed"));
+		goto out;
+	}
+	if (to_stdout) {
+		close(fd);
+		fd = -1;
+		rc = 0;
+		goto out;
+	}
+	if (fsync(fd) < 0 || close(fd) < 0) {
+		fd = -1;
+		fprintf(stderr, "berth: cannot write %s: %s\n", part, strerror(errno));
+		goto out;
+	}
+	fd = -1;
+	if (rename(part, file) < 0) {
+		fprintf(stderr, "berth: cannot rename %s to %s: %s\n", part, file, strerror(errno));
+		goto out;
+	}
+	struct stat sb;
+	uint64_t bytes = stat(file, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+	double secs = (double)(mono_ms() - t0) / 1000.0;
+	if (c->json) {
+		json_t *j = json_pack("{s:s, s:s, s:s*, s:I, s:f}", "file", file, "machine",
+				      machine, "checkpoint", at ? ckpt : NULL, "bytes",
+				      (json_int_t)bytes, "seconds", secs);
+		print_json(j);
+		json_decref(j);
+	} else {
+		char b[32];
+		size_format(bytes, b, sizeof(b));
+		printf("exported %s to %s (%s) in %.1f s\n", what, file, b, secs);
+	}
+	rc = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	if (rc != 0 && !to_stdout)
+		unlink(part);
+	json_decref(r);
+	return rc;
+}
+
+int cmd_image(struct client *c, int argc, char **argv)
+{
+	json_t *r;
+	char path[256];
+
+	if (argc >= 2 && !strcmp(argv[1], "ls")) {
+		if (cli_call(c, "GET", "/v1/images", NULL, &r) < 0)
+			return 1;
+		print_images(c, r);
+		json_decref(r);
+		return 0;
+	}
+	if (argc >= 2 && !strcmp(argv[1], "import"))
+		return image_import(c, argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "export"))
+		return image_export(c, argc, argv);
+	if (argc >= 3 && !strcmp(argv[1], "build")) {
+		const char *name = argv[2], *v;
+		for (int j = 3; j < argc; j++) {
+			if ((v = optval(argc, argv, &j, "--name")))
+				name = v;
+			else {
+				fprintf(stderr, "berth image build: unexpected argument '%s'\n", argv[j]);
+				return 2;
+			}
+		}
+		json_t *body = json_pack("{s:s, s:s}", "recipe", argv[2], "name", name);
+		int64_t t0 = mono_ms();
+		if (!c->json)
+			fprintf(stderr, "building image %s from recipe %s (hostd's log shows the "
+				"recipe's progress)…\n", name, argv[2]);
+		int rc = cli_call(c, "POST", "/v1/images", body, &r);
+		json_decref(body);
+		if (rc < 0)
+			return 1;
+		if (c->json)
+			print_json(r);
+		else
+			printf("image %s built in %.1f s (sha256 %s)\n", name,
+			       (double)(mono_ms() - t0) / 1000.0, jstr(r, "sha256"));
+		json_decref(r);
+		return 0;
+	}
+	if (argc == 3 && !strcmp(argv[1], "rm")) {
+		if (!name_valid(argv[2])) {
+			fprintf(stderr, "berth: invalid image name '%s'\n", argv[2]);
+			return 2;
+		}
+		snprintf(path, sizeof(path), "/v1/images/%s", argv[2]);
+		if (cli_call(c, "DELETE", path, NULL, &r) < 0)
+			return 1;
+		if (c->json)
+			print_json(r);
+		else
+			printf("deleted image %s\n", argv[2]);
+		json_decref(r);
+		return 0;
+	}
+	fprintf(stderr, "usage: berth image ls | build RECIPE [--name N] | rm NAME\n"
+		"       berth image import NAME FILE [--sha256 H] [--format raw|qcow2] "
+		"[--like IMAGE] [--user U]\n"
+		"       berth image export MACHINE[@CHECKPOINT] FILE.zst [--force]\n");
+	return 2;
+}

@@ -1,0 +1,821 @@
+#include "hostd/catalog.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include "common/buf.h"
+#include "common/log.h"
+#include "common/run.h"
+#include "common/util.h"
+#include "hostd/machine.h"
+#include "storage/volio.h"
+#include "common/banned.h"
+
+/* Enough of a file's start to tell its format. */
+#define HEAD 64
+/* Zero blocks are skipped, not written: a new base reads as zeros. */
+#define BLOCK (64u << 10)
+#define STAGE (1u << 20)
+
+enum kind { K_UNKNOWN, K_RAW, K_QCOW2, K_ZSTD };
+
+/* Where the raw or qcow2 bytes go: straight into the new base volume (a
+ * raw stream of known size), or into a file that qemu-img then imports
+ * (qcow2 needs random access; a raw stream of unknown size has no volume
+ * to go to yet). */
+enum sink { SINK_NONE, SINK_VOLUME, SINK_FILE };
+
+struct import {
+	struct hostd *h;
+	char name[64], key[80], volume[80], origin[256];
+	char sha256[65];            /* expected; "" for none */
+	char format[16];            /* insisted on; "" for none */
+	char boot[16], kernel[PATH_MAX], initrd[PATH_MAX], cmdline[1024], user[64];
+	uint64_t length;            /* announced, 0: unknown */
+	uint64_t in_bytes;          /* fed so far */
+	EVP_MD_CTX *md;
+
+	unsigned char head[HEAD];   /* the file's first bytes, until known */
+	size_t head_len;
+	enum kind outer;            /* the file's format */
+	ZSTD_DCtx *dz;
+	size_t zret;                /* last ZSTD_decompressStream result */
+	uint64_t content;           /* raw size announced by the zstd frame */
+	void *zout;
+
+	unsigned char ihead[HEAD];  /* the decompressed first bytes, until known */
+	size_t ihead_len;
+	enum kind inner;            /* what the (decompressed) bytes are */
+
+	enum sink sink;
+	uint64_t expect;            /* raw bytes the volume sink waits for */
+	struct volio *vio;
+	bool vol_made;
+	int fd;
+	char tmp[PATH_MAX];
+	unsigned char *stage;       /* bytes not yet written, from offset off */
+	size_t stage_len;
+	uint64_t off;
+
+	bool failed;
+	struct err err;
+};
+
+static const struct {
+	const unsigned char *magic;
+	size_t len;
+	const char *what;
+} others[] = {
+	{ (const unsigned char *)"\x1f\x8b", 2, "a gzip file" },
+	{ (const unsigned char *)"\xfd" "7zXZ\x00", 6, "an xz file" },
+	{ (const unsigned char *)"BZh", 3, "a bzip2 file" },
+	{ (const unsigned char *)"PK\x03\x04", 4, "a zip file" },
+	{ (const unsigned char *)"KDMV", 4, "a VMDK image" },
+	{ (const unsigned char *)"vhdxfile", 8, "a VHDX image" },
+	{ (const unsigned char *)"conectix", 8, "a VHD image" },
+	{ (const unsigned char *)"<<< ", 4, "a VirtualBox VDI image" },
+	{ (const unsigned char *)"QEVM", 4, "a QED image" },
+};
+
+static int pwrite_all(int fd, const unsigned char *p, size_t n, off_t off)
+{
+	while (n) {
+		ssize_t w = pwrite(fd, p, n, off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+		off += w;
+	}
+	return 0;
+}
+
+static bool all_zero(const unsigned char *p, size_t n)
+{
+	return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
+}
+
+/* Latch the first failure; what follows is dropped. */
+static void fail(struct import *im, const struct err *e)
+{
+	if (im->failed)
+		return;
+	im->failed = true;
+	im->err = *e;
+}
+
+static void failf(struct import *im, int status, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void failf(struct import *im, int status, const char *code, const char *fmt, ...)
+{
+	struct err e = { 0 };
+	char msg[sizeof(e.msg)];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	err_set(&e, status, code, "%s", msg);
+	fail(im, &e);
+}
+
+static enum kind sniff(struct import *im, const unsigned char *p, size_t n, bool outer)
+{
+	if (n >= 4 && memcmp(p, "\x28\xb5\x2f\xfd", 4) == 0) {
+		if (!outer) {
+			failf(im, 400, "unknown_format",
+			      "%s: a zstd file inside a zstd file; decompress it once first",
+			      im->origin);
+			return K_UNKNOWN;
+		}
+		return K_ZSTD;
+	}
+	if (n >= 4 && memcmp(p, "QFI\xfb", 4) == 0)
+		return K_QCOW2;
+	for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++)
+		if (n >= others[i].len && memcmp(p, others[i].magic, others[i].len) == 0) {
+			failf(im, 400, "unknown_format",
+			      "%s is %s; berth imports raw and qcow2 disk images, and their "
+			      ".zst", im->origin, others[i].what);
+			return K_UNKNOWN;
+		}
+	return K_RAW;
+}
+
+/* ---- sinks ------------------------------------------------------------ */
+
+static int open_volume(struct import *im, uint64_t bytes)
+{
+	struct storage_vol_info vi;
+	struct err e = { 0 };
+
+	if (bytes == 0 || bytes % 512) {
+		failf(im, 400, "unknown_format",
+		      "%s is not a disk image: %llu bytes is not a whole number of "
+		      "512-byte sectors, and it is neither qcow2 nor zstd",
+		      im->origin, (unsigned long long)bytes);
+		return -1;
+	}
+	if (storage_base_create(im->h->st, im->volume, bytes, &vi, &e) < 0) {
+		fail(im, &e);
+		return -1;
+	}
+	im->vol_made = true;
+	im->vio = volio_open(vi.path, vi.format, true, &e);
+	if (!im->vio) {
+		fail(im, &e);
+		return -1;
+	}
+	im->sink = SINK_VOLUME;
+	im->expect = bytes;
+	return 0;
+}
+
+static int open_file(struct import *im)
+{
+	char dir[PATH_MAX];
+
+	snprintf(dir, sizeof(dir), "%s/tmp", im->h->cfg.state_dir);
+	snprintf(im->tmp, sizeof(im->tmp), "%s/import-%s-XXXXXX", dir, im->name);
+	if (mkdir_p(dir, 0700) < 0 || (im->fd = mkostemp(im->tmp, O_CLOEXEC)) < 0) {
+		struct err e = { 0 };
+		err_errno(&e, errno, "create a file in %s", dir);
+		im->tmp[0] = '\0';
+		fail(im, &e);
+		return -1;
+	}
+	im->sink = SINK_FILE;
+	return 0;
+}
+
+/* Write the staged bytes, skipping zero blocks. */
+static void flush_stage(struct import *im)
+{
+	struct err e = { 0 };
+	size_t i = 0;
+
+	while (!im->failed && i < im->stage_len) {
+		size_t n = im->stage_len - i < BLOCK ? im->stage_len - i : BLOCK;
+		if (all_zero(im->stage + i, n)) {
+			i += n;
+			continue;
+		}
+		/* A run of blocks with data: one write. */
+		size_t j = i + n;
+		while (j < im->stage_len) {
+			size_t m = im->stage_len - j < BLOCK ? im->stage_len - j : BLOCK;
+			if (all_zero(im->stage + j, m))
+				break;
+			j += m;
+		}
+		if (im->sink == SINK_VOLUME) {
+			if (volio_write(im->vio, im->off + i, im->stage + i, j - i, &e) < 0)
+				fail(im, &e);
+		} else if (pwrite_all(im->fd, im->stage + i, j - i, (off_t)(im->off + i)) < 0) {
+			err_errno(&e, errno, "write %s", im->tmp);
+			fail(im, &e);
+		}
+		i = j;
+	}
+	im->off += im->stage_len;
+	im->stage_len = 0;
+}
+
+static void sink_put(struct import *im, const unsigned char *p, size_t n)
+{
+	while (!im->failed && n) {
+		size_t k = STAGE - im->stage_len < n ? STAGE - im->stage_len : n;
+		if (im->sink == SINK_VOLUME && im->off + im->stage_len + k > im->expect) {
+			failf(im, 400, "invalid_image",
+			      "%s holds more than the %llu bytes its header announces",
+			      im->origin, (unsigned long long)im->expect);
+			return;
+		}
+		memcpy(im->stage + im->stage_len, p, k);
+		im->stage_len += k;
+		p += k;
+		n -= k;
+		if (im->stage_len == STAGE)
+			flush_stage(im);
+	}
+}
+
+/* The first bytes of the disk (decompressed if need be) are known: choose
+ * the sink, then take them. */
+static void inner_start(struct import *im, const unsigned char *p, size_t n)
+{
+	im->inner = sniff(im, p, n, im->outer != K_ZSTD);
+	if (im->inner == K_UNKNOWN)
+		return;
+	if (im->format[0] && strcmp(im->format, im->inner == K_QCOW2 ? "qcow2" : "raw") != 0) {
+		failf(im, 400, "wrong_format", "%s is %s, not %s", im->origin,
+		      im->inner == K_QCOW2 ? "a qcow2 image" : "not a qcow2 image", im->format);
+		return;
+	}
+	if (im->inner == K_QCOW2) {
+		open_file(im);
+	} else if (im->outer == K_ZSTD) {
+		if (im->content != ZSTD_CONTENTSIZE_UNKNOWN)
+			open_volume(im, im->content);
+		else
+			open_file(im);
+	} else if (im->length) {
+		open_volume(im, im->length);
+	} else {
+		open_file(im);
+	}
+	sink_put(im, p, n);
+}
+
+/* Disk bytes (the file's, or decompressed). */
+static void inner_put(struct import *im, const unsigned char *p, size_t n)
+{
+	if (im->inner != K_UNKNOWN) {
+		sink_put(im, p, n);
+		return;
+	}
+	size_t k = HEAD - im->ihead_len < n ? HEAD - im->ihead_len : n;
+	memcpy(im->ihead + im->ihead_len, p, k);
+	im->ihead_len += k;
+	if (im->ihead_len < HEAD)
+		return;
+	inner_start(im, im->ihead, im->ihead_len);
+	sink_put(im, p + k, n - k);
+}
+
+static void zstd_put(struct import *im, const unsigned char *p, size_t n)
+{
+	ZSTD_inBuffer in = { p, n, 0 };
+
+	while (!im->failed && in.pos < in.size) {
+		ZSTD_outBuffer out = { im->zout, ZSTD_DStreamOutSize(), 0 };
+		size_t r = ZSTD_decompressStream(im->dz, &out, &in);
+		if (ZSTD_isError(r)) {
+			failf(im, 400, "corrupt_image", "%s: not a valid zstd stream: %s",
+			      im->origin, ZSTD_getErrorName(r));
+			return;
+		}
+		im->zret = r;
+		inner_put(im, out.dst, out.pos);
+	}
+}
+
+/* The file's first bytes are known: its format. */
+static void outer_start(struct import *im, const unsigned char *p, size_t n)
+{
+	im->outer = sniff(im, p, n, true);
+	if (im->outer == K_UNKNOWN)
+		return;
+	if (im->outer != K_ZSTD) {
+		inner_put(im, p, n);
+		return;
+	}
+	im->content = ZSTD_getFrameContentSize(p, n);
+	if (im->content == ZSTD_CONTENTSIZE_ERROR) {
+		failf(im, 400, "corrupt_image", "%s: a zstd file with a broken frame header",
+		      im->origin);
+		return;
+	}
+	im->dz = ZSTD_createDCtx();
+	im->zout = malloc(ZSTD_DStreamOutSize());
+	if (!im->dz || !im->zout)
+		abort();
+	/* Files written with --long=31 need a window that large. */
+	ZSTD_DCtx_setParameter(im->dz, ZSTD_d_windowLogMax, 31);
+	zstd_put(im, p, n);
+}
+
+void import_feed(struct import *im, const void *data, size_t len)
+{
+	const unsigned char *p = data;
+
+	if (im->failed || !len)
+		return;
+	EVP_DigestUpdate(im->md, p, len);
+	im->in_bytes += len;
+	if (im->outer != K_UNKNOWN) {
+		if (im->outer == K_ZSTD)
+			zstd_put(im, p, len);
+		else
+			inner_put(im, p, len);
+		return;
+	}
+	size_t k = HEAD - im->head_len < len ? HEAD - im->head_len : len;
+	memcpy(im->head + im->head_len, p, k);
+	im->head_len += k;
+	if (im->head_len < HEAD)
+		return;
+	outer_start(im, im->head, im->head_len);
+	if (im->failed || k == len)
+		return;
+	if (im->outer == K_ZSTD)
+		zstd_put(im, p + k, len - k);
+	else
+		inner_put(im, p + k, len - k);
+}
+
+/* ---- the catalog entry --------------------------------------------------- */
+
+struct import *import_begin(struct hostd *h, const struct import_opts *o, struct err *e)
+{
+	struct image img;
+	struct import *im;
+
+	if (!name_valid(o->name))
+		return err_set(e, 400, "invalid_name", "invalid image name '%s'", o->name), NULL;
+	if (o->sha256 && *o->sha256) {
+		size_t n = strspn(o->sha256, "0123456789abcdefABCDEF");
+		if (n != 64 || o->sha256[64])
+			return err_set(e, 400, "invalid_sha256",
+				       "'%s' is not a sha256 (64 hexadecimal digits)", o->sha256), NULL;
+	}
+	if (o->format && *o->format && strcmp(o->format, "raw") && strcmp(o->format, "qcow2"))
+		return err_set(e, 400, "invalid_format", "format '%s' is not raw or qcow2",
+			       o->format), NULL;
+	if (strcmp(o->boot, "direct") && strcmp(o->boot, "firmware"))
+		return err_set(e, 400, "invalid_boot", "boot '%s' is not direct or firmware",
+			       o->boot), NULL;
+	if (!strcmp(o->boot, "direct") && (!o->kernel || !*o->kernel))
+		return err_set(e, 400, "invalid_boot", "direct boot needs a kernel"), NULL;
+	if (o->user && (!*o->user || strpbrk(o->user, "\r\n\"'\\ ")))
+		return err_set(e, 400, "invalid_user", "invalid user name '%s'", o->user), NULL;
+	im = calloc(1, sizeof(*im));
+	if (!im)
+		abort();
+	im->h = h;
+	im->fd = -1;
+	snprintf(im->name, sizeof(im->name), "%s", o->name);
+	snprintf(im->volume, sizeof(im->volume), "base-%s", o->name);
+	snprintf(im->key, sizeof(im->key), "image:%s", o->name);
+	snprintf(im->origin, sizeof(im->origin), "%s", o->origin ? o->origin : "the image");
+	snprintf(im->sha256, sizeof(im->sha256), "%s", o->sha256 ? o->sha256 : "");
+	for (char *c = im->sha256; *c; c++)
+		if (*c >= 'A' && *c <= 'F')
+			*c = (char)(*c - 'A' + 'a');
+	snprintf(im->format, sizeof(im->format), "%s", o->format ? o->format : "");
+	snprintf(im->boot, sizeof(im->boot), "%s", o->boot);
+	snprintf(im->kernel, sizeof(im->kernel), "%s", o->kernel ? o->kernel : "");
+	snprintf(im->initrd, sizeof(im->initrd), "%s", o->initrd ? o->initrd : "");
+	snprintf(im->cmdline, sizeof(im->cmdline), "%s", o->cmdline ? o->cmdline : "");
+	snprintf(im->user, sizeof(im->user), "%s", o->user ? o->user : "root");
+	im->length = o->length;
+	if (hostd_busy_acquire(h, im->key, "import", o->name, e) < 0) {
+		free(im);
+		return NULL;
+	}
+	if (db_image_get(h->db, o->name, &img, NULL) == 0) {
+		hostd_busy_release(h, im->key);
+		free(im);
+		return err_set(e, 409, "exists", "image %s exists", o->name), NULL;
+	}
+	if (storage_vol_exists(h->st, im->volume)) {
+		hostd_busy_release(h, im->key);
+		free(im);
+		return err_set(e, 409, "exists", "volume %s exists (an image being deleted?)",
+			       im->volume), NULL;
+	}
+	im->md = EVP_MD_CTX_new();
+	im->stage = malloc(STAGE);
+	if (!im->md || !im->stage || EVP_DigestInit_ex(im->md, EVP_sha256(), NULL) != 1)
+		abort();
+	return im;
+}
+
+static void import_free(struct import *im, bool keep_volume)
+{
+	if (im->vio)
+		volio_close(im->vio);
+	if (im->vol_made && !keep_volume)
+		storage_vol_remove(im->h->st, im->volume, NULL);
+	if (im->fd >= 0)
+		close(im->fd);
+	if (im->tmp[0])
+		unlink(im->tmp);
+	ZSTD_freeDCtx(im->dz);
+	free(im->zout);
+	free(im->stage);
+	EVP_MD_CTX_free(im->md);
+	hostd_busy_release(im->h, im->key);
+	free(im);
+}
+
+void import_abort(struct import *im)
+{
+	if (im)
+		import_free(im, false);
+}
+
+/* A qcow2 file from outside must stand alone: a backing file or an
+ * external data file would make qemu-img read files of this host into
+ * the image. */
+static int check_qcow2(const char *path, const char *origin, struct err *e)
+{
+	struct buf out = BUF_INIT;
+	struct run_opts ro = { .out = &out };
+	char *const argv[] = { "qemu-img", "info", "--output=json", "-f", "qcow2", "--",
+			       (char *)path, NULL };
+	json_t *j = NULL, *data;
+	int rc = -1;
+
+	if (run_argv(argv, &ro, e) < 0) {
+		e->status = 400;
+		snprintf(e->code, sizeof(e->code), "corrupt_image");
+		goto out;
+	}
+	j = json_loadb(buf_str(&out), out.len, 0, NULL);
+	data = json_object_get(json_object_get(json_object_get(j, "format-specific"), "data"),
+			       "data-file");
+	if (!j || json_integer_value(json_object_get(j, "virtual-size")) <= 0) {
+		err_set(e, 400, "corrupt_image", "%s: qemu-img finds no virtual size", origin);
+		goto out;
+	}
+	if (json_object_get(j, "backing-filename") || data) {
+		err_set(e, 400, "invalid_image",
+			"%s has a %s; make it standalone first (qemu-img convert -O qcow2)",
+			origin, data ? "data file elsewhere" : "backing file");
+		goto out;
+	}
+	/* A cut-off qcow2 reads as zeros past its end: qemu-img check sees
+	 * its tables point beyond it.  (Leaked clusters alone are harmless.) */
+	struct buf co = BUF_INIT;
+	struct run_opts cro = { .out = &co };
+	struct err ce = { 0 };
+	char *const check[] = { "qemu-img", "check", "--output=json", "-f", "qcow2", "--",
+				(char *)path, NULL };
+	run_argv(check, &cro, &ce);
+	json_t *cj = json_loadb(buf_str(&co), co.len, 0, NULL);
+	json_int_t bad = json_integer_value(json_object_get(cj, "corruptions")) +
+			 json_integer_value(json_object_get(cj, "check-errors"));
+	if (!cj || bad > 0)
+		err_set(e, 400, "corrupt_image", "%s is a damaged qcow2 image (truncated?): %s",
+			origin, cj ? "qemu-img check finds errors in its tables" : ce.msg);
+	json_decref(cj);
+	buf_free(&co);
+	if (!cj || bad > 0)
+		goto out;
+	rc = 0;
+out:
+	json_decref(j);
+	buf_free(&out);
+	return rc;
+}
+
+static int copy_boot_file(const char *src, const char *dir, char *path, size_t len,
+			  struct err *e)
+{
+	const char *base = strrchr(src, '/');
+
+	snprintf(path, len, "%s/%s", dir, base ? base + 1 : src);
+	return file_copy(src, path, 0644, e);
+}
+
+int import_end(struct import *im, struct image *out, struct err *e)
+{
+	struct storage_vol_info vi;
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned mdlen = 0;
+	char dir[PATH_MAX];
+	struct image img;
+	bool dir_made = false;
+	int64_t t0 = mono_ms();
+
+	memset(&img, 0, sizeof(img));
+	if (!im->failed && im->outer == K_UNKNOWN) {
+		if (im->head_len == 0)
+			failf(im, 400, "invalid_image", "%s is empty", im->origin);
+		else
+			outer_start(im, im->head, im->head_len);
+	}
+	if (!im->failed && im->outer == K_ZSTD && im->zret != 0)
+		failf(im, 400, "corrupt_image",
+		      "%s is truncated: its zstd stream ends in the middle of a frame", im->origin);
+	if (!im->failed && im->inner == K_UNKNOWN) {
+		if (im->ihead_len == 0)
+			failf(im, 400, "invalid_image", "%s holds no data", im->origin);
+		else
+			inner_start(im, im->ihead, im->ihead_len);
+	}
+	if (!im->failed)
+		flush_stage(im);
+	if (!im->failed && im->length && im->in_bytes != im->length)
+		failf(im, 400, "truncated", "%s: %llu bytes arrived of %llu announced", im->origin,
+		      (unsigned long long)im->in_bytes, (unsigned long long)im->length);
+	if (!im->failed && im->sink == SINK_VOLUME && im->off != im->expect)
+		failf(im, 400, "truncated", "%s is truncated: %llu bytes of a %llu-byte disk",
+		      im->origin, (unsigned long long)im->off, (unsigned long long)im->expect);
+	EVP_DigestFinal_ex(im->md, md, &mdlen);
+	for (unsigned i = 0; i < mdlen && i < 32; i++)
+		snprintf(img.sha256 + 2 * i, 3, "%02x", md[i]);
+	if (!im->failed && im->sha256[0] && strcmp(im->sha256, img.sha256) != 0)
+		failf(im, 400, "sha256_mismatch", "%s has sha256 %s, not the expected %s",
+		      im->origin, img.sha256, im->sha256);
+	if (im->failed) {
+		*e = im->err;
+		goto fail;
+	}
+
+	/* The bytes are in: make the base. */
+	if (im->sink == SINK_VOLUME) {
+		if (volio_flush(im->vio, e) < 0)
+			goto fail;
+		volio_close(im->vio);
+		im->vio = NULL;
+		if (storage_base_seal(im->h->st, im->volume, e) < 0)
+			goto fail;
+	} else {
+		if (ftruncate(im->fd, (off_t)im->off) < 0) {
+			err_errno(e, errno, "truncate %s", im->tmp);
+			goto fail;
+		}
+		close(im->fd);
+		im->fd = -1;
+		if (im->inner == K_QCOW2 && check_qcow2(im->tmp, im->origin, e) < 0)
+			goto fail;
+		if (im->inner == K_RAW && (im->off == 0 || im->off % 512)) {
+			err_set(e, 400, "unknown_format",
+				"%s is not a disk image: %llu bytes is not a whole number of "
+				"512-byte sectors", im->origin, (unsigned long long)im->off);
+			goto fail;
+		}
+		if (storage_base_import(im->h->st, im->volume, im->tmp,
+					im->inner == K_QCOW2 ? "qcow2" : "raw", e) < 0)
+			goto fail;
+		im->vol_made = true;
+	}
+	if (storage_vol_info(im->h->st, im->volume, &vi, e) < 0)
+		goto fail;
+
+	snprintf(img.name, sizeof(img.name), "%s", im->name);
+	snprintf(img.volume, sizeof(img.volume), "%s", im->volume);
+	snprintf(img.format, sizeof(img.format), "%s", vi.format);
+	snprintf(img.boot, sizeof(img.boot), "%s", im->boot);
+	snprintf(img.cmdline, sizeof(img.cmdline), "%s", im->cmdline);
+	snprintf(img.user, sizeof(img.user), "%s", im->user);
+	snprintf(img.source, sizeof(img.source), "%s%s", im->inner == K_QCOW2 ? "qcow2" : "raw",
+		 im->outer == K_ZSTD ? ".zst" : "");
+	img.source_size = im->in_bytes;
+	/* The disk's size, not the volume's: a thin LV is rounded up to
+	 * whole extents. */
+	img.virtual_size = im->sink == SINK_VOLUME ? im->expect : vi.virtual_bytes;
+	img.created = now_s();
+	snprintf(dir, sizeof(dir), "%s/images/%s", im->h->cfg.state_dir, im->name);
+	if (im->kernel[0]) {
+		if (mkdir_p(dir, 0755) < 0) {
+			err_errno(e, errno, "create %s", dir);
+			goto fail;
+		}
+		dir_made = true;
+		if (copy_boot_file(im->kernel, dir, img.kernel, sizeof(img.kernel), e) < 0 ||
+		    (im->initrd[0] &&
+		     copy_boot_file(im->initrd, dir, img.initrd, sizeof(img.initrd), e) < 0))
+			goto fail;
+	}
+	if (db_image_insert(im->h->db, &img, e) < 0)
+		goto fail;
+	log_info("image %s imported from %s (%s, %llu bytes, disk %llu bytes, sha256 %s); "
+		 "finished in %lld ms", img.name, im->origin, img.source,
+		 (unsigned long long)img.source_size, (unsigned long long)img.virtual_size,
+		 img.sha256, (long long)(mono_ms() - t0));
+	*out = img;
+	import_free(im, true);
+	return 0;
+fail:
+	if (dir_made)
+		remove_tree(dir, NULL);
+	import_free(im, false);
+	return -1;
+}
+
+int import_file(struct hostd *h, const struct import_opts *o, const char *path,
+		struct image *out, struct err *e)
+{
+	struct import_opts fo = *o;
+	struct import *im;
+	struct stat sb;
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	void *buf;
+
+	if (fd < 0)
+		return err_errno(e, errno, "open %s", path);
+	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+		close(fd);
+		return err_set(e, 400, "invalid_image", "%s is not a regular file", path);
+	}
+	fo.length = (uint64_t)sb.st_size;
+	if (!fo.origin)
+		fo.origin = path;
+	im = import_begin(h, &fo, e);
+	if (!im) {
+		close(fd);
+		return -1;
+	}
+	buf = malloc(STAGE);
+	if (!buf)
+		abort();
+	while ((n = read(fd, buf, STAGE)) > 0)
+		import_feed(im, buf, (size_t)n);
+	free(buf);
+	if (n < 0) {
+		err_errno(e, errno, "read %s", path);
+		close(fd);
+		import_abort(im);
+		return -1;
+	}
+	close(fd);
+	return import_end(im, out, e);
+}
+
+/* ---- export ------------------------------------------------------------- */
+
+#define EXPORT_CHUNK (4u << 20)
+
+struct export {
+	struct hostd *h;
+	struct machine m;
+	struct volio *v;
+	uint64_t size, off;
+	ZSTD_CCtx *cz;
+	unsigned char *in, *zeros;
+	ZSTD_inBuffer zin;
+	bool ending, done;
+	int64_t t0;
+	uint64_t out_bytes;
+};
+
+struct export *export_begin(struct hostd *h, const char *owner, const char *name,
+			    const char *ckpt, struct err *e)
+{
+	struct export *x = calloc(1, sizeof(*x));
+	struct storage_vol_info vi;
+	struct checkpoint c;
+	enum vstate vs;
+	const char *vol;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (!x)
+		abort();
+	x->h = h;
+	x->t0 = mono_ms();
+	if (machine_begin(h, owner, name, "export", &x->m, &vs, e) < 0) {
+		free(x);
+		return NULL;
+	}
+	if (ckpt) {
+		if (db_ckpt_get(h->db, x->m.id, ckpt, &c, e) < 0)
+			goto fail;
+		vol = c.volume;
+	} else {
+		if (vs == VS_RUNNING || vs == VS_PAUSED || vs == VS_BUSY) {
+			err_set(e, 409, "running",
+				"machine %s is %s: its disk changes as it is read; stop or suspend "
+				"it, or export a checkpoint (berth checkpoint %s, then %s@NAME)",
+				name, vstate_name(vs), name, name);
+			goto fail;
+		}
+		vol = x->m.volume;
+	}
+	if (storage_vol_info(h->st, vol, &vi, e) < 0)
+		goto fail;
+	x->v = volio_open(vi.path, vi.format, false, e);
+	if (!x->v)
+		goto fail;
+	x->size = volio_size(x->v);
+	if (x->m.disk && x->m.disk < x->size)
+		x->size = x->m.disk;  /* a thin LV is rounded up to whole extents */
+	x->cz = ZSTD_createCCtx();
+	x->in = malloc(EXPORT_CHUNK);
+	x->zeros = calloc(1, EXPORT_CHUNK);
+	if (!x->cz || !x->in || !x->zeros)
+		abort();
+	/* Threads and long-distance matching (a disk repeats itself far
+	 * apart); the frame says how big the disk is and carries a checksum. */
+	ZSTD_CCtx_setParameter(x->cz, ZSTD_c_compressionLevel, 3);
+	ZSTD_CCtx_setParameter(x->cz, ZSTD_c_nbWorkers, cpus > 1 ? (int)cpus : 1);
+	ZSTD_CCtx_setParameter(x->cz, ZSTD_c_enableLongDistanceMatching, 1);
+	ZSTD_CCtx_setParameter(x->cz, ZSTD_c_windowLog, 27);
+	ZSTD_CCtx_setParameter(x->cz, ZSTD_c_checksumFlag, 1);
+	ZSTD_CCtx_setPledgedSrcSize(x->cz, x->size);
+	log_info("exporting %s/%s%s%s (%llu bytes)", owner, name, ckpt ? "@" : "",
+		 ckpt ? ckpt : "", (unsigned long long)x->size);
+	return x;
+fail:
+	volio_close(x->v);
+	machine_end(h, &x->m);
+	free(x);
+	return NULL;
+}
+
+uint64_t export_size(const struct export *x)
+{
+	return x->size;
+}
+
+ssize_t export_read(struct export *x, void *buf, size_t max)
+{
+	ZSTD_outBuffer out = { buf, max, 0 };
+	struct err e = { 0 };
+
+	while (out.pos == 0 && !x->done) {
+		if (x->zin.pos == x->zin.size && !x->ending) {
+			uint64_t run, n = x->size - x->off;
+			if (n == 0) {
+				x->ending = true;
+			} else {
+				if (n > EXPORT_CHUNK)
+					n = EXPORT_CHUNK;
+				/* Holes are not read: they are zeros. */
+				bool zero = volio_zero(x->v, x->off, n, &run);
+				n = run;
+				if (!zero && volio_read(x->v, x->off, x->in, n, &e) < 0) {
+					log_error("export of %s/%s: %s", x->m.owner, x->m.name, e.msg);
+					return -1;
+				}
+				x->zin = (ZSTD_inBuffer){ zero ? x->zeros : x->in, n, 0 };
+				x->off += n;
+			}
+		}
+		size_t r = ZSTD_compressStream2(x->cz, &out, &x->zin,
+						x->ending ? ZSTD_e_end : ZSTD_e_continue);
+		if (ZSTD_isError(r)) {
+			log_error("export of %s/%s: zstd: %s", x->m.owner, x->m.name,
+				  ZSTD_getErrorName(r));
+			return -1;
+		}
+		if (x->ending && r == 0)
+			x->done = true;
+	}
+	x->out_bytes += out.pos;
+	return (ssize_t)out.pos;
+}
+
+void export_end(struct export *x)
+{
+	if (!x)
+		return;
+	if (x->done)
+		log_info("exported %s/%s: %llu bytes into %llu in %lld ms", x->m.owner, x->m.name,
+			 (unsigned long long)x->size, (unsigned long long)x->out_bytes,
+			 (long long)(mono_ms() - x->t0));
+	else
+		log_warn("export of %s/%s stopped after %llu of %llu bytes", x->m.owner,
+			 x->m.name, (unsigned long long)x->off, (unsigned long long)x->size);
+	volio_close(x->v);
+	ZSTD_freeCCtx(x->cz);
+	free(x->in);
+	free(x->zeros);
+	machine_end(x->h, &x->m);
+	free(x);
+}

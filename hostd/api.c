@@ -1271,6 +1271,8 @@ struct api *api_start(struct hostd *h, const char *path, struct err *e)
 				MHD_OPTION_NOTIFY_COMPLETED, completed, a,
 				MHD_OPTION_CONNECTION_TIMEOUT, 0u,
 				MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1 << 20),
+				/* Room for large reads of an image upload. */
+				MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(1 << 20),
 				MHD_OPTION_END);
 	if (!a->d) {
 		err_set(e, 500, "internal", "cannot start the HTTP server on %s", path);

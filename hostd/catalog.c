@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,13 @@
 /* Zero blocks are skipped, not written: a new base reads as zeros. */
 #define BLOCK (64u << 10)
 #define STAGE (1u << 20)
+#define NCHUNK 8
+
+struct chunk {
+	unsigned char *data;  /* STAGE bytes */
+	size_t len;
+	uint64_t off;
+};
 
 enum kind { K_UNKNOWN, K_RAW, K_QCOW2, K_ZSTD };
 
@@ -51,10 +59,6 @@ struct import {
 	ZSTD_DCtx *dz;
 	size_t zret;                /* last ZSTD_decompressStream result */
 	uint64_t content;           /* raw size announced by the zstd frame */
-	void *zout;
-
-	unsigned char ihead[HEAD];  /* the decompressed first bytes, until known */
-	size_t ihead_len;
 	enum kind inner;            /* what the (decompressed) bytes are */
 
 	enum sink sink;
@@ -63,9 +67,24 @@ struct import {
 	bool vol_made;
 	int fd;
 	char tmp[PATH_MAX];
-	unsigned char *stage;       /* bytes not yet written, from offset off */
-	size_t stage_len;
-	uint64_t off;
+
+	/* The disk's bytes are filled into chunks (decompressed in place);
+	 * a full chunk goes to the writer thread, which skips its zero
+	 * blocks and writes the rest, while this thread fills the next. */
+	struct chunk chunk[NCHUNK];
+	int cur;                    /* chunk being filled, -1: none */
+	uint64_t off;               /* disk offset of the next chunk */
+	pthread_t writer;
+	bool writer_on;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int queue[NCHUNK];          /* full chunks, in order */
+	unsigned qhead, qlen;
+	int freel[NCHUNK];          /* free chunks */
+	unsigned nfree;
+	bool stop;                  /* no more chunks will come */
+	bool wfailed;               /* the writer's failure, in werr */
+	struct err werr;
 
 	bool failed;
 	struct err err;
@@ -200,61 +219,120 @@ static int open_file(struct import *im)
 	return 0;
 }
 
-/* Write the staged bytes, skipping zero blocks. */
-static void flush_stage(struct import *im)
+/* Write CHUNK, skipping zero blocks (writer thread). */
+static int write_chunk(struct import *im, const struct chunk *c, struct err *e)
 {
-	struct err e = { 0 };
 	size_t i = 0;
 
-	while (!im->failed && i < im->stage_len) {
-		size_t n = im->stage_len - i < BLOCK ? im->stage_len - i : BLOCK;
-		if (all_zero(im->stage + i, n)) {
+	while (i < c->len) {
+		size_t n = c->len - i < BLOCK ? c->len - i : BLOCK;
+		if (all_zero(c->data + i, n)) {
 			i += n;
 			continue;
 		}
 		/* A run of blocks with data: one write. */
 		size_t j = i + n;
-		while (j < im->stage_len) {
-			size_t m = im->stage_len - j < BLOCK ? im->stage_len - j : BLOCK;
-			if (all_zero(im->stage + j, m))
+		while (j < c->len) {
+			size_t m = c->len - j < BLOCK ? c->len - j : BLOCK;
+			if (all_zero(c->data + j, m))
 				break;
 			j += m;
 		}
 		if (im->sink == SINK_VOLUME) {
-			if (volio_write(im->vio, im->off + i, im->stage + i, j - i, &e) < 0)
-				fail(im, &e);
-		} else if (pwrite_all(im->fd, im->stage + i, j - i, (off_t)(im->off + i)) < 0) {
-			err_errno(&e, errno, "write %s", im->tmp);
-			fail(im, &e);
+			if (volio_write(im->vio, c->off + i, c->data + i, j - i, e) < 0)
+				return -1;
+		} else if (pwrite_all(im->fd, c->data + i, j - i, (off_t)(c->off + i)) < 0) {
+			return err_errno(e, errno, "write %s", im->tmp);
 		}
 		i = j;
 	}
-	im->off += im->stage_len;
-	im->stage_len = 0;
+	return 0;
 }
 
-static void sink_put(struct import *im, const unsigned char *p, size_t n)
+static void *writer_main(void *arg)
 {
-	while (!im->failed && n) {
-		size_t k = STAGE - im->stage_len < n ? STAGE - im->stage_len : n;
-		if (im->sink == SINK_VOLUME && im->off + im->stage_len + k > im->expect) {
-			failf(im, 400, "invalid_image",
-			      "%s holds more than the %llu bytes its header announces",
-			      im->origin, (unsigned long long)im->expect);
-			return;
+	struct import *im = arg;
+	struct err e = { 0 };
+
+	pthread_mutex_lock(&im->mu);
+	for (;;) {
+		while (!im->qlen && !im->stop)
+			pthread_cond_wait(&im->cv, &im->mu);
+		if (!im->qlen)
+			break;
+		int k = im->queue[im->qhead];
+		im->qhead = (im->qhead + 1) % NCHUNK;
+		im->qlen--;
+		bool skip = im->wfailed;
+		pthread_mutex_unlock(&im->mu);
+		int rc = skip ? 0 : write_chunk(im, &im->chunk[k], &e);
+		pthread_mutex_lock(&im->mu);
+		if (rc < 0 && !im->wfailed) {
+			im->wfailed = true;
+			im->werr = e;
 		}
-		memcpy(im->stage + im->stage_len, p, k);
-		im->stage_len += k;
-		p += k;
-		n -= k;
-		if (im->stage_len == STAGE)
-			flush_stage(im);
+		im->freel[im->nfree++] = k;
+		pthread_cond_broadcast(&im->cv);
 	}
+	pthread_mutex_unlock(&im->mu);
+	if (im->sink == SINK_VOLUME && !im->wfailed && volio_flush(im->vio, &e) < 0) {
+		im->wfailed = true;
+		im->werr = e;
+	}
+	return NULL;
 }
 
-/* The first bytes of the disk (decompressed if need be) are known: choose
- * the sink, then take them. */
-static void inner_start(struct import *im, const unsigned char *p, size_t n)
+/* The sink is open: start writing. */
+static void start_writer(struct import *im)
+{
+	if (pthread_create(&im->writer, NULL, writer_main, im) != 0)
+		abort();
+	im->writer_on = true;
+}
+
+/* Wait for the writer to write every chunk handed over; its failure
+ * becomes the import's. */
+static void stop_writer(struct import *im)
+{
+	if (!im->writer_on)
+		return;
+	pthread_mutex_lock(&im->mu);
+	im->stop = true;
+	pthread_cond_broadcast(&im->cv);
+	pthread_mutex_unlock(&im->mu);
+	pthread_join(im->writer, NULL);
+	im->writer_on = false;
+	if (im->wfailed)
+		fail(im, &im->werr);
+}
+
+/* The chunk being filled, taking a free one (waiting for the writer when
+ * all are queued); NULL after a failure. */
+static struct chunk *cur_chunk(struct import *im)
+{
+	if (im->cur >= 0)
+		return &im->chunk[im->cur];
+	pthread_mutex_lock(&im->mu);
+	while (!im->nfree && !im->wfailed)
+		pthread_cond_wait(&im->cv, &im->mu);
+	bool failed = im->wfailed;
+	if (!failed)
+		im->cur = im->freel[--im->nfree];
+	pthread_mutex_unlock(&im->mu);
+	if (failed) {
+		stop_writer(im);
+		return NULL;
+	}
+	struct chunk *c = &im->chunk[im->cur];
+	if (!c->data && !(c->data = malloc(STAGE)))
+		abort();
+	c->len = 0;
+	return c;
+}
+
+/* The disk's first bytes are known (the first chunk is full, or the file
+ * ended): what they are decides where they go. */
+static void choose_sink(struct import *im, const unsigned char *p, size_t n)
 {
 	im->inner = sniff(im, p, n, im->outer != K_ZSTD);
 	if (im->inner == K_UNKNOWN)
@@ -264,43 +342,69 @@ static void inner_start(struct import *im, const unsigned char *p, size_t n)
 		      im->inner == K_QCOW2 ? "a qcow2 image" : "not a qcow2 image", im->format);
 		return;
 	}
-	if (im->inner == K_QCOW2) {
-		open_file(im);
-	} else if (im->outer == K_ZSTD) {
-		if (im->content != ZSTD_CONTENTSIZE_UNKNOWN)
-			open_volume(im, im->content);
-		else
-			open_file(im);
-	} else if (im->length) {
-		open_volume(im, im->length);
-	} else {
-		open_file(im);
-	}
-	sink_put(im, p, n);
+	int rc;
+	if (im->inner == K_QCOW2)
+		rc = open_file(im);
+	else if (im->outer == K_ZSTD)
+		rc = im->content != ZSTD_CONTENTSIZE_UNKNOWN ? open_volume(im, im->content)
+							     : open_file(im);
+	else
+		rc = im->length ? open_volume(im, im->length) : open_file(im);
+	if (rc == 0)
+		start_writer(im);
 }
 
-/* Disk bytes (the file's, or decompressed). */
-static void inner_put(struct import *im, const unsigned char *p, size_t n)
+/* Hand the current chunk to the writer. */
+static void hand_off(struct import *im)
 {
-	if (im->inner != K_UNKNOWN) {
-		sink_put(im, p, n);
-		return;
+	struct chunk *c = &im->chunk[im->cur];
+
+	if (im->sink == SINK_NONE && !im->failed)
+		choose_sink(im, c->data, c->len);
+	if (!im->failed && im->sink == SINK_VOLUME && im->off + c->len > im->expect)
+		failf(im, 400, "invalid_image", "%s holds more than the %llu bytes its header "
+		      "announces", im->origin, (unsigned long long)im->expect);
+	pthread_mutex_lock(&im->mu);
+	if (im->failed) {
+		im->freel[im->nfree++] = im->cur;
+	} else {
+		c->off = im->off;
+		im->off += c->len;
+		im->queue[(im->qhead + im->qlen) % NCHUNK] = im->cur;
+		im->qlen++;
+		pthread_cond_broadcast(&im->cv);
 	}
-	size_t k = HEAD - im->ihead_len < n ? HEAD - im->ihead_len : n;
-	memcpy(im->ihead + im->ihead_len, p, k);
-	im->ihead_len += k;
-	if (im->ihead_len < HEAD)
-		return;
-	inner_start(im, im->ihead, im->ihead_len);
-	sink_put(im, p + k, n - k);
+	pthread_mutex_unlock(&im->mu);
+	im->cur = -1;
 }
 
+/* Disk bytes from the file itself (raw or qcow2): copied into chunks. */
+static void raw_put(struct import *im, const unsigned char *p, size_t n)
+{
+	while (!im->failed && n) {
+		struct chunk *c = cur_chunk(im);
+		if (!c)
+			return;
+		size_t k = STAGE - c->len < n ? STAGE - c->len : n;
+		memcpy(c->data + c->len, p, k);
+		c->len += k;
+		p += k;
+		n -= k;
+		if (c->len == STAGE)
+			hand_off(im);
+	}
+}
+
+/* Compressed bytes: decompressed straight into chunks. */
 static void zstd_put(struct import *im, const unsigned char *p, size_t n)
 {
 	ZSTD_inBuffer in = { p, n, 0 };
 
 	while (!im->failed && in.pos < in.size) {
-		ZSTD_outBuffer out = { im->zout, ZSTD_DStreamOutSize(), 0 };
+		struct chunk *c = cur_chunk(im);
+		if (!c)
+			return;
+		ZSTD_outBuffer out = { c->data, STAGE, c->len };
 		size_t r = ZSTD_decompressStream(im->dz, &out, &in);
 		if (ZSTD_isError(r)) {
 			failf(im, 400, "corrupt_image", "%s: not a valid zstd stream: %s",
@@ -308,7 +412,9 @@ static void zstd_put(struct import *im, const unsigned char *p, size_t n)
 			return;
 		}
 		im->zret = r;
-		inner_put(im, out.dst, out.pos);
+		c->len = out.pos;
+		if (c->len == STAGE)
+			hand_off(im);
 	}
 }
 
@@ -319,7 +425,7 @@ static void outer_start(struct import *im, const unsigned char *p, size_t n)
 	if (im->outer == K_UNKNOWN)
 		return;
 	if (im->outer != K_ZSTD) {
-		inner_put(im, p, n);
+		raw_put(im, p, n);
 		return;
 	}
 	im->content = ZSTD_getFrameContentSize(p, n);
@@ -329,8 +435,7 @@ static void outer_start(struct import *im, const unsigned char *p, size_t n)
 		return;
 	}
 	im->dz = ZSTD_createDCtx();
-	im->zout = malloc(ZSTD_DStreamOutSize());
-	if (!im->dz || !im->zout)
+	if (!im->dz)
 		abort();
 	/* Files written with --long=31 need a window that large. */
 	ZSTD_DCtx_setParameter(im->dz, ZSTD_d_windowLogMax, 31);
@@ -349,7 +454,7 @@ void import_feed(struct import *im, const void *data, size_t len)
 		if (im->outer == K_ZSTD)
 			zstd_put(im, p, len);
 		else
-			inner_put(im, p, len);
+			raw_put(im, p, len);
 		return;
 	}
 	size_t k = HEAD - im->head_len < len ? HEAD - im->head_len : len;
@@ -363,7 +468,7 @@ void import_feed(struct import *im, const void *data, size_t len)
 	if (im->outer == K_ZSTD)
 		zstd_put(im, p + k, len - k);
 	else
-		inner_put(im, p + k, len - k);
+		raw_put(im, p + k, len - k);
 }
 
 /* ---- the catalog entry --------------------------------------------------- */
@@ -427,14 +532,25 @@ struct import *import_begin(struct hostd *h, const struct import_opts *o, struct
 			       im->volume), NULL;
 	}
 	im->md = EVP_MD_CTX_new();
-	im->stage = malloc(STAGE);
-	if (!im->md || !im->stage || EVP_DigestInit_ex(im->md, EVP_sha256(), NULL) != 1)
+	if (!im->md || EVP_DigestInit_ex(im->md, EVP_sha256(), NULL) != 1)
 		abort();
+	im->cur = -1;
+	pthread_mutex_init(&im->mu, NULL);
+	pthread_cond_init(&im->cv, NULL);
+	for (int i = 0; i < NCHUNK; i++)
+		im->freel[im->nfree++] = i;
 	return im;
 }
 
 static void import_free(struct import *im, bool keep_volume)
 {
+	if (im->writer_on) {
+		/* Nothing more gets written. */
+		pthread_mutex_lock(&im->mu);
+		im->wfailed = true;
+		pthread_mutex_unlock(&im->mu);
+		stop_writer(im);
+	}
 	if (im->vio)
 		volio_close(im->vio);
 	if (im->vol_made && !keep_volume)
@@ -444,8 +560,10 @@ static void import_free(struct import *im, bool keep_volume)
 	if (im->tmp[0])
 		unlink(im->tmp);
 	ZSTD_freeDCtx(im->dz);
-	free(im->zout);
-	free(im->stage);
+	for (int i = 0; i < NCHUNK; i++)
+		free(im->chunk[i].data);
+	pthread_mutex_destroy(&im->mu);
+	pthread_cond_destroy(&im->cv);
 	EVP_MD_CTX_free(im->md);
 	hostd_busy_release(im->h, im->key);
 	free(im);
@@ -541,14 +659,12 @@ int import_end(struct import *im, struct image *out, struct err *e)
 	if (!im->failed && im->outer == K_ZSTD && im->zret != 0)
 		failf(im, 400, "corrupt_image",
 		      "%s is truncated: its zstd stream ends in the middle of a frame", im->origin);
-	if (!im->failed && im->inner == K_UNKNOWN) {
-		if (im->ihead_len == 0)
-			failf(im, 400, "invalid_image", "%s holds no data", im->origin);
-		else
-			inner_start(im, im->ihead, im->ihead_len);
-	}
-	if (!im->failed)
-		flush_stage(im);
+	/* The last chunk, then every write done. */
+	if (!im->failed && im->cur >= 0 && im->chunk[im->cur].len)
+		hand_off(im);
+	if (!im->failed && im->sink == SINK_NONE)
+		failf(im, 400, "invalid_image", "%s holds no data", im->origin);
+	stop_writer(im);
 	if (!im->failed && im->length && im->in_bytes != im->length)
 		failf(im, 400, "truncated", "%s: %llu bytes arrived of %llu announced", im->origin,
 		      (unsigned long long)im->in_bytes, (unsigned long long)im->length);
@@ -566,10 +682,8 @@ int import_end(struct import *im, struct image *out, struct err *e)
 		goto fail;
 	}
 
-	/* The bytes are in: make the base. */
+	/* The bytes are in (the writer flushed them): make the base. */
 	if (im->sink == SINK_VOLUME) {
-		if (volio_flush(im->vio, e) < 0)
-			goto fail;
 		volio_close(im->vio);
 		im->vio = NULL;
 		if (storage_base_seal(im->h->st, im->volume, e) < 0)

@@ -78,7 +78,7 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 				 s->seed_path, s->mac, s->nat_network, s->console_log };
 	bool user, nat;
 
-	if (s->vcpus < 1 || s->memory < (1 << 20) || !s->disk_path || !s->kernel ||
+	if (s->vcpus < 1 || s->memory < (1 << 20) || !s->disk_path ||
 	    !s->dom_name || !s->uuid || !s->owner || !s->name || !s->disk_format ||
 	    !s->mac || !s->network)
 		return err_set(e, 500, "internal", "domain %s: incomplete spec",
@@ -110,17 +110,25 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 	buf_printf(b, "  <memory unit='KiB'>%llu</memory>\n",
 		   (unsigned long long)(s->memory >> 10));
 	buf_printf(b, "  <vcpu>%d</vcpu>\n", s->vcpus);
-	buf_adds(b, "  <os>\n    <type arch='x86_64' machine='pc'>hvm</type>\n    <kernel>");
-	buf_add_xml(b, s->kernel);
-	buf_adds(b, "</kernel>\n");
-	if (s->initrd && *s->initrd) {
-		buf_adds(b, "    <initrd>");
-		buf_add_xml(b, s->initrd);
-		buf_adds(b, "</initrd>\n");
+	buf_adds(b, "  <os>\n    <type arch='x86_64' machine='pc'>hvm</type>\n");
+	if (s->kernel && *s->kernel) {
+		/* Direct boot: QEMU loads the image's kernel itself. */
+		buf_adds(b, "    <kernel>");
+		buf_add_xml(b, s->kernel);
+		buf_adds(b, "</kernel>\n");
+		if (s->initrd && *s->initrd) {
+			buf_adds(b, "    <initrd>");
+			buf_add_xml(b, s->initrd);
+			buf_adds(b, "</initrd>\n");
+		}
+		buf_adds(b, "    <cmdline>");
+		buf_add_xml(b, s->cmdline ? s->cmdline : "");
+		buf_adds(b, "</cmdline>\n");
+	} else {
+		/* Firmware boot: the BIOS runs the disk's boot loader. */
+		buf_adds(b, "    <boot dev='hd'/>\n");
 	}
-	buf_adds(b, "    <cmdline>");
-	buf_add_xml(b, s->cmdline ? s->cmdline : "");
-	buf_adds(b, "</cmdline>\n  </os>\n  <features><acpi/><apic/></features>\n");
+	buf_adds(b, "  </os>\n  <features><acpi/><apic/></features>\n");
 	/* No <cpu mode='host-passthrough'/>: under nested KVM QEMU aborts on
 	 * MSRs the outer hypervisor refuses (seen: MSR 0x10a); QEMU's default
 	 * model boots everywhere. */

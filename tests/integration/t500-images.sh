@@ -128,6 +128,22 @@ check_eq "imported --like tiny: direct boot" direct "$(echo "$out" | json boot)"
 check_eq "a machine of the exported disk runs" running "$(berth create u --image tiny2 --json | json state)"
 check_eq "with the data of the checkpoint" exported-data "$(berth exec u -- cat /root/marker)"
 
+# ---- a disk that boots by itself (a cloud image's way): firmware boot -----
+check "make a disk with its own boot loader" bash "$ROOT/tests/guest/bios-disk.sh" \
+	"$STATE/images/tiny/vmlinuz" "$STATE/images/tiny/initrd.img" "$VOLS/base-tiny.qcow2" \
+	"$D/bios.raw"
+zstd -q "$D/bios.raw" -o "$D/bios.raw.zst"
+out=$(berth image import bios "$D/bios.raw.zst" --json)
+check_eq "an image without --like boots by firmware" firmware "$(echo "$out" | json boot)"
+check_eq "a machine of it runs (BIOS, then its own boot loader)" running \
+	"$(berth create fw --image bios --json | json state)"
+check_eq "the seed named it" fw "$(berth exec fw -- hostname)"
+check_match "its root is the disk's second partition" "^/dev/vda2 / " \
+	"$(berth exec fw -- grep ' / ' /proc/mounts)"
+check "its domain has no kernel of its own" bash -c \
+	"! $VIRSH dumpxml $(dom_of fw) | grep -q '<kernel>'"
+berth rm fw >/dev/null
+
 # ---- progress: on a terminal, and not with --json or without one ----------
 script -qec "$BIN/berth --state $STATE image import prog $D/disk.raw.zst" /dev/null >"$T/tty.out" 2>&1
 check_match "a progress bar on a terminal" "importing \[[#-]+\] +[0-9]+%" "$(tr '\r' '\n' <"$T/tty.out")"

@@ -19,7 +19,8 @@ libnbd-dev"
 run="qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
 genisoimage busybox-static dropbear-bin openssh-sftp-server kmod cpio e2fsprogs
 zstd xz-utils gzip ca-certificates lvm2 thin-provisioning-tools rsync debootstrap"
-# Test: real clients the tests drive.
+# Test: real clients the tests drive, and what tests/guest/bios-disk.sh makes
+# a disk that boots by itself with (SYSLINUX, mtools, sfdisk).
 test="openssh-client procps psmisc curl python3 python3-yaml libxml2-utils
 syslinux syslinux-common mtools dosfstools fdisk"
 

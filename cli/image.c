@@ -19,7 +19,28 @@ struct progress {
 	const char *label;
 	int64_t t0, drawn;
 	bool any;
+	/* An export: the bar shows the disk read so far, which hostd tells
+	 * in the machine's "operation"; the bytes written are compressed. */
+	const struct client *c;
+	const char *machine;
+	uint64_t done, total;
 };
+
+/* Ask hostd how far the export of P's machine is. */
+static void export_poll(struct progress *p)
+{
+	char path[160], err[256];
+	json_t *r = NULL, *op;
+	long status;
+
+	snprintf(path, sizeof(path), "/v1/machines/%s", p->machine);
+	if (hostapi_call(p->c->sock, "GET", path, NULL, &status, &r, err, sizeof(err)) == 0 &&
+	    status == 200 && (op = json_object_get(r, "operation"))) {
+		p->done = (uint64_t)jint(op, "done");
+		p->total = (uint64_t)jint(op, "total");
+	}
+	json_decref(r);
+}
 
 static void progress_draw(uint64_t done, uint64_t total, void *data)
 {
@@ -32,6 +53,17 @@ static void progress_draw(uint64_t done, uint64_t total, void *data)
 		return;
 	p->any = true;
 	p->drawn = now;
+	uint64_t written = done;
+	if (p->machine) {
+		export_poll(p);
+		done = p->done;
+		total = p->total;
+		if (!total) {
+			size_format(written, d, sizeof(d));
+			fprintf(stderr, "\r\033[K%s  %s written  %.0f s", p->label, d, secs);
+			return;
+		}
+	}
 	size_format(done, d, sizeof(d));
 	size_format(secs > 0.05 ? (uint64_t)((double)done / secs) : 0, rate, sizeof(rate));
 	if (total) {
@@ -47,6 +79,10 @@ static void progress_draw(uint64_t done, uint64_t total, void *data)
 		}
 		fprintf(stderr, "\r\033[K%s [%s] %3d%%  %s / %s  %s/s%s", p->label, bar,
 			(int)(100.0 * (double)done / (double)total), d, t, rate, eta);
+		if (p->machine) {
+			size_format(written, d, sizeof(d));
+			fprintf(stderr, "  (%s written)", d);
+		}
 	} else {
 		fprintf(stderr, "\r\033[K%s  %s  %s/s  %.0f s", p->label, d, rate, secs);
 	}
@@ -249,7 +285,8 @@ static int image_export(struct client *c, int argc, char **argv)
 	}
 	snprintf(path, sizeof(path), "/v1/machines/%s/export%s%s", machine,
 		 at ? "?checkpoint=" : "", ckpt);
-	struct progress p = { .on = !c->json && isatty(2), .label = "exporting", .t0 = mono_ms() };
+	struct progress p = { .on = !c->json && isatty(2), .label = "exporting", .t0 = mono_ms(),
+			      .c = c, .machine = machine };
 	int64_t t0 = mono_ms();
 	int hr = hostapi_download(c->sock, path, fd, progress_draw, &p, &status, &r, err,
 				  sizeof(err));

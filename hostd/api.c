@@ -250,7 +250,15 @@ static json_t *machine_out(struct api *a, const struct machine *m)
 {
 	json_t *j = machine_json(a->h, m);
 
+	const char *op;
+	uint64_t done, total;
+
 	json_object_set_new(j, "sessions", json_integer(sessions_count(a->h->sessions, m->id)));
+	/* A long operation in progress (an export), with its progress. */
+	if (hostd_busy_get(a->h, m->id, &op, &done, &total) && total)
+		json_object_set_new(j, "operation", json_pack("{s:s, s:I, s:I}", "op", op,
+							      "done", (json_int_t)done,
+							      "total", (json_int_t)total));
 	return j;
 }
 

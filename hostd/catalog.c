@@ -899,6 +899,7 @@ ssize_t export_read(struct export *x, void *buf, size_t max)
 				}
 				x->zin = (ZSTD_inBuffer){ zero ? x->zeros : x->in, n, 0 };
 				x->off += n;
+				hostd_busy_progress(x->h, x->m.id, x->off, x->size);
 			}
 		}
 		size_t r = ZSTD_compressStream2(x->cz, &out, &x->zin,

@@ -34,6 +34,7 @@ int hostd_busy_acquire(struct hostd *h, const char *key, const char *op,
 	}
 	snprintf(h->busy[free_slot].key, sizeof(h->busy[free_slot].key), "%s", key);
 	h->busy[free_slot].op = op;
+	h->busy[free_slot].done = h->busy[free_slot].total = 0;
 out:
 	pthread_mutex_unlock(&h->busy_lock);
 	return rc;
@@ -55,6 +56,34 @@ bool hostd_busy(struct hostd *h, const char *key)
 	pthread_mutex_lock(&h->busy_lock);
 	for (int i = 0; i < BUSY_MAX && !busy; i++)
 		busy = strcmp(h->busy[i].key, key) == 0;
+	pthread_mutex_unlock(&h->busy_lock);
+	return busy;
+}
+
+void hostd_busy_progress(struct hostd *h, const char *key, uint64_t done, uint64_t total)
+{
+	pthread_mutex_lock(&h->busy_lock);
+	for (int i = 0; i < BUSY_MAX; i++)
+		if (strcmp(h->busy[i].key, key) == 0) {
+			h->busy[i].done = done;
+			h->busy[i].total = total;
+		}
+	pthread_mutex_unlock(&h->busy_lock);
+}
+
+bool hostd_busy_get(struct hostd *h, const char *key, const char **op, uint64_t *done,
+		    uint64_t *total)
+{
+	bool busy = false;
+
+	pthread_mutex_lock(&h->busy_lock);
+	for (int i = 0; i < BUSY_MAX && !busy; i++)
+		if (strcmp(h->busy[i].key, key) == 0) {
+			busy = true;
+			*op = h->busy[i].op;
+			*done = h->busy[i].done;
+			*total = h->busy[i].total;
+		}
 	pthread_mutex_unlock(&h->busy_lock);
 	return busy;
 }

@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "hostd/config.h"
@@ -41,7 +42,11 @@ struct hostd {
 	/* Operations in progress, by machine id or "image:NAME": a second
 	 * operation on the same object gets 409 instead of racing. */
 	pthread_mutex_t busy_lock;
-	struct { char key[80]; const char *op; } busy[BUSY_MAX];
+	struct {
+		char key[80];
+		const char *op;
+		uint64_t done, total;  /* progress of a long one, in bytes */
+	} busy[BUSY_MAX];
 };
 
 /* Mark KEY busy with OP.  409 "busy" naming WHAT when it already is. */
@@ -49,6 +54,12 @@ int hostd_busy_acquire(struct hostd *h, const char *key, const char *op,
 		       const char *what, struct err *e);
 void hostd_busy_release(struct hostd *h, const char *key);
 bool hostd_busy(struct hostd *h, const char *key);
+/* The operation on KEY has done DONE of TOTAL bytes. */
+void hostd_busy_progress(struct hostd *h, const char *key, uint64_t done, uint64_t total);
+/* The operation on KEY and its progress (TOTAL 0: none told); false when
+ * KEY is not busy. */
+bool hostd_busy_get(struct hostd *h, const char *key, const char **op, uint64_t *done,
+		    uint64_t *total);
 
 /* Test hook: when $BERTH_TEST_CRASH_AT equals POINT, log it, write
  * STATE/crash-point and stop here for good, so a test can SIGKILL hostd in

@@ -151,5 +151,8 @@ script -qec "$BIN/berth --state $STATE image import prog2 $D/disk.raw.zst --json
 check "no progress with --json" bash -c "! grep -q 'importing \[' '$T/tty.out'"
 berth image import prog3 "$D/disk.raw.zst" 2>"$T/err" >/dev/null
 check_eq "no progress without a terminal" "" "$(cat "$T/err")"
+script -qec "$BIN/berth --state $STATE image export m-i-disk-raw $D/tty.zst" /dev/null >"$T/tty.out" 2>&1
+check_match "export shows its progress on a terminal" "exporting .*(written|%)" "$(tr '\r' '\n' <"$T/tty.out")"
+check_eq "and its file is whole" "$RAW_SHA" "$(zstd -dc "$D/tty.zst" | sha256sum | cut -c1-64)"
 
 finish

@@ -191,6 +191,24 @@ static void test_user(void)
 	check_wellformed(xml, "user minimal: well-formed (xmllint)");
 	free(xml);
 
+	/* No kernel: firmware boot from the disk's own boot loader. */
+	for (int k = 0; k < 2; k++) {
+		s = spec_user();
+		s.kernel = k ? "" : NULL;
+		xml = render(&s, &rc, &e);
+		check(rc == 0, "firmware (kernel %s): renders", k ? "\"\"" : "NULL");
+		check_has(xml, "<boot dev='hd'/>", "firmware: boots from the disk");
+		check_lacks(xml, "<kernel>", "firmware: no <kernel>");
+		check_lacks(xml, "<initrd>", "firmware: no <initrd>, even when one is set");
+		check_lacks(xml, "<cmdline>", "firmware: no <cmdline>");
+		check_wellformed(xml, "firmware: well-formed (xmllint)");
+		free(xml);
+	}
+	s = spec_user();
+	xml = render(&s, &rc, &e);
+	check_lacks(xml, "<boot dev=", "direct boot: no <boot dev>");
+	free(xml);
+
 	s = spec_user();
 	s.initrd = "";
 	xml = render(&s, &rc, &e);
@@ -334,9 +352,6 @@ static void test_invalid(void)
 	s = spec_user();
 	s.memory = 1023ULL << 10;
 	refused(&s, "memory under 1 MiB");
-	s = spec_user();
-	s.kernel = NULL;
-	refused(&s, "no kernel");
 	s = spec_user();
 	s.disk_path = NULL;
 	refused(&s, "no disk path");

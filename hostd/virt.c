@@ -129,9 +129,14 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 		buf_adds(b, "    <boot dev='hd'/>\n");
 	}
 	buf_adds(b, "  </os>\n  <features><acpi/><apic/></features>\n");
-	/* No <cpu mode='host-passthrough'/>: under nested KVM QEMU aborts on
-	 * MSRs the outer hypervisor refuses (seen: MSR 0x10a); QEMU's default
-	 * model boots everywhere. */
+	/* A named CPU model, not host-passthrough (under nested KVM QEMU
+	 * aborts on MSRs the outer hypervisor refuses, seen: MSR 0x10a), and
+	 * not QEMU's default qemu64, which lacks SSE4.2 and POPCNT: programs
+	 * built for x86-64-v2 (Claude Code's and OpenCode's native binaries)
+	 * die of an illegal instruction on it.  Nehalem is x86-64-v2, TCG
+	 * emulates it, and every x86-64 host of the last fifteen years has it. */
+	buf_adds(b, "  <cpu mode='custom' match='exact' check='none'>"
+		    "<model fallback='forbid'>Nehalem</model></cpu>\n");
 	buf_adds(b, "  <clock offset='utc'/>\n"
 		    "  <on_poweroff>destroy</on_poweroff>\n"
 		    "  <on_reboot>restart</on_reboot>\n"

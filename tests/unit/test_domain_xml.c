@@ -131,6 +131,9 @@ static void test_user(void)
 		diag("rc %d: %s", rc, e.msg);
 	check_has(xml, "<domain type='qemu'", "user: kvm=false gives type='qemu'");
 	check_lacks(xml, "type='kvm'", "user: kvm=false has no type='kvm'");
+	check_has(xml, "<model fallback='forbid'>Nehalem</model>",
+		  "user: an x86-64-v2 CPU model (not qemu64)");
+	check_lacks(xml, "host-passthrough", "user: no host-passthrough");
 	check_has(xml, "xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'",
 		  "user: declares the qemu namespace");
 	check_has(xml, "<name>berth-i1-alice-devbox</name>", "user: domain name");

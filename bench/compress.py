@@ -7,7 +7,8 @@ hostd that builds it (slow the first time: the recipe runs; its downloads
 are cached in /var/cache/berth).  Each tool compresses the same file into a
 temporary file, on every core where it can: zstd -T0 at its default level 3 and at 19 with --long=27, gzip -6
 (one core: gzip has no threads), xz -T0 -6.  Ratios are raw size /
-compressed size; times are wall clock.
+compressed size and allocated (data) size / compressed size; times are
+wall clock.
 """
 import os
 import subprocess
@@ -32,7 +33,8 @@ def measure(disk, out_dir):
                               check=True).stdout.split()[0])
     print(f"# {disk}: {raw / 2**20:.0f} MiB disk, {used / 2**20:.0f} MiB allocated, "
           f"{os.cpu_count()} cores")
-    print(f"{'tool':26s} {'size MiB':>9s} {'ratio':>7s} {'time s':>8s} {'MiB/s':>7s}")
+    print(f"{'tool':26s} {'size MiB':>9s} {'ratio':>7s} {'of data':>8s} {'time s':>8s} "
+          f"{'MiB/s':>7s}")
     for name, argv in TOOLS:
         out = os.path.join(out_dir, "out")
         with open(disk, "rb") as src, open(out, "wb") as dst:
@@ -41,8 +43,8 @@ def measure(disk, out_dir):
             secs = time.monotonic() - t0
         size = os.path.getsize(out)
         os.unlink(out)
-        print(f"{name:26s} {size / 2**20:9.1f} {raw / size:7.1f} {secs:8.1f} "
-              f"{raw / 2**20 / secs:7.0f}")
+        print(f"{name:26s} {size / 2**20:9.1f} {raw / size:7.1f} {used / size:8.2f} "
+              f"{secs:8.1f} {raw / 2**20 / secs:7.0f}")
 
 
 def main():

@@ -6,6 +6,7 @@
 #define BERTH_CONFIG_H
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/err.h"
@@ -30,6 +31,9 @@ struct config {
 	uint64_t min_memory, max_memory; /* bytes */
 	uint64_t max_disk;             /* bytes */
 	uint64_t max_body;             /* largest API request body, bytes */
+	bool suspend_compress;         /* suspend: hostd stores the memory zstd-compressed
+					  (else libvirt's raw managed save) */
+	int suspend_compress_level;    /* its zstd level: -10 (zstd --fast=10) to 19 */
 };
 
 /* Defaults for STATE_DIR. */

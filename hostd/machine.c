@@ -2,16 +2,19 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/log.h"
 #include "common/sshexec.h"
 #include "common/util.h"
 #include "hostd/seed.h"
+#include "hostd/zmem.h"
 #include "common/banned.h"
 
 static const char *const action_names[] = {
@@ -39,6 +42,306 @@ static void dom_name(struct hostd *h, const struct machine *m, char *out, size_t
 {
 	/* A machine name has no '.', so OWNER.NAME never collides. */
 	snprintf(out, outlen, "%s%s.%s", h->dom_prefix, m->owner, m->name);
+}
+
+/* A suspended machine's memory when hostd keeps it (suspend_compress; else
+ * it is libvirt's managed save image): files in the machine's directory,
+ * by stage.
+ *   suspend.save      libvirt's save image (virt_save), until compressed;
+ *                     complete once libvirt's magic says so
+ *   suspend.zst.part  its compression under way
+ *   suspend.zst       compressed and fsynced; suspend.save goes after it
+ *   wake.zst, wake.save  the image being restored: renamed back when the
+ *                     restore fails, removed when it worked
+ *   wake.fifo         what libvirt reads a compressed image through
+ * A wake removes the image (durably) before it lets the guest's CPUs run,
+ * and a cold boot removes any: while an image exists, the guest has not
+ * run since it was saved, so restoring it is right whatever a crash left.
+ * The order of the table is the order of preference. */
+enum mem_image { IMG_ZST, IMG_WAKE_ZST, IMG_RAW, IMG_WAKE_RAW, IMG_N };
+static const char *const image_files[] = {
+	[IMG_ZST] = "suspend.zst", [IMG_WAKE_ZST] = "wake.zst",
+	[IMG_RAW] = "suspend.save", [IMG_WAKE_RAW] = "wake.save",
+	"suspend.zst.part", "wake.fifo",
+};
+#define IMAGE_FILES (sizeof(image_files) / sizeof(image_files[0]))
+
+static void image_path(struct hostd *h, const char *id, const char *file, char *out,
+		       size_t outlen)
+{
+	char dir[PATH_MAX];
+
+	machine_dir(h, id, dir, sizeof(dir));
+	snprintf(out, outlen, "%s/%s", dir, file);
+}
+
+static bool image_is_zst(int kind)
+{
+	return kind == IMG_ZST || kind == IMG_WAKE_ZST;
+}
+
+/* The memory image machine ID wakes from (an enum mem_image), its path
+ * into PATH (may be NULL); -1 when it has none. */
+static int saved_image(struct hostd *h, const char *id, char *path, size_t len)
+{
+	char p[PATH_MAX];
+
+	for (int i = 0; i < IMG_N; i++) {
+		image_path(h, id, image_files[i], p, sizeof(p));
+		if (image_is_zst(i) ? access(p, F_OK) == 0 : virt_save_image_complete(p)) {
+			if (path)
+				snprintf(path, len, "%s", p);
+			return i;
+		}
+	}
+	return -1;
+}
+
+/* fsync the machine directory holding PATH: a rename or unlink in it lasts. */
+static void sync_dir_of(const char *path)
+{
+	char dir[PATH_MAX];
+	char *slash;
+	int fd;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	if (!(slash = strrchr(dir, '/')))
+		return;
+	*slash = '\0';
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) < 0)
+		log_warn("fsync %s: %s", dir, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
+/* Remove every memory image file of machine ID, durably.  How many. */
+static int discard_images(struct hostd *h, const char *id)
+{
+	char p[PATH_MAX];
+	int n = 0;
+
+	for (size_t i = 0; i < IMAGE_FILES; i++) {
+		image_path(h, id, image_files[i], p, sizeof(p));
+		if (unlink(p) == 0)
+			n++;
+		else if (errno != ENOENT)
+			log_warn("remove %s: %s", p, strerror(errno));
+	}
+	if (n)
+		sync_dir_of(p);
+	return n;
+}
+
+/* virt_state, counting hostd's memory images: a shut-off domain with one
+ * that it has not run since is suspended. */
+static int machine_state(struct hostd *h, const char *id, enum vstate *vs, struct err *e)
+{
+	bool ran = false;
+
+	if (virt_state_ran(h->virt, id, vs, &ran, e) < 0)
+		return -1;
+	if (*vs == VS_STOPPED && !ran && saved_image(h, id, NULL, 0) >= 0)
+		*vs = VS_SUSPENDED;
+	return 0;
+}
+
+static double mib(uint64_t bytes)
+{
+	return (double)bytes / (1 << 20);
+}
+
+/* Compress M's raw memory image into its zstd one, then remove the raw
+ * one: the end of a suspend, or of one a crash cut short.  SAVE_MS is how
+ * long the save took (-1: unknown). */
+static int compress_image(struct hostd *h, const struct machine *m, int64_t save_ms,
+			  struct err *e)
+{
+	char raw[PATH_MAX], zst[PATH_MAX], saved[48] = "";
+	struct zmem_stats st;
+	int64_t t0 = mono_us();
+	int rc;
+
+	image_path(h, m->id, image_files[IMG_RAW], raw, sizeof(raw));
+	image_path(h, m->id, image_files[IMG_ZST], zst, sizeof(zst));
+	rc = zmem_compress(raw, zst, h->cfg.suspend_compress_level, &st, e);
+	/* Like running a compressor: not hostd's own time. */
+	ext_time_add(mono_us() - t0);
+	if (rc < 0)
+		return -1;
+	hostd_crash_point(h, "suspend-after-compress");
+	if (unlink(raw) < 0)
+		log_warn("remove %s: %s", raw, strerror(errno));
+	if (save_ms >= 0)
+		snprintf(saved, sizeof(saved), "save %lld ms, ", (long long)save_ms);
+	log_info("suspended %s/%s: memory %.1f MiB raw, %.1f MiB zstd (%.0f%%, level %d); "
+		 "%scompress %lld ms", m->owner, m->name, mib(st.raw_bytes), mib(st.zst_bytes),
+		 st.raw_bytes ? 100.0 * (double)st.zst_bytes / (double)st.raw_bytes : 0.0,
+		 h->cfg.suspend_compress_level, saved, (long long)(st.us / 1000));
+	return 0;
+}
+
+/* Suspend the running M into hostd's own memory image: libvirt saves it
+ * raw, hostd compresses it.  A failed compression keeps the raw image (the
+ * machine is suspended all the same, and wakes from it). */
+static int suspend_to_image(struct hostd *h, struct machine *m, struct err *e)
+{
+	char raw[PATH_MAX];
+	struct err ce = { 0 };
+	int64_t t0 = mono_ms();
+
+	/* The guest runs: whatever image it had is stale. */
+	discard_images(h, m->id);
+	image_path(h, m->id, image_files[IMG_RAW], raw, sizeof(raw));
+	/* On failure the file stays: libvirt removes a save that failed, and
+	 * one that completed although the call failed (a lost connection) is
+	 * the memory of a suspended machine. */
+	if (virt_save(h->virt, m->id, raw, e) < 0)
+		return -1;
+	hostd_crash_point(h, "suspend-after-save");
+	if (compress_image(h, m, mono_ms() - t0, &ce) < 0)
+		log_warn("suspend %s/%s: %s; its memory stays uncompressed in %s", m->owner,
+			 m->name, ce.msg, raw);
+	return 0;
+}
+
+/* network=user: M's SSH forward, as the image at PATH would restore it,
+ * must be M's port, which first moves if another program took it.  XML
+ * gets the image's domain XML with the port changed when it differs, and
+ * stays empty when it does not. */
+static int image_port_xml(struct hostd *h, struct machine *m, const char *path,
+			  struct buf *xml, struct err *e)
+{
+	static const char fwd[] = "hostfwd=tcp:127.0.0.1:";
+	struct buf head = BUF_INIT;
+	size_t want, need = 64 << 10;
+	char *saved = NULL, *at, *end;
+	int r, rc = -1;
+
+	if (!port_is_free(m->ssh_port)) {
+		int p = machine_pick_port(h);
+		if (p < 0)
+			return err_set(e, 503, "no_port", "no free loopback port for %s", m->name);
+		if (db_machine_set_port(h->db, m->id, p, e) < 0)
+			return -1;
+		log_info("machine %s: port %d is taken; SSH moves to %d", m->name, m->ssh_port, p);
+		m->ssh_port = p;
+	}
+	do {
+		int64_t t0 = mono_us();
+		want = need;
+		buf_reset(&head);
+		r = zmem_head(path, want, &head, e);
+		ext_time_add(mono_us() - t0);
+		if (r == 0)
+			r = virt_save_image_xml(head.data, head.len, &need, &saved, e);
+		if (r == 1 && (head.len < want || need <= want))
+			r = err_set(e, 500, "memory_image", "%s is truncated", path);
+	} while (r == 1);
+	if (r < 0)
+		goto out;
+	at = strstr(saved, fwd);
+	if (!at) {
+		err_set(e, 500, "memory_image", "%s has no SSH forward in its domain XML", path);
+		goto out;
+	}
+	at += strlen(fwd);
+	if (strtol(at, &end, 10) != m->ssh_port) {
+		buf_add(xml, saved, (size_t)(at - saved));
+		buf_printf(xml, "%d", m->ssh_port);
+		buf_adds(xml, end);
+	}
+	rc = 0;
+out:
+	free(saved);
+	buf_free(&head);
+	return rc;
+}
+
+/* Wake M from its memory image KIND at PATH.  libvirt restores it with the
+ * guest's CPUs paused: a compressed image through a FIFO that a thread
+ * fills while decompressing, so QEMU loads while the rest decompresses.
+ * The guest runs only once the image proved whole and is removed. */
+static int wake_from_image(struct hostd *h, struct machine *m, int kind, const char *path,
+			   struct err *e)
+{
+	bool zst = image_is_zst(kind);
+	char waking[PATH_MAX], fifo[PATH_MAX];
+	struct buf xml = BUF_INIT;
+	struct zmem_feed *feed = NULL;
+	struct err re = { 0 }, fe = { 0 };
+	int rc = -1, frc = 0;
+	int64_t t0 = mono_ms(), t_prep, t_restore, t_feed, t_removed;
+
+	image_path(h, m->id, image_files[zst ? IMG_WAKE_ZST : IMG_WAKE_RAW], waking,
+		   sizeof(waking));
+	image_path(h, m->id, "wake.fifo", fifo, sizeof(fifo));
+	if (strcmp(h->cfg.network, "user") == 0 && image_port_xml(h, m, path, &xml, e) < 0)
+		goto out;
+	if (strcmp(path, waking) != 0 && rename(path, waking) < 0) {
+		err_errno(e, errno, "rename %s", path);
+		goto out;
+	}
+	hostd_crash_point(h, "wake-after-rename");
+	if (zst) {
+		unlink(fifo);
+		if (mkfifo(fifo, 0600) < 0) {
+			err_errno(&re, errno, "mkfifo %s", fifo);
+			goto undo;
+		}
+		if (!(feed = zmem_feed_start(waking, fifo, &re)))
+			goto undo;
+	}
+	t_prep = mono_ms();
+	rc = virt_restore_paused(h->virt, zst ? fifo : waking, xml.len ? buf_str(&xml) : NULL,
+				 &re);
+	t_restore = mono_ms();
+	if (feed)
+		frc = zmem_feed_finish(feed, NULL, &fe);
+	if (rc == 0 && frc < 0) {
+		/* Restored from bytes that failed the check: never run it.  The
+		 * image is no use; the disk is as it was at the suspend. */
+		virt_destroy(h->virt, m->id, NULL);
+		discard_images(h, m->id);
+		err_set(e, 500, "memory_image", "wake %s: %s; the machine is stopped (its disk "
+			"is as it was when suspended)", m->name, fe.msg);
+		rc = -1;
+		goto out;
+	}
+	if (rc < 0)
+		goto undo;
+	unlink(fifo);
+	t_feed = mono_ms();
+	/* Gone for good before the guest runs (see image_files). */
+	if (unlink(waking) < 0)
+		log_warn("remove %s: %s", waking, strerror(errno));
+	sync_dir_of(waking);
+	t_removed = mono_ms();
+	hostd_crash_point(h, "wake-before-unpause");
+	if (virt_unpause(h->virt, m->id, e) < 0) {
+		rc = -1;    /* restored, paused: resume unpauses it */
+		goto out;
+	}
+	log_debug("machine %s/%s woke from %s in %lld ms: prepare %lld, restore %lld, "
+		  "feed %lld, remove %lld, unpause %lld", m->owner, m->name, waking,
+		  (long long)(mono_ms() - t0), (long long)(t_prep - t0),
+		  (long long)(t_restore - t_prep), (long long)(t_feed - t_restore),
+		  (long long)(t_removed - t_feed), (long long)(mono_ms() - t_removed));
+	goto out;
+undo:
+	rc = -1;
+	unlink(fifo);
+	if (rename(waking, path) < 0)
+		log_error("rename %s back to %s: %s (start-up reconciliation renames it)",
+			  waking, path, strerror(errno));
+	if (frc < 0)
+		err_set(e, 500, "memory_image", "wake %s: %s (libvirt: %s)", m->name, fe.msg,
+			re.msg);
+	else if (e && !err_isset(e))
+		*e = re;
+out:
+	buf_free(&xml);
+	return rc;
 }
 
 int machine_xml(struct hostd *h, const struct machine *m, struct buf *xml, struct err *e)
@@ -289,6 +592,12 @@ int machine_wait_ready(struct hostd *h, const struct machine *m, int timeout_s,
  * follows the config) or from suspended (restore the saved memory). */
 int machine_do_start(struct hostd *h, struct machine *m, enum vstate vs, struct err *e)
 {
+	char image[PATH_MAX];
+	int kind;
+
+	if (vs == VS_SUSPENDED && (kind = saved_image(h, m->id, image, sizeof(image))) >= 0)
+		return wake_from_image(h, m, kind, image, e);
+	/* From here a suspended machine has libvirt's managed save image. */
 	if (vs == VS_SUSPENDED && strcmp(h->cfg.network, "user") == 0 &&
 	    !port_is_free(m->ssh_port)) {
 		/* The saved QEMU would fail to bind its forward, for good. */
@@ -307,6 +616,10 @@ int machine_do_start(struct hostd *h, struct machine *m, enum vstate vs, struct 
 		m->ssh_port = p;
 	}
 	if (vs == VS_STOPPED || vs == VS_MISSING) {
+		/* A cold boot: a memory image left behind is stale from now on. */
+		if (discard_images(h, m->id))
+			log_warn("machine %s/%s: removed a memory image it had run since", m->owner,
+				 m->name);
 		if (strcmp(h->cfg.network, "user") == 0 && !port_is_free(m->ssh_port)) {
 			int p = machine_pick_port(h);
 			if (p < 0)
@@ -331,9 +644,15 @@ int machine_do_stop(struct hostd *h, struct machine *m, enum vstate vs, int time
 	if (vs == VS_STOPPED || vs == VS_MISSING)
 		return 0;
 	if (vs == VS_SUSPENDED) {
-		/* Stopping a suspended machine discards its saved memory:
-		 * undefine-and-redefine is the portable way to drop it. */
-		if (virt_remove(h->virt, m->id, e) < 0 || machine_define(h, m, e) < 0)
+		/* Stopping a suspended machine discards its saved memory: hostd's
+		 * image, or libvirt's managed save, for which undefine-and-redefine
+		 * is the portable way to drop it. */
+		enum vstate lv;
+		discard_images(h, m->id);
+		if (virt_state(h->virt, m->id, &lv, e) < 0)
+			return -1;
+		if (lv == VS_SUSPENDED &&
+		    (virt_remove(h->virt, m->id, e) < 0 || machine_define(h, m, e) < 0))
 			return -1;
 		return 0;
 	}
@@ -359,7 +678,7 @@ int machine_begin(struct hostd *h, const char *owner, const char *name, const ch
 		return -1;
 	}
 	if (strcmp(m->state, "creating") == 0 || strcmp(m->state, "deleting") == 0 ||
-	    virt_state(h->virt, m->id, vs, e) < 0) {
+	    machine_state(h, m->id, vs, e) < 0) {
 		err_set(e, 409, "busy", "machine %s is %s", name, m->state);
 		hostd_busy_release(h, m->id);
 		return -1;
@@ -372,7 +691,7 @@ void machine_end(struct hostd *h, struct machine *m)
 	enum vstate vs;
 
 	/* Record what libvirt says now, whatever happened. */
-	if (virt_state(h->virt, m->id, &vs, NULL) == 0 && vs != VS_BUSY && vs != VS_MISSING)
+	if (machine_state(h, m->id, &vs, NULL) == 0 && vs != VS_BUSY && vs != VS_MISSING)
 		db_machine_set_state(h->db, m->id, vstate_name(vs), NULL);
 	hostd_busy_release(h, m->id);
 }
@@ -400,8 +719,10 @@ int machine_act(struct hostd *h, const char *owner, const char *name,
 			goto out;
 		}
 		if (vs == VS_PAUSED) {
-			/* berth pauses guests only for a moment (a checkpoint): a
-			 * paused one was left so by a crash or by libvirt. */
+			/* berth pauses guests only for a moment (a checkpoint, a
+			 * wake): a paused one was left so by a crash or by libvirt.
+			 * A memory image it was restored from goes before it runs. */
+			discard_images(h, m.id);
 			if (virt_unpause(h->virt, m.id, e) < 0)
 				goto out;
 		} else if (vs != VS_RUNNING && machine_do_start(h, &m, vs, e) < 0) {
@@ -421,7 +742,8 @@ int machine_act(struct hostd *h, const char *owner, const char *name,
 				name, vstate_name(vs));
 			goto out;
 		}
-		if (virt_managed_save(h->virt, m.id, e) < 0)
+		if (h->cfg.suspend_compress ? suspend_to_image(h, &m, e) < 0
+					    : virt_managed_save(h->virt, m.id, e) < 0)
 			goto out;
 		break;
 	case ACT_RESTART:
@@ -495,6 +817,18 @@ json_t *machine_json(struct hostd *h, const struct machine *m)
 		      "hypervisor", virt_hypervisor(h->virt));
 	if (storage_vol_info(h->st, m->volume, &vi, NULL) == 0)
 		json_object_set_new(j, "allocated", json_integer((json_int_t)vi.allocated_bytes));
+	if (strcmp(m->state, "suspended") == 0) {
+		/* What the saved memory takes on disk: hostd's image, or libvirt's. */
+		char path[PATH_MAX];
+		struct stat st;
+		int64_t bytes = -1;
+		if (saved_image(h, m->id, path, sizeof(path)) >= 0 && stat(path, &st) == 0)
+			bytes = st.st_size;
+		else
+			bytes = virt_managed_save_bytes(h->virt, name);
+		if (bytes >= 0)
+			json_object_set_new(j, "memory_bytes", json_integer((json_int_t)bytes));
+	}
 	return j;
 }
 
@@ -511,6 +845,9 @@ void machine_on_event(const char *uuid, enum vstate now, void *data)
 		return;
 	if (strcmp(m.state, "creating") == 0 || strcmp(m.state, "deleting") == 0)
 		return;
+	/* Saved into hostd's own image: libvirt only sees it stop. */
+	if (now == VS_STOPPED && saved_image(h, uuid, NULL, 0) >= 0)
+		now = VS_SUSPENDED;
 	if (strcmp(m.state, vstate_name(now)) != 0)
 		log_info("libvirt reports %s/%s %s", m.owner, m.name, vstate_name(now));
 	db_machine_set_state(h->db, uuid, vstate_name(now), NULL);
@@ -671,6 +1008,87 @@ static void sweep_memory_images(struct hostd *h, const struct machine *m)
 	free(cs);
 }
 
+/* A wake's FIFO left by a crash: libvirt may be waiting in its open() for
+ * a writer that died.  Open it for writing and close it: that reader gets
+ * an empty stream and its restore fails (the machine stays suspended),
+ * instead of holding the domain's job for good.  Unlinked in between, so
+ * no new reader finds it. */
+static void end_stale_feed(struct hostd *h, const struct machine *m)
+{
+	char p[PATH_MAX];
+	int fd;
+
+	image_path(h, m->id, "wake.fifo", p, sizeof(p));
+	fd = open(p, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd >= 0)
+		log_warn("reconcile: %s/%s: ending a restore that waited for a wake cut short",
+			 m->owner, m->name);
+	unlink(p);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* Finish or undo what a crash left of a suspend or a wake of M: *VS and
+ * RAN are libvirt's view (virt_state_ran); *VS becomes VS_SUSPENDED when M
+ * keeps a memory image. */
+static void reconcile_images(struct hostd *h, const struct machine *m, enum vstate *vs,
+			     bool ran)
+{
+	static const int wakes[] = { IMG_WAKE_ZST, IMG_WAKE_RAW };
+	char p[PATH_MAX], q[PATH_MAX], zst[PATH_MAX];
+	bool live = *vs == VS_RUNNING || *vs == VS_PAUSED;
+	struct err e = { 0 };
+
+	image_path(h, m->id, "suspend.zst.part", p, sizeof(p));
+	if (unlink(p) == 0)
+		log_warn("reconcile: %s/%s: removed a compression of its memory that was cut short",
+			 m->owner, m->name);
+	for (size_t i = 0; i < sizeof(wakes) / sizeof(wakes[0]); i++) {
+		int w = wakes[i];
+		image_path(h, m->id, image_files[w], p, sizeof(p));
+		if (access(p, F_OK) != 0)
+			continue;
+		if (live) {
+			/* libvirt restored it; only the removal and the unpause
+			 * were left (the paused machine is resumed below). */
+			log_warn("reconcile: %s/%s: finishing a wake that was cut short", m->owner,
+				 m->name);
+			unlink(p);
+			sync_dir_of(p);
+		} else if (!ran) {
+			image_path(h, m->id, image_files[w == IMG_WAKE_ZST ? IMG_ZST : IMG_RAW], q,
+				   sizeof(q));
+			log_warn("reconcile: %s/%s: a wake was cut short; it stays suspended",
+				 m->owner, m->name);
+			if (rename(p, q) < 0)
+				log_error("reconcile: rename %s to %s: %s", p, q, strerror(errno));
+		}
+	}
+	if (live || ran) {
+		/* Its memory is the live one, or it ran since the save. */
+		if (discard_images(h, m->id))
+			log_warn("reconcile: %s/%s is %s%s; removed its stale memory image", m->owner,
+				 m->name, vstate_name(*vs), live ? "" : " and ran since it was saved");
+		return;
+	}
+	image_path(h, m->id, image_files[IMG_RAW], p, sizeof(p));
+	image_path(h, m->id, image_files[IMG_ZST], zst, sizeof(zst));
+	if (access(p, F_OK) == 0) {
+		if (access(zst, F_OK) == 0 || !virt_save_image_complete(p)) {
+			/* Compressed already, or a save that never completed. */
+			unlink(p);
+		} else if (h->cfg.suspend_compress) {
+			log_warn("reconcile: %s/%s: finishing its suspend (compressing its memory)",
+				 m->owner, m->name);
+			if (compress_image(h, m, -1, &e) < 0)
+				log_error("reconcile: %s/%s: %s; its memory stays uncompressed",
+					  m->owner, m->name, e.msg);
+		}
+	}
+	if (*vs == VS_STOPPED && saved_image(h, m->id, NULL, 0) >= 0)
+		*vs = VS_SUSPENDED;
+}
+
 void machine_reconcile(struct hostd *h)
 {
 	struct sweep s = { .h = h, .in_use = BUF_INIT };
@@ -683,6 +1101,7 @@ void machine_reconcile(struct hostd *h)
 	for (size_t i = 0; i < s.n; i++) {
 		struct machine *m = &s.ms[i];
 		enum vstate vs;
+		bool ran = false;
 		err_clear(&e);
 		if (!strcmp(m->state, "creating") || !strcmp(m->state, "deleting")) {
 			log_warn("reconcile: %s of %s/%s was interrupted; removing it",
@@ -693,7 +1112,8 @@ void machine_reconcile(struct hostd *h)
 			m->id[0] = '\0';  /* gone: its domain and volume are orphans now */
 			continue;
 		}
-		if (virt_state(h->virt, m->id, &vs, &e) < 0) {
+		end_stale_feed(h, m);
+		if (virt_state_ran(h->virt, m->id, &vs, &ran, &e) < 0) {
 			log_error("reconcile: %s/%s: %s", m->owner, m->name, e.msg);
 			continue;
 		}
@@ -710,6 +1130,7 @@ void machine_reconcile(struct hostd *h)
 			continue;
 		sync_domain_volume(h, m);
 		sweep_memory_images(h, m);
+		reconcile_images(h, m, &vs, ran);
 		if (vs == VS_PAUSED) {
 			/* berth pauses a guest only around a checkpoint's snapshot:
 			 * hostd died in that moment. */

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
 #include <linux/kvm.h>
@@ -541,16 +542,28 @@ int virt_define(struct virt *v, const char *xml, struct err *e)
 	return 0;
 }
 
-static enum vstate state_of(virDomainPtr d)
+/* D's state; *RAN (may be NULL) tells, for a shut-off domain, whether
+ * libvirt says it ran since it last stopped by a save. */
+static enum vstate state_ran(virDomainPtr d, bool *ran)
 {
 	int st = 0, reason = 0;
 
+	if (ran)
+		*ran = false;
 	if (virDomainGetState(d, &st, &reason, 0) < 0)
 		return VS_BUSY;
+	if (ran && st == VIR_DOMAIN_SHUTOFF)
+		*ran = reason != VIR_DOMAIN_SHUTOFF_UNKNOWN && reason != VIR_DOMAIN_SHUTOFF_SAVED &&
+		       reason != VIR_DOMAIN_SHUTOFF_FAILED;
 	switch (st) {
 	case VIR_DOMAIN_RUNNING:
 		return VS_RUNNING;
 	case VIR_DOMAIN_PAUSED:
+		/* Paused while libvirt writes the memory out (a save) or reads
+		 * it in (a restore, until QEMU has loaded it all): libvirt's
+		 * job, which ends by itself.  Not a pause anyone may undo. */
+		return reason == VIR_DOMAIN_PAUSED_SAVE || reason == VIR_DOMAIN_PAUSED_STARTING_UP
+			       ? VS_BUSY : VS_PAUSED;
 	case VIR_DOMAIN_PMSUSPENDED:
 		return VS_PAUSED;
 	case VIR_DOMAIN_SHUTOFF:
@@ -558,6 +571,11 @@ static enum vstate state_of(virDomainPtr d)
 	default:
 		return VS_BUSY;
 	}
+}
+
+static enum vstate state_of(virDomainPtr d)
+{
+	return state_ran(d, NULL);
 }
 
 static void report_domain_states(struct virt *v)
@@ -583,6 +601,12 @@ static void report_domain_states(struct virt *v)
 
 int virt_state(struct virt *v, const char *uuid, enum vstate *out, struct err *e)
 {
+	return virt_state_ran(v, uuid, out, NULL, e);
+}
+
+int virt_state_ran(struct virt *v, const char *uuid, enum vstate *out, bool *ran,
+		   struct err *e)
+{
 	struct err local = { 0 };
 	int64_t t0 = mono_us();
 	virConnectPtr c;
@@ -598,7 +622,7 @@ int virt_state(struct virt *v, const char *uuid, enum vstate *out, struct err *e
 			*e = local;
 		return -1;
 	}
-	*out = state_of(d);
+	*out = state_ran(d, ran);
 	dom_put(d, c);
 	ext_time_add(mono_us() - t0);
 	return 0;
@@ -635,6 +659,23 @@ int virt_destroy(struct virt *v, const char *uuid, struct err *e)
 int virt_managed_save(struct virt *v, const char *uuid, struct err *e)
 {
 	DOM_OP(v, uuid, e, "suspend (managed save)", virDomainManagedSave(d, 0));
+}
+
+int virt_save(struct virt *v, const char *uuid, const char *path, struct err *e)
+{
+	DOM_OP(v, uuid, e, "suspend (save)", virDomainSaveFlags(d, path, NULL, 0));
+}
+
+int64_t virt_managed_save_bytes(struct virt *v, const char *dom_name)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	/* libvirt's save directory for the system QEMU driver (its cfg->saveDir). */
+	if (strcmp(v->uri, "qemu:///system") != 0)
+		return -1;
+	snprintf(path, sizeof(path), "/var/lib/libvirt/qemu/save/%s.save", dom_name);
+	return stat(path, &st) == 0 ? (int64_t)st.st_size : -1;
 }
 
 int virt_saved_set_port(struct virt *v, const char *uuid, int old_port, int new_port,
@@ -765,6 +806,49 @@ struct save_header {
 	uint32_t unused[14];
 };
 
+bool virt_save_image_complete(const char *path)
+{
+	struct save_header hd;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	/* libvirt writes "LibvirtQemudPart" first and the real magic last. */
+	ok = read(fd, &hd, sizeof(hd)) == (ssize_t)sizeof(hd) &&
+	     memcmp(hd.magic, "LibvirtQemudSave", 16) == 0;
+	close(fd);
+	return ok;
+}
+
+int virt_save_image_xml(const void *head, size_t len, size_t *need, char **xml,
+			struct err *e)
+{
+	struct save_header hd;
+
+	*xml = NULL;
+	*need = sizeof(hd);
+	if (len < sizeof(hd))
+		return 1;
+	memcpy(&hd, head, sizeof(hd));
+	if (memcmp(hd.magic, "LibvirtQemudSave", 16) != 0 || hd.version != 2 ||
+	    hd.data_len == 0 || hd.data_len > (16u << 20))
+		return err_set(e, 500, "save_image", "not a complete libvirt save image "
+			       "(format 2)");
+	*need = sizeof(hd) + hd.data_len;
+	if (len < *need)
+		return 1;
+	/* The XML is NUL-terminated inside the data; a cookie may follow. */
+	const char *data = (const char *)head + sizeof(hd);
+	size_t n = strnlen(data, hd.data_len);
+	if (n == hd.data_len)
+		return err_set(e, 500, "save_image", "save image's domain XML is not terminated");
+	*xml = strndup(data, n);
+	if (!*xml)
+		abort();
+	return 0;
+}
+
 int virt_save_image_retarget(const char *src, const char *dst, const char *xml,
 			     struct err *e)
 {
@@ -842,7 +926,8 @@ out:
 	return rc;
 }
 
-int virt_restore(struct virt *v, const char *path, const char *xml, struct err *e)
+static int restore(struct virt *v, const char *path, const char *xml, unsigned flags,
+		   struct err *e)
 {
 	int64_t t0 = mono_us();
 	virConnectPtr c = conn_get(v, e);
@@ -850,13 +935,23 @@ int virt_restore(struct virt *v, const char *path, const char *xml, struct err *
 
 	if (!c)
 		return -1;
-	if (virDomainRestoreFlags(c, path, xml, VIR_DOMAIN_SAVE_RUNNING) < 0)
+	if (virDomainRestoreFlags(c, path, xml, flags) < 0)
 		verr(e, "restore from", path);
 	else
 		rc = 0;
 	virConnectClose(c);
 	ext_time_add(mono_us() - t0);
 	return rc;
+}
+
+int virt_restore(struct virt *v, const char *path, const char *xml, struct err *e)
+{
+	return restore(v, path, xml, VIR_DOMAIN_SAVE_RUNNING, e);
+}
+
+int virt_restore_paused(struct virt *v, const char *path, const char *xml, struct err *e)
+{
+	return restore(v, path, xml, VIR_DOMAIN_SAVE_PAUSED, e);
 }
 
 int virt_disk_path(struct virt *v, const char *uuid, char *out, size_t outlen,

@@ -69,6 +69,13 @@ const char *virt_version(const struct virt *v);
 /* Define (or redefine, same UUID) a persistent domain from XML. */
 int virt_define(struct virt *v, const char *xml, struct err *e);
 int virt_state(struct virt *v, const char *uuid, enum vstate *out, struct err *e);
+/* virt_state, and for a shut-off domain *RAN: whether libvirt says it ran
+ * since it last stopped by a save (it was shut down, destroyed, crashed...),
+ * which makes a memory image saved before stale.  False when it stopped by
+ * a save or a failed start, or libvirt cannot tell (after a restart of
+ * libvirtd).  A missing domain is VS_MISSING, not an error. */
+int virt_state_ran(struct virt *v, const char *uuid, enum vstate *out, bool *ran,
+		   struct err *e);
 /* Start; restores from the managed save image when there is one. */
 int virt_start(struct virt *v, const char *uuid, struct err *e);
 /* ACPI shutdown, waiting up to TIMEOUT_S, then force off.  *FORCED tells

@@ -22,6 +22,7 @@ const char *optval(int argc, char **argv, int *i, const char *name);
 
 int cmd_up(struct client *c, int argc, char **argv);
 int cmd_image(struct client *c, int argc, char **argv);
+int cmd_usage(struct client *c, int argc, char **argv);
 int cmd_down(struct client *c, int argc, char **argv);
 
 #endif

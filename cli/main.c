@@ -33,6 +33,7 @@ static const char usage_text[] =
 	"  image ls | image build RECIPE [--name N] | image rm NAME\n"
 	"  image import NAME FILE [--sha256 H] [--format raw|qcow2] [--like IMAGE] [--user U]\n"
 	"  image export MACHINE[@CHECKPOINT] FILE.zst [--force]\n"
+	"  usage [--since T] [--all] [--csv]  cost per machine and per user (T: epoch, 24h, 7d, 2026-11-01)\n"
 	"  key add FILE|- | key ls | key rm ID   your SSH public keys (for ssh NAME@host)\n"
 	"\n"
 	"  --state DIR   state directory of the hostd to talk to (default $BERTH_STATE or /var/lib/berth)\n"
@@ -716,7 +717,9 @@ int main(int argc, char **argv)
 		return cmd_fork(&c, nargs, args);
 	if (!strcmp(cmd, "key"))
 		return cmd_key(&c, nargs, args);
-	if (!strcmp(cmd, "desktop") || !strcmp(cmd, "usage") || !strcmp(cmd, "token")) {
+	if (!strcmp(cmd, "usage"))
+		return cmd_usage(&c, nargs, args);
+	if (!strcmp(cmd, "desktop") || !strcmp(cmd, "token")) {
 		fprintf(stderr, "berth: '%s' is not implemented yet\n", cmd);
 		return 2;
 	}

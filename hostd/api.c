@@ -19,7 +19,9 @@
 #include "hostd/checkpoint.h"
 #include "hostd/image.h"
 #include "hostd/machine.h"
+#include "hostd/metrics.h"
 #include "hostd/sessions.h"
+#include "hostd/usage.h"
 #include "hostd/userkeys.h"
 #include "common/banned.h"
 
@@ -330,6 +332,8 @@ out:
 	json_decref(j);
 	if (err_isset(&e))
 		return fail(&e);
+	/* Storage is billed from its creation, not from the next minute. */
+	usage_sample(a->h, &m);
 	rep = ok(201, machine_out(a, &m));
 	if (ready >= 0)
 		json_object_set_new(rep.body, "ready_ms", json_integer(ready));
@@ -394,8 +398,10 @@ static struct reply ssh_credential(struct api *a, const char *owner, const char 
 			return rep;
 		}
 		struct act_opts o = { .wait = true };
+		int64_t t0 = mono_ms();
 		if (machine_act(a->h, owner, name, ACT_START, &o, &m, &ready, &e) < 0)
 			goto lookup_failed;
+		metrics_wake(mono_ms() - t0);
 	}
 	if (db_image_get(a->h->db, m.image, &img, &e) < 0)
 		return fail(&e);
@@ -603,6 +609,49 @@ static struct reply do_ledger(struct api *a, const char *owner)
 	return ok(200, json_pack("{s:o}", "ledger", mine));
 }
 
+/* GET /metrics: Prometheus text, for root. */
+static struct reply do_metrics(struct api *a, uid_t uid)
+{
+	struct buf out = BUF_INIT;
+	struct err e = { 0 };
+
+	if (uid != 0)
+		return fail_now(403, "forbidden", "only root may read the metrics");
+	if (metrics_text(a->h, &out, &e) < 0) {
+		buf_free(&out);
+		return fail(&e);
+	}
+	struct MHD_Response *resp = MHD_create_response_from_buffer(out.len, out.data,
+								     MHD_RESPMEM_MUST_FREE);
+	MHD_add_response_header(resp, "Content-Type", "text/plain; version=0.0.4");
+	return (struct reply){ 200, NULL, resp };
+}
+
+/* GET /v1/usage?since=EPOCH[&all=1]: the caller's usage; root's all=1
+ * gives every user's. */
+static struct reply do_usage(struct api *a, struct MHD_Connection *c, const char *owner,
+			     uid_t uid)
+{
+	struct err e = { 0 };
+	const char *since_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since");
+	const char *all = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "all");
+	int64_t now = now_s(), since = 0;
+	char *end = NULL;
+
+	if (since_s && *since_s) {
+		errno = 0;
+		since = strtoll(since_s, &end, 10);
+		if (errno || *end || since < 0 || since > now)
+			return fail_now(400, "invalid_since",
+					"since '%s' is not a time in seconds since the epoch, "
+					"not in the future", since_s);
+	}
+	if (all && strcmp(all, "1") == 0 && uid != 0)
+		return fail_now(403, "forbidden", "only root may see every user's usage");
+	json_t *j = usage_json(a->h, all && strcmp(all, "1") == 0 ? NULL : owner, since, now, &e);
+	return j ? ok(200, j) : fail(&e);
+}
+
 static struct reply do_checkpoint(struct api *a, const char *owner, const char *name,
 				  const struct buf *body)
 {
@@ -679,6 +728,7 @@ static struct reply do_fork(struct api *a, const char *owner, const char *name,
 	if (machine_fork(a->h, owner, name, new_name, from, live, start, wait, &m, &e) < 0) {
 		rep = fail(&e);
 	} else {
+		usage_sample(a->h, &m);
 		rep = ok(201, machine_out(a, &m));
 		json_object_set_new(rep.body, "took_ms", json_real((double)(mono_us() - t0) / 1000.0));
 	}
@@ -1012,6 +1062,8 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 				"/v1/gateway routes");
 	if (gateway_route)
 		return route_gateway(a, method, url, seg, n, body);
+	if (n == 1 && !strcmp(seg[0], "metrics") && get)
+		return do_metrics(a, uid);
 	if (n < 2 || strcmp(seg[0], "v1") != 0)
 		return fail_now(404, "not_found", "no route %s %s", method, url);
 
@@ -1019,6 +1071,8 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 		return do_info(a);
 	if (n == 2 && !strcmp(seg[1], "ledger") && get)
 		return do_ledger(a, owner);
+	if (n == 2 && !strcmp(seg[1], "usage") && get)
+		return do_usage(a, c, owner, uid);
 	if (!strcmp(seg[1], "machines")) {
 		if (n == 2 && get)
 			return do_list(a, owner);
@@ -1032,6 +1086,7 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 			if (db_machine_get(a->h->db, owner, seg[2], &m, &e) < 0)
 				return fail(&e);
 			struct reply rep = ok(200, machine_out(a, &m));
+			usage_machine(a->h, &m, rep.body);
 			/* One machine: its allocation split too (the list skips it). */
 			if (storage_vol_usage(a->h->st, m.volume, &ex, &sh, NULL) == 0)
 				json_object_set_new(rep.body, "usage", json_pack("{s:I, s:I}",
@@ -1103,6 +1158,7 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 
 static enum MHD_Result send_reply(struct MHD_Connection *c, struct reply r, int64_t t0)
 {
+	metrics_api(r.status);
 	if (r.stream) {
 		enum MHD_Result sret = MHD_queue_response(c, (unsigned)r.status, r.stream);
 		MHD_destroy_response(r.stream);

@@ -42,6 +42,10 @@ static const struct copt options[] = {
 	STR("cache_dir", cache_dir, NULL),
 	STR("log_level", log_level, levels),
 	STR("gateway_user", gateway_user, NULL),
+	STR("currency", currency, NULL),
+	STR("price_vcpu_hour", price_vcpu_hour, NULL),
+	STR("price_memory_gib_hour", price_memory_gib_hour, NULL),
+	STR("price_storage_gib_month", price_storage_gib_month, NULL),
 	INT("stop_timeout", stop_timeout_s, 1, 3600),
 	INT("boot_timeout", boot_timeout_s, 1, 3600),
 	INT("max_vcpus", max_vcpus, 1, 1024),
@@ -66,6 +70,11 @@ void config_defaults(struct config *c, const char *state_dir)
 	snprintf(c->cache_dir, sizeof(c->cache_dir), "/var/cache/berth");
 	snprintf(c->log_level, sizeof(c->log_level), "info");
 	snprintf(c->gateway_user, sizeof(c->gateway_user), "berth-gw");
+	/* Example prices, of the order of hosted offers'; set your own. */
+	snprintf(c->currency, sizeof(c->currency), "USD");
+	snprintf(c->price_vcpu_hour, sizeof(c->price_vcpu_hour), "0.02");
+	snprintf(c->price_memory_gib_hour, sizeof(c->price_memory_gib_hour), "0.005");
+	snprintf(c->price_storage_gib_month, sizeof(c->price_storage_gib_month), "0.10");
 	c->stop_timeout_s = 30;
 	c->boot_timeout_s = 180;
 	c->max_vcpus = 64;

@@ -25,6 +25,10 @@ struct config {
 	char cache_dir[PATH_MAX];      /* downloaded packages for image recipes */
 	char log_level[16];
 	char gateway_user[64];         /* local user the gateways run as ("" = none) */
+	char currency[16];             /* what prices are in (a label) */
+	char price_vcpu_hour[32];      /* per vCPU-hour while running (decimal) */
+	char price_memory_gib_hour[32]; /* per GiB-hour of memory while running */
+	char price_storage_gib_month[32]; /* per GiB-month (730 h) allocated, always */
 	int stop_timeout_s;            /* ACPI shutdown, then force */
 	int boot_timeout_s;            /* start --wait gives up after this */
 	int max_vcpus;

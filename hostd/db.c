@@ -48,7 +48,17 @@ static const char schema[] =
 	"  id INTEGER PRIMARY KEY, owner TEXT NOT NULL, type TEXT NOT NULL,"
 	"  blob TEXT NOT NULL, comment TEXT NOT NULL, fingerprint TEXT NOT NULL,"
 	"  created INTEGER NOT NULL, UNIQUE(type, blob));"
-	"CREATE INDEX IF NOT EXISTS keys_owner ON keys(owner, id);";
+	"CREATE INDEX IF NOT EXISTS keys_owner ON keys(owner, id);"
+	/* The price list's history: each row is in force from from_t on. */
+	"CREATE TABLE IF NOT EXISTS prices("
+	"  from_t INTEGER PRIMARY KEY, vcpu_hour INTEGER NOT NULL,"
+	"  memory_gib_hour INTEGER NOT NULL, storage_gib_month INTEGER NOT NULL,"
+	"  currency TEXT NOT NULL);"
+	/* A machine's allocated storage: bytes from t until its next row
+	 * (a row only when the number changes). */
+	"CREATE TABLE IF NOT EXISTS storage_samples("
+	"  machine_id TEXT NOT NULL, t INTEGER NOT NULL, bytes INTEGER NOT NULL,"
+	"  PRIMARY KEY(machine_id, t));";
 
 static int sql_err(struct db *db, struct err *e, const char *what)
 {
@@ -834,4 +844,132 @@ int db_key_delete(struct db *db, const char *owner, int64_t id, struct err *e)
 		rc = err_set(e, 404, "not_found", "no key %lld", (long long)id);
 	pthread_mutex_unlock(&db->lock);
 	return rc == 0 ? 0 : -1;
+}
+
+/* ---- usage ---------------------------------------------------------------- */
+
+static void price_from_row(sqlite3_stmt *st, void *out)
+{
+	struct db_price *p = out;
+
+	memset(p, 0, sizeof(*p));
+	p->p.from = sqlite3_column_int64(st, 0);
+	p->p.vcpu_hour = (uint64_t)sqlite3_column_int64(st, 1);
+	p->p.memory_gib_hour = (uint64_t)sqlite3_column_int64(st, 2);
+	p->p.storage_gib_month = (uint64_t)sqlite3_column_int64(st, 3);
+	copy_text(st, 4, p->currency, sizeof(p->currency));
+}
+
+int db_prices(struct db *db, struct db_price **out, size_t *n, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT from_t, vcpu_hour, memory_gib_hour, storage_gib_month,"
+		   " currency FROM prices ORDER BY from_t", "");
+	if (st)
+		rc = collect(db, st, sizeof(**out), price_from_row, (void **)out, n,
+			     "list prices", e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_price_insert(struct db *db, const struct db_price *p, struct err *e)
+{
+	return execute_locked(db, e, "insert price",
+			      "INSERT OR REPLACE INTO prices(from_t, vcpu_hour, memory_gib_hour,"
+			      " storage_gib_month, currency) VALUES(?,?,?,?,?)", "IIIIs",
+			      p->p.from, (int64_t)p->p.vcpu_hour, (int64_t)p->p.memory_gib_hour,
+			      (int64_t)p->p.storage_gib_month, p->currency) == 0 ? 0 : -1;
+}
+
+int db_sample_add(struct db *db, const char *id, int64_t t, uint64_t bytes, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+	bool same = false;
+
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT bytes FROM storage_samples WHERE machine_id = ?"
+		   " ORDER BY t DESC LIMIT 1", "s", id);
+	if (!st)
+		goto out;
+	if (sqlite3_step(st) == SQLITE_ROW)
+		same = (uint64_t)sqlite3_column_int64(st, 0) == bytes;
+	sqlite3_finalize(st);
+	if (same) {
+		rc = 0;
+		goto out;
+	}
+	rc = execute(db, e, "add sample", "INSERT OR REPLACE INTO storage_samples(machine_id, t,"
+		     " bytes) VALUES(?,?,?)", "sII", id, t, (int64_t)bytes) == 0 ? 0 : -1;
+out:
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+static void sample_from_row(sqlite3_stmt *st, void *out)
+{
+	struct meter_sample *s = out;
+
+	s->t = sqlite3_column_int64(st, 0);
+	s->bytes = (uint64_t)sqlite3_column_int64(st, 1);
+}
+
+int db_samples(struct db *db, const char *id, struct meter_sample **out, size_t *n,
+	       struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT t, bytes FROM storage_samples WHERE machine_id = ? ORDER BY t",
+		   "s", id);
+	if (st)
+		rc = collect(db, st, sizeof(**out), sample_from_row, (void **)out, n,
+			     "list samples", e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+static void usage_row_from(sqlite3_stmt *st, void *out)
+{
+	struct db_usage_row *r = out;
+
+	memset(r, 0, sizeof(*r));
+	copy_text(st, 0, r->machine_id, sizeof(r->machine_id));
+	copy_text(st, 1, r->owner, sizeof(r->owner));
+	copy_text(st, 2, r->name, sizeof(r->name));
+	copy_text(st, 3, r->state, sizeof(r->state));
+	r->vcpus = sqlite3_column_int(st, 4);
+	r->memory = (uint64_t)sqlite3_column_int64(st, 5);
+	r->start = sqlite3_column_int64(st, 6);
+	r->end = sqlite3_column_type(st, 7) == SQLITE_NULL ? 0 : sqlite3_column_int64(st, 7);
+}
+
+int db_usage_rows(struct db *db, const char *owner, int64_t since,
+		  struct db_usage_row **out, size_t *n, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	st = owner ? query(db, e, "SELECT machine_id, owner, name, state, vcpus, memory, start,"
+			   " end FROM ledger WHERE owner = ? AND (end IS NULL OR end > ?)"
+			   " ORDER BY machine_id, id", "sI", owner, since)
+		   : query(db, e, "SELECT machine_id, owner, name, state, vcpus, memory, start,"
+			   " end FROM ledger WHERE end IS NULL OR end > ? ORDER BY machine_id, id",
+			   "I", since);
+	if (st)
+		rc = collect(db, st, sizeof(**out), usage_row_from, (void **)out, n,
+			     "usage", e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
 }

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "hostd/meter.h"
 
 struct db;
 
@@ -151,5 +152,32 @@ int db_ledger_walk(struct db *db, const char *id,
 			      const char *name, const char *state, int64_t start,
 			      int64_t end, void *data),
 		   void *data, struct err *e);
+
+/* ---- usage: prices, storage samples, the ledger with its quantities ---- */
+
+struct db_price {
+	struct price p;
+	char currency[16];
+};
+
+/* The price history, oldest first; *OUT malloc'd. */
+int db_prices(struct db *db, struct db_price **out, size_t *n, struct err *e);
+int db_price_insert(struct db *db, const struct db_price *p, struct err *e);
+/* Machine ID allocates BYTES from T on; a row only when it changed. */
+int db_sample_add(struct db *db, const char *id, int64_t t, uint64_t bytes, struct err *e);
+/* Machine ID's samples, by time; *OUT malloc'd. */
+int db_samples(struct db *db, const char *id, struct meter_sample **out, size_t *n,
+	       struct err *e);
+
+struct db_usage_row {
+	char machine_id[37], owner[64], name[64], state[16];
+	int vcpus;
+	uint64_t memory;
+	int64_t start, end;    /* end 0: still open */
+};
+/* Ledger rows of OWNER (NULL: everyone) that end after SINCE, by machine
+ * then time; *OUT malloc'd. */
+int db_usage_rows(struct db *db, const char *owner, int64_t since,
+		  struct db_usage_row **out, size_t *n, struct err *e);
 
 #endif

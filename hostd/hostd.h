@@ -39,6 +39,12 @@ struct hostd {
 	uid_t gateway_uid;
 	struct sessions *sessions;  /* the gateways' live sessions */
 
+	/* The storage sampler (hostd/usage.c). */
+	pthread_t usage_thread;
+	bool usage_on, usage_quit;
+	pthread_mutex_t usage_lock;
+	pthread_cond_t usage_cv;
+
 	/* Operations in progress, by machine id or "image:NAME": a second
 	 * operation on the same object gets 409 instead of racing. */
 	pthread_mutex_t busy_lock;

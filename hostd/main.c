@@ -27,6 +27,7 @@
 #include "hostd/hostd.h"
 #include "hostd/image.h"
 #include "hostd/machine.h"
+#include "hostd/usage.h"
 #include "common/banned.h"
 
 static void usage(FILE *f)
@@ -222,6 +223,9 @@ int main(int argc, char **argv)
 
 	machine_reconcile(&h);
 	image_reconcile(&h);
+	/* Prices recorded, storage sampled now and every minute. */
+	if (usage_start(&h, &e) < 0)
+		goto fail;
 
 	snprintf(path, sizeof(path), "%s/hostd.sock", state);
 	api = api_start(&h, path, &e);
@@ -247,6 +251,7 @@ int main(int argc, char **argv)
 fail:
 	log_error("%s", e.msg);
 out:
+	usage_stop(&h);
 	virt_close(h.virt);
 	storage_close(h.st);
 	keys_free(&h.key);

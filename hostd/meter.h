@@ -1,0 +1,72 @@
+/* The per-second meter: what a machine's life costs, from its ledger
+ * (state intervals), its storage samples and the price history, in exact
+ * integer arithmetic.
+ *
+ * Money is counted in nano-units of the configured currency (1e-9 USD, say):
+ * prices are given per hour (compute) and per 730-hour month (storage), so
+ * a second's share is rarely a whole number of nano-units.  The meter sums
+ * exact numerators (price × quantity × seconds, in 128-bit integers) over a
+ * common denominator and divides once at the end: no rounding per second,
+ * no floating point, and the total of a machine's life does not depend on
+ * how its intervals were split.  Pure functions: no database, no clock. */
+#ifndef BERTH_METER_H
+#define BERTH_METER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+/* Nano-units of currency per unit of the price's own span. */
+struct price {
+	int64_t from;               /* in force from this second (epoch) on */
+	uint64_t vcpu_hour;         /* per vCPU-hour while running */
+	uint64_t memory_gib_hour;   /* per GiB-hour of memory while running */
+	uint64_t storage_gib_month; /* per GiB-month (730 h) of allocated storage */
+};
+
+/* One ledger interval [start, end): RUNNING means billed for compute
+ * (running or paused: the vCPUs and memory are held). */
+struct meter_interval {
+	int64_t start, end;
+	bool running;
+	int vcpus;
+	uint64_t memory;            /* bytes */
+};
+
+/* The machine's storage allocation: BYTES from T until the next sample. */
+struct meter_sample {
+	int64_t t;
+	uint64_t bytes;
+};
+
+struct meter {
+	unsigned __int128 compute;  /* Σ price × (vCPUs·2^30 + memory bytes) × s */
+	unsigned __int128 storage;  /* Σ price × bytes × s */
+	uint64_t running_s;         /* seconds billed for compute */
+	unsigned __int128 storage_bs; /* byte-seconds of storage */
+};
+
+/* Add the compute of interval I under PRICES (N of them, sorted by
+ * `from`; the first applies before its `from` too). */
+void meter_add_interval(struct meter *m, const struct meter_interval *i,
+			const struct price *prices, size_t n);
+/* Add storage: SAMPLES (N_S, sorted by t) from the first sample until END
+ * (the machine's deletion, or now), under PRICES. */
+void meter_add_storage(struct meter *m, const struct meter_sample *samples, size_t n_s,
+		       int64_t end, const struct price *prices, size_t n);
+/* Totals in nano-units, each rounded down once. */
+uint64_t meter_compute_nano(const struct meter *m);
+uint64_t meter_storage_nano(const struct meter *m);
+uint64_t meter_total_nano(const struct meter *m);
+/* M2's sums into M. */
+void meter_merge(struct meter *m, const struct meter *m2);
+
+/* "0.02" (currency units) into nano-units: up to 9 decimals, no sign, no
+ * exponent.  400 "invalid_price" naming WHAT otherwise. */
+int price_parse(const char *s, const char *what, uint64_t *nano, struct err *e);
+/* NANO as a decimal string with 9 decimals ("0.020000000"). */
+void price_format(uint64_t nano, char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,311 @@
+#include "hostd/usage.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "hostd/meter.h"
+#include "common/banned.h"
+
+#define SAMPLE_EVERY_S 60
+
+int usage_prices_sync(struct hostd *h, struct err *e)
+{
+	struct db_price want = { 0 }, *have = NULL;
+	size_t n = 0;
+	int rc = -1;
+
+	if (price_parse(h->cfg.price_vcpu_hour, "price_vcpu_hour", &want.p.vcpu_hour, e) < 0 ||
+	    price_parse(h->cfg.price_memory_gib_hour, "price_memory_gib_hour",
+			&want.p.memory_gib_hour, e) < 0 ||
+	    price_parse(h->cfg.price_storage_gib_month, "price_storage_gib_month",
+			&want.p.storage_gib_month, e) < 0)
+		return -1;
+	snprintf(want.currency, sizeof(want.currency), "%s", h->cfg.currency);
+	if (db_prices(h->db, &have, &n, e) < 0)
+		return -1;
+	if (n && have[n - 1].p.vcpu_hour == want.p.vcpu_hour &&
+	    have[n - 1].p.memory_gib_hour == want.p.memory_gib_hour &&
+	    have[n - 1].p.storage_gib_month == want.p.storage_gib_month &&
+	    strcmp(have[n - 1].currency, want.currency) == 0) {
+		rc = 0;
+		goto out;
+	}
+	/* The first price list applies to everything before it too. */
+	want.p.from = n ? now_s() : 0;
+	if (db_price_insert(h->db, &want, e) < 0)
+		goto out;
+	char v[32], m[32], s[32];
+	price_format(want.p.vcpu_hour, v, sizeof(v));
+	price_format(want.p.memory_gib_hour, m, sizeof(m));
+	price_format(want.p.storage_gib_month, s, sizeof(s));
+	log_info("prices %s: %s %s per vCPU-hour, %s per GiB-hour of memory, %s per GiB-month "
+		 "of storage", n ? "changed from now on" : "recorded", want.currency, v, m, s);
+	rc = 0;
+out:
+	free(have);
+	return rc;
+}
+
+void usage_sample(struct hostd *h, const struct machine *m)
+{
+	struct storage_vol_info vi;
+	struct checkpoint *c = NULL;
+	size_t n = 0;
+	uint64_t bytes = 0;
+
+	/* What the machine holds alone: its volume and its checkpoints'
+	 * (an image's base is the image's). */
+	if (storage_vol_info(h->st, m->volume, &vi, NULL) == 0)
+		bytes += vi.allocated_bytes;
+	if (db_ckpt_list(h->db, m->id, &c, &n, NULL) == 0)
+		for (size_t i = 0; i < n; i++)
+			if (strcmp(c[i].volume, m->volume) != 0 &&
+			    storage_vol_info(h->st, c[i].volume, &vi, NULL) == 0)
+				bytes += vi.allocated_bytes;
+	free(c);
+	db_sample_add(h->db, m->id, now_s(), bytes, NULL);
+}
+
+static void sample_all(struct hostd *h)
+{
+	struct machine *ms = NULL;
+	size_t n = 0;
+
+	if (db_machine_list(h->db, NULL, &ms, &n, NULL) < 0)
+		return;
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(ms[i].state, "creating") && strcmp(ms[i].state, "deleting"))
+			usage_sample(h, &ms[i]);
+	free(ms);
+}
+
+static void *sampler(void *arg)
+{
+	struct hostd *h = arg;
+	struct timespec until;
+
+	pthread_mutex_lock(&h->usage_lock);
+	while (!h->usage_quit) {
+		pthread_mutex_unlock(&h->usage_lock);
+		sample_all(h);
+		pthread_mutex_lock(&h->usage_lock);
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += SAMPLE_EVERY_S;
+		while (!h->usage_quit &&
+		       pthread_cond_timedwait(&h->usage_cv, &h->usage_lock, &until) != ETIMEDOUT)
+			;
+	}
+	pthread_mutex_unlock(&h->usage_lock);
+	return NULL;
+}
+
+int usage_start(struct hostd *h, struct err *e)
+{
+	if (usage_prices_sync(h, e) < 0)
+		return -1;
+	pthread_mutex_init(&h->usage_lock, NULL);
+	pthread_cond_init(&h->usage_cv, NULL);
+	h->usage_quit = false;
+	if (pthread_create(&h->usage_thread, NULL, sampler, h) != 0)
+		return err_set(e, 500, "internal", "cannot start the storage sampler");
+	h->usage_on = true;
+	return 0;
+}
+
+void usage_stop(struct hostd *h)
+{
+	if (!h->usage_on)
+		return;
+	pthread_mutex_lock(&h->usage_lock);
+	h->usage_quit = true;
+	pthread_cond_broadcast(&h->usage_cv);
+	pthread_mutex_unlock(&h->usage_lock);
+	pthread_join(h->usage_thread, NULL);
+	h->usage_on = false;
+}
+
+static bool billed_running(const char *state)
+{
+	return !strcmp(state, "running") || !strcmp(state, "paused");
+}
+
+static json_t *money(uint64_t nano)
+{
+	char s[40];
+
+	price_format(nano, s, sizeof(s));
+	return json_string(s);
+}
+
+/* One machine's meter over [SINCE, NOW) from its ledger rows R[0..N). */
+static void machine_meter(struct hostd *h, const struct db_usage_row *r, size_t n,
+			  int64_t since, int64_t now, const struct price *p, size_t np,
+			  struct meter *m)
+{
+	struct meter_sample *s = NULL;
+	size_t ns = 0, k = 0;
+	int64_t end = r[n - 1].end ? r[n - 1].end : now;
+
+	for (size_t i = 0; i < n; i++) {
+		struct meter_interval iv = {
+			.start = r[i].start < since ? since : r[i].start,
+			.end = r[i].end ? r[i].end : now,
+			.running = billed_running(r[i].state),
+			.vcpus = r[i].vcpus, .memory = r[i].memory,
+		};
+		meter_add_interval(m, &iv, p, np);
+	}
+	if (db_samples(h->db, r[0].machine_id, &s, &ns, NULL) < 0)
+		return;
+	/* From SINCE on: the last sample before it holds from SINCE. */
+	while (k + 1 < ns && s[k + 1].t <= since)
+		k++;
+	if (k < ns && s[k].t < since)
+		s[k].t = since;
+	meter_add_storage(m, s + k, ns - k, end, p, np);
+	free(s);
+}
+
+static int load_prices(struct hostd *h, struct price **p, size_t *np, char *currency,
+		       size_t clen, struct err *e)
+{
+	struct db_price *dp = NULL;
+	size_t n = 0;
+
+	if (db_prices(h->db, &dp, &n, e) < 0)
+		return -1;
+	*p = calloc(n ? n : 1, sizeof(**p));
+	if (!*p)
+		abort();
+	for (size_t i = 0; i < n; i++)
+		(*p)[i] = dp[i].p;
+	snprintf(currency, clen, "%s", n ? dp[n - 1].currency : h->cfg.currency);
+	*np = n;
+	free(dp);
+	return 0;
+}
+
+struct user_meter {
+	char owner[64];
+	struct meter m;
+};
+
+static json_t *meter_json(const struct meter *m)
+{
+	return json_pack("{s:I, s:I, s:o, s:o, s:o, s:I}",
+			 "running_s", (json_int_t)m->running_s,
+			 "storage_gib_s", (json_int_t)(m->storage_bs >> 30),
+			 "compute", money(meter_compute_nano(m)),
+			 "storage", money(meter_storage_nano(m)),
+			 "total", money(meter_total_nano(m)),
+			 "total_nano", (json_int_t)meter_total_nano(m));
+}
+
+json_t *usage_json(struct hostd *h, const char *owner, int64_t since, int64_t now,
+		   struct err *e)
+{
+	struct db_usage_row *r = NULL;
+	struct price *p = NULL;
+	struct user_meter *um = NULL;
+	size_t n = 0, np = 0, nu = 0;
+	char currency[16];
+	json_t *machines = json_array(), *users = json_array(), *out = NULL;
+	struct meter total = { 0 };
+
+	if (load_prices(h, &p, &np, currency, sizeof(currency), e) < 0 ||
+	    db_usage_rows(h->db, owner, since, &r, &n, e) < 0)
+		goto out;
+	/* Rows come by machine; a user's machines need not be adjacent. */
+	um = calloc(n ? n : 1, sizeof(*um));
+	if (!um)
+		abort();
+	for (size_t i = 0; i < n;) {
+		size_t j = i, u;
+		while (j < n && !strcmp(r[j].machine_id, r[i].machine_id))
+			j++;
+		struct meter m = { 0 };
+		struct machine cur;
+		const struct db_usage_row *last = &r[j - 1];
+		machine_meter(h, r + i, j - i, since, now, p, np, &m);
+		json_t *mj = meter_json(&m);
+		json_object_set_new(mj, "machine_id", json_string(last->machine_id));
+		json_object_set_new(mj, "owner", json_string(last->owner));
+		json_object_set_new(mj, "name", json_string(last->name));
+		json_object_set_new(mj, "deleted", json_boolean(
+			db_machine_get_id(h->db, last->machine_id, &cur, NULL) < 0));
+		json_array_append_new(machines, mj);
+		/* Per user: the exact sums, rounded once. */
+		for (u = 0; u < nu && strcmp(um[u].owner, last->owner); u++)
+			;
+		if (u == nu)
+			snprintf(um[nu++].owner, sizeof(um->owner), "%s", last->owner);
+		meter_merge(&um[u].m, &m);
+		meter_merge(&total, &m);
+		i = j;
+	}
+	for (size_t u = 0; u < nu; u++) {
+		json_t *uj = meter_json(&um[u].m);
+		json_object_set_new(uj, "owner", json_string(um[u].owner));
+		json_array_append_new(users, uj);
+	}
+	out = json_pack("{s:s, s:I, s:I, s:O, s:O, s:o, s:I}", "currency", currency,
+			"since", (json_int_t)since, "until", (json_int_t)now,
+			"machines", machines, "users", users,
+			"total", money(meter_total_nano(&total)),
+			"total_nano", (json_int_t)meter_total_nano(&total));
+out:
+	json_decref(machines);
+	json_decref(users);
+	free(um);
+	free(r);
+	free(p);
+	return out;
+}
+
+void usage_machine(struct hostd *h, const struct machine *m, json_t *j)
+{
+	struct db_usage_row *r = NULL, *mine;
+	struct price *p = NULL;
+	struct meter_sample *s = NULL;
+	size_t n = 0, np = 0, k = 0, ns = 0;
+	char currency[16];
+	struct meter mt = { 0 };
+	int64_t now = now_s();
+
+	if (load_prices(h, &p, &np, currency, sizeof(currency), NULL) < 0 || np == 0 ||
+	    db_usage_rows(h->db, m->owner, 0, &r, &n, NULL) < 0)
+		goto out;
+	for (; k < n && strcmp(r[k].machine_id, m->id); k++)
+		;
+	mine = r + k;
+	size_t cnt = 0;
+	while (k + cnt < n && !strcmp(r[k + cnt].machine_id, m->id))
+		cnt++;
+	if (cnt)
+		machine_meter(h, mine, cnt, 0, now, p, np, &mt);
+	/* The current rate, per hour: compute while running, storage always. */
+	const struct price *pr = &p[np - 1];
+	uint64_t bytes = 0;
+	if (db_samples(h->db, m->id, &s, &ns, NULL) == 0 && ns)
+		bytes = s[ns - 1].bytes;
+	unsigned __int128 per_hour = (unsigned __int128)pr->storage_gib_month * bytes / 730 /
+				     (1ull << 30);
+	if (billed_running(m->state))
+		per_hour += (unsigned __int128)pr->vcpu_hour * (unsigned)m->vcpus +
+			    (unsigned __int128)pr->memory_gib_hour * m->memory / (1ull << 30);
+	json_object_set_new(j, "cost", json_pack("{s:s, s:o, s:I, s:o, s:I}",
+						 "currency", currency,
+						 "total", money(meter_total_nano(&mt)),
+						 "total_nano", (json_int_t)meter_total_nano(&mt),
+						 "per_hour", money((uint64_t)per_hour),
+						 "per_hour_nano", (json_int_t)per_hour));
+out:
+	free(s);
+	free(r);
+	free(p);
+}

@@ -115,17 +115,27 @@ static int publish(const char *part, const char *final, unsigned mode,
 	return 0;
 }
 
+/* PART (VOL's ".part" name, where it is made) and FINAL (its name once
+ * published); 409 when VOL exists. */
+static int new_vol_paths(struct qcow2_pool *p, const char *vol, char part[PATH_MAX],
+			 char final[PATH_MAX], struct err *e)
+{
+	if (vol_path(p, vol, "", final, PATH_MAX, e) < 0 ||
+	    vol_path(p, vol, ".part", part, PATH_MAX, e) < 0)
+		return -1;
+	if (access(final, F_OK) == 0)
+		return err_set(e, 409, "exists", "volume %s exists", vol);
+	return 0;
+}
+
 static int qcow2_base_import(void *priv, const char *vol, const char *src,
 			     const char *src_format, struct err *e)
 {
 	struct qcow2_pool *p = priv;
 	char part[PATH_MAX], final[PATH_MAX];
 
-	if (vol_path(p, vol, "", final, sizeof(final), e) < 0 ||
-	    vol_path(p, vol, ".part", part, sizeof(part), e) < 0)
+	if (new_vol_paths(p, vol, part, final, e) < 0)
 		return -1;
-	if (access(final, F_OK) == 0)
-		return err_set(e, 409, "exists", "volume %s exists", vol);
 	if (strcmp(src_format, "qcow2") != 0 && strcmp(src_format, "raw") != 0)
 		return err_set(e, 400, "invalid_format",
 			       "image format '%s' is not qcow2 or raw", src_format);
@@ -146,11 +156,8 @@ static int qcow2_base_create(void *priv, const char *vol, uint64_t bytes,
 	struct qcow2_pool *p = priv;
 	char part[PATH_MAX], final[PATH_MAX], size[32];
 
-	if (vol_path(p, vol, "", final, sizeof(final), e) < 0 ||
-	    vol_path(p, vol, ".part", part, sizeof(part), e) < 0)
+	if (new_vol_paths(p, vol, part, final, e) < 0)
 		return -1;
-	if (access(final, F_OK) == 0)
-		return err_set(e, 409, "exists", "volume %s exists", vol);
 	snprintf(size, sizeof(size), "%llu", (unsigned long long)bytes);
 	char *const argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", part, size, NULL };
 	if (run_argv(argv, NULL, e) < 0) {
@@ -169,11 +176,8 @@ static int qcow2_base_seal(void *priv, const char *vol, struct err *e)
 	struct qcow2_pool *p = priv;
 	char part[PATH_MAX], final[PATH_MAX];
 
-	if (vol_path(p, vol, "", final, sizeof(final), e) < 0 ||
-	    vol_path(p, vol, ".part", part, sizeof(part), e) < 0)
+	if (new_vol_paths(p, vol, part, final, e) < 0)
 		return -1;
-	if (access(final, F_OK) == 0)
-		return err_set(e, 409, "exists", "volume %s exists", vol);
 	return publish(part, final, 0444, e);
 }
 

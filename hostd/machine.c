@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,7 @@ static void dom_name(struct hostd *h, const struct machine *m, char *out, size_t
  *   wake.zst, wake.save  the image being restored: renamed back when the
  *                     restore fails, removed when it worked
  *   wake.fifo         what libvirt reads a compressed image through
+ *   woken             an image restored: never restored again, removed
  * A wake removes the image (durably) before it lets the guest's CPUs run,
  * and a cold boot removes any: while an image exists, the guest has not
  * run since it was saved, so restoring it is right whatever a crash left.
@@ -62,7 +64,7 @@ enum mem_image { IMG_ZST, IMG_WAKE_ZST, IMG_RAW, IMG_WAKE_RAW, IMG_N };
 static const char *const image_files[] = {
 	[IMG_ZST] = "suspend.zst", [IMG_WAKE_ZST] = "wake.zst",
 	[IMG_RAW] = "suspend.save", [IMG_WAKE_RAW] = "wake.save",
-	"suspend.zst.part", "wake.fifo",
+	"suspend.zst.part", "wake.fifo", "woken",
 };
 #define IMAGE_FILES (sizeof(image_files) / sizeof(image_files[0]))
 
@@ -131,6 +133,33 @@ static int discard_images(struct hostd *h, const char *id)
 	if (n)
 		sync_dir_of(p);
 	return n;
+}
+
+static void *unlink_main(void *arg)
+{
+	unlink(arg);
+	free(arg);
+	return NULL;
+}
+
+/* Remove the file PATH on a thread of its own: dropping a large file's
+ * pages from the page cache takes tens of ms that a wake need not wait
+ * for.  Inline when no thread can start. */
+static void unlink_later(const char *path)
+{
+	char *p = strdup(path);
+	pthread_attr_t attr;
+	pthread_t t;
+	int rc;
+
+	if (!p)
+		abort();
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	rc = pthread_create(&t, &attr, unlink_main, p);
+	pthread_attr_destroy(&attr);
+	if (rc != 0)
+		unlink_main(p);
 }
 
 /* virt_state, counting hostd's memory images: a shut-off domain with one
@@ -266,7 +295,7 @@ static int wake_from_image(struct hostd *h, struct machine *m, int kind, const c
 			   struct err *e)
 {
 	bool zst = image_is_zst(kind);
-	char waking[PATH_MAX], fifo[PATH_MAX];
+	char waking[PATH_MAX], fifo[PATH_MAX], woken[PATH_MAX];
 	struct buf xml = BUF_INIT;
 	struct zmem_feed *feed = NULL;
 	struct err re = { 0 }, fe = { 0 };
@@ -312,16 +341,20 @@ static int wake_from_image(struct hostd *h, struct machine *m, int kind, const c
 		goto undo;
 	unlink(fifo);
 	t_feed = mono_ms();
-	/* Gone for good before the guest runs (see image_files). */
-	if (unlink(waking) < 0)
-		log_warn("remove %s: %s", waking, strerror(errno));
+	/* Gone for good before the guest runs (see image_files).  A rename
+	 * commits in a few ms; the unlink of a large file, fsynced, takes
+	 * tens: that one comes after. */
+	image_path(h, m->id, "woken", woken, sizeof(woken));
+	if (rename(waking, woken) < 0)
+		log_warn("rename %s: %s", waking, strerror(errno));
 	sync_dir_of(waking);
 	t_removed = mono_ms();
 	hostd_crash_point(h, "wake-before-unpause");
-	if (virt_unpause(h->virt, m->id, e) < 0) {
+	if (virt_unpause(h->virt, m->id, e) < 0)
 		rc = -1;    /* restored, paused: resume unpauses it */
+	unlink_later(woken);
+	if (rc < 0)
 		goto out;
-	}
 	log_debug("machine %s/%s woke from %s in %lld ms: prepare %lld, restore %lld, "
 		  "feed %lld, remove %lld, unpause %lld", m->owner, m->name, waking,
 		  (long long)(mono_ms() - t0), (long long)(t_prep - t0),
@@ -1043,6 +1076,8 @@ static void reconcile_images(struct hostd *h, const struct machine *m, enum vsta
 	if (unlink(p) == 0)
 		log_warn("reconcile: %s/%s: removed a compression of its memory that was cut short",
 			 m->owner, m->name);
+	image_path(h, m->id, "woken", p, sizeof(p));
+	unlink(p);
 	for (size_t i = 0; i < sizeof(wakes) / sizeof(wakes[0]); i++) {
 		int w = wakes[i];
 		image_path(h, m->id, image_files[w], p, sizeof(p));

@@ -26,7 +26,7 @@
 #define HUGE_PAGE (2 << 20) /* a transparent huge page */
 #define MAX_WORKERS 4
 #define WINDOW_LOG 27       /* zstd's default limit for decoders */
-#define LEAD (256 << 20)    /* decoded ahead of the FIFO's reader, at most */
+#define LEAD ((size_t)512 << 20) /* decoded ahead of the FIFO's reader, at most */
 #define READAHEAD ((off_t)256 << 20) /* the disk reads the image ahead of the decoder */
 
 static int write_all(int fd, const char *p, size_t n)

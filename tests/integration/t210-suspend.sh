@@ -22,7 +22,7 @@ memory_intact() {
 	check_eq "$1: the process survived" yes "$(berth exec m1 -- sh -c "kill -0 $pid && echo yes")"
 }
 # images: the memory image files in m1's directory.
-images() { (cd "$dir" 2>/dev/null && ls suspend.* wake.* 2>/dev/null | tr '\n' ' '); }
+images() { (cd "$dir" 2>/dev/null && ls suspend.* wake.* woken 2>/dev/null | tr '\n' ' '); }
 wait_crash() {
 	for _ in $(seq 300); do [ -e "$STATE/crash-point" ] && break; sleep 0.1; done
 	check_eq "hostd reached $1" "$1" "$(cat "$STATE/crash-point" 2>/dev/null)"

@@ -633,12 +633,12 @@ static struct reply do_usage(struct api *a, struct MHD_Connection *c, const char
 			     uid_t uid)
 {
 	struct err e = { 0 };
-	const char *since_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since");
-	const char *all = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "all");
+	const char *since_s = query_arg(c, "since");
+	const char *all = query_arg(c, "all");
 	int64_t now = now_s(), since = 0;
 	char *end = NULL;
 
-	if (since_s && *since_s) {
+	if (since_s) {
 		errno = 0;
 		since = strtoll(since_s, &end, 10);
 		if (errno || *end || since < 0 || since > now)

@@ -952,7 +952,7 @@ static void usage_row_from(sqlite3_stmt *st, void *out)
 	r->end = sqlite3_column_type(st, 7) == SQLITE_NULL ? 0 : sqlite3_column_int64(st, 7);
 }
 
-int db_usage_rows(struct db *db, const char *owner, int64_t since,
+int db_usage_rows(struct db *db, const char *owner, const char *machine_id, int64_t since,
 		  struct db_usage_row **out, size_t *n, struct err *e)
 {
 	sqlite3_stmt *st;
@@ -961,12 +961,11 @@ int db_usage_rows(struct db *db, const char *owner, int64_t since,
 	*out = NULL;
 	*n = 0;
 	pthread_mutex_lock(&db->lock);
-	st = owner ? query(db, e, "SELECT machine_id, owner, name, state, vcpus, memory, start,"
-			   " end FROM ledger WHERE owner = ? AND (end IS NULL OR end > ?)"
-			   " ORDER BY machine_id, id", "sI", owner, since)
-		   : query(db, e, "SELECT machine_id, owner, name, state, vcpus, memory, start,"
-			   " end FROM ledger WHERE end IS NULL OR end > ? ORDER BY machine_id, id",
-			   "I", since);
+	/* A NULL owner or machine binds NULL: no filter on it. */
+	st = query(db, e, "SELECT machine_id, owner, name, state, vcpus, memory, start, end"
+		   " FROM ledger WHERE (?1 IS NULL OR owner = ?1) AND"
+		   " (?2 IS NULL OR machine_id = ?2) AND (end IS NULL OR end > ?3)"
+		   " ORDER BY machine_id, id", "ssI", owner, machine_id, since);
 	if (st)
 		rc = collect(db, st, sizeof(**out), usage_row_from, (void **)out, n,
 			     "usage", e);

@@ -175,9 +175,9 @@ struct db_usage_row {
 	uint64_t memory;
 	int64_t start, end;    /* end 0: still open */
 };
-/* Ledger rows of OWNER (NULL: everyone) that end after SINCE, by machine
- * then time; *OUT malloc'd. */
-int db_usage_rows(struct db *db, const char *owner, int64_t since,
+/* Ledger rows of OWNER (NULL: everyone), of MACHINE_ID only when not
+ * NULL, that end after SINCE, by machine then time; *OUT malloc'd. */
+int db_usage_rows(struct db *db, const char *owner, const char *machine_id, int64_t since,
 		  struct db_usage_row **out, size_t *n, struct err *e);
 
 #endif

@@ -142,10 +142,11 @@ static json_t *money(uint64_t nano)
 	return json_string(s);
 }
 
-/* One machine's meter over [SINCE, NOW) from its ledger rows R[0..N). */
+/* One machine's meter over [SINCE, NOW) from its ledger rows R[0..N);
+ * *LAST (may be NULL) gets the bytes of its latest storage sample. */
 static void machine_meter(struct hostd *h, const struct db_usage_row *r, size_t n,
 			  int64_t since, int64_t now, const struct price *p, size_t np,
-			  struct meter *m)
+			  struct meter *m, uint64_t *last)
 {
 	struct meter_sample *s = NULL;
 	size_t ns = 0, k = 0;
@@ -162,6 +163,8 @@ static void machine_meter(struct hostd *h, const struct db_usage_row *r, size_t 
 	}
 	if (db_samples(h->db, r[0].machine_id, &s, &ns, NULL) < 0)
 		return;
+	if (last && ns)
+		*last = s[ns - 1].bytes;
 	/* From SINCE on: the last sample before it holds from SINCE. */
 	while (k + 1 < ns && s[k + 1].t <= since)
 		k++;
@@ -218,7 +221,7 @@ json_t *usage_json(struct hostd *h, const char *owner, int64_t since, int64_t no
 	struct meter total = { 0 };
 
 	if (load_prices(h, &p, &np, currency, sizeof(currency), e) < 0 ||
-	    db_usage_rows(h->db, owner, since, &r, &n, e) < 0)
+	    db_usage_rows(h->db, owner, NULL, since, &r, &n, e) < 0)
 		goto out;
 	/* Rows come by machine; a user's machines need not be adjacent. */
 	um = calloc(n ? n : 1, sizeof(*um));
@@ -231,7 +234,7 @@ json_t *usage_json(struct hostd *h, const char *owner, int64_t since, int64_t no
 		struct meter m = { 0 };
 		struct machine cur;
 		const struct db_usage_row *last = &r[j - 1];
-		machine_meter(h, r + i, j - i, since, now, p, np, &m);
+		machine_meter(h, r + i, j - i, since, now, p, np, &m, NULL);
 		json_t *mj = meter_json(&m);
 		json_object_set_new(mj, "machine_id", json_string(last->machine_id));
 		json_object_set_new(mj, "owner", json_string(last->owner));
@@ -269,30 +272,20 @@ out:
 
 void usage_machine(struct hostd *h, const struct machine *m, json_t *j)
 {
-	struct db_usage_row *r = NULL, *mine;
+	struct db_usage_row *r = NULL;
 	struct price *p = NULL;
-	struct meter_sample *s = NULL;
-	size_t n = 0, np = 0, k = 0, ns = 0;
+	size_t n = 0, np = 0;
 	char currency[16];
 	struct meter mt = { 0 };
-	int64_t now = now_s();
+	uint64_t bytes = 0;
 
 	if (load_prices(h, &p, &np, currency, sizeof(currency), NULL) < 0 || np == 0 ||
-	    db_usage_rows(h->db, m->owner, 0, &r, &n, NULL) < 0)
+	    db_usage_rows(h->db, m->owner, m->id, 0, &r, &n, NULL) < 0)
 		goto out;
-	for (; k < n && strcmp(r[k].machine_id, m->id); k++)
-		;
-	mine = r + k;
-	size_t cnt = 0;
-	while (k + cnt < n && !strcmp(r[k + cnt].machine_id, m->id))
-		cnt++;
-	if (cnt)
-		machine_meter(h, mine, cnt, 0, now, p, np, &mt);
+	if (n)
+		machine_meter(h, r, n, 0, now_s(), p, np, &mt, &bytes);
 	/* The current rate, per hour: compute while running, storage always. */
 	const struct price *pr = &p[np - 1];
-	uint64_t bytes = 0;
-	if (db_samples(h->db, m->id, &s, &ns, NULL) == 0 && ns)
-		bytes = s[ns - 1].bytes;
 	unsigned __int128 per_hour = (unsigned __int128)pr->storage_gib_month * bytes / 730 /
 				     (1ull << 30);
 	if (billed_running(m->state))
@@ -305,7 +298,6 @@ void usage_machine(struct hostd *h, const struct machine *m, json_t *j)
 						 "per_hour", money((uint64_t)per_hour),
 						 "per_hour_nano", (json_int_t)per_hour));
 out:
-	free(s);
 	free(r);
 	free(p);
 }

@@ -334,7 +334,8 @@ static struct chunk *cur_chunk(struct import *im)
  * ended): what they are decides where they go. */
 static void choose_sink(struct import *im, const unsigned char *p, size_t n)
 {
-	im->inner = sniff(im, p, n, im->outer != K_ZSTD);
+	/* A file that is not zstd was recognised by outer_start already. */
+	im->inner = im->outer == K_ZSTD ? sniff(im, p, n, false) : im->outer;
 	if (im->inner == K_UNKNOWN)
 		return;
 	if (im->format[0] && strcmp(im->format, im->inner == K_QCOW2 ? "qcow2" : "raw") != 0) {

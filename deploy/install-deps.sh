@@ -7,22 +7,25 @@ set -eu
 
 what=${1:-test}
 
-# Build: compiler and the libraries hostd and the CLI link against.
+# Build: compiler and the libraries hostd, the CLI and the gateways link
+# against (libvncserver-dev: libvncclient and libvncserver for berth-desktop).
 build="gcc make pkg-config libvirt-dev libsqlite3-dev libmicrohttpd-dev
 libjansson-dev libssh-dev libcurl4-openssl-dev libzstd-dev libssl-dev
-libnbd-dev"
+libnbd-dev libvncserver-dev"
 # Run: the hypervisor, libvirt, the tools hostd runs from argv (lvm2 and
 # thin-provisioning-tools for the lvm-thin backend: lvm, thin_ls), and what
 # the tiny image recipe (rsync and dbclient go into the guest too) and
 # tests/guest/lvm-vm.sh take from Debian; debootstrap for the agents image
-# recipe; zstd, xz and gzip for image catalogs and their benchmarks.
-run="qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
+# recipe; zstd, xz and gzip for image catalogs and their benchmarks; nodejs
+# for npm (below).
+run="nodejs qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
 genisoimage busybox-static dropbear-bin openssh-sftp-server kmod cpio e2fsprogs
 zstd xz-utils gzip ca-certificates lvm2 thin-provisioning-tools rsync debootstrap"
 # Test: real clients the tests drive, and what tests/guest/bios-disk.sh makes
-# a disk that boots by itself with (SYSLINUX, mtools, sfdisk).
+# a disk that boots by itself with (SYSLINUX, mtools, sfdisk); chromium,
+# headless, for the browser tests.
 test="openssh-client procps psmisc curl python3 python3-yaml libxml2-utils
-syslinux syslinux-common mtools dosfstools fdisk"
+syslinux syslinux-common mtools dosfstools fdisk chromium"
 
 case $what in
 build) want=$build ;;
@@ -76,6 +79,32 @@ if [ "$what" != build ] && ! getent passwd berth-gw >/dev/null 2>&1; then
 		echo "install-deps: created the system user berth-gw (the gateways run as it)" >&2
 	else
 		echo "install-deps: no user berth-gw (run as root to create it)" >&2
+	fi
+fi
+# From npm, into build/node (not committed; web/package-lock.json pins
+# them): noVNC, which berth-desktop serves to browsers (run), and
+# playwright-core, which drives Debian's chromium in the browser tests
+# (test).  Skipped when build/node already has exactly what the lock says.
+if [ "$what" != build ]; then
+	root=$(cd "$(dirname "$0")/.." && pwd)
+	node_dir=$root/build/node
+	if ! command -v npm >/dev/null 2>&1; then
+		if [ "$(id -u)" != 0 ]; then
+			echo "install-deps: npm is missing (run as root to install it)" >&2
+			exit 1
+		fi
+		# Debian's nodejs comes without npm (NodeSource's has it).
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm >&2
+	fi
+	omit=
+	[ "$what" = test ] || omit=--omit=dev
+	stamp=$node_dir/.installed$omit
+	if ! cmp -s "$root/web/package-lock.json" "$stamp" 2>/dev/null; then
+		echo "install-deps: npm ci into $node_dir" >&2
+		mkdir -p "$node_dir"
+		cp "$root/web/package.json" "$root/web/package-lock.json" "$node_dir/"
+		(cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error $omit >&2)
+		cp "$root/web/package-lock.json" "$stamp"
 	fi
 fi
 exit 0

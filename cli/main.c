@@ -23,7 +23,9 @@ static const char usage_text[] =
 	"  info                           hypervisor (kvm|tcg), storage backend, versions\n"
 	"  ls                             list machines\n"
 	"  show NAME                      one machine, with its SSH endpoint\n"
-	"  create NAME [--image I] [--cpus N] [--memory 512M] [--disk 4G] [--no-start] [--no-wait]\n"
+	"  create NAME [--image I] [--cpus N] [--memory 512M] [--disk 4G] [--idle 15m|never]\n"
+	"         [--no-start] [--no-wait]\n"
+	"  set NAME --idle 30m|never|default  suspend it after that long quiet (the idle policy)\n"
 	"  start|stop|suspend|resume|restart NAME [--no-wait] [--timeout S]\n"
 	"  rm NAME                        delete a machine and its disk\n"
 	"  exec NAME [--no-wake] -- CMD...  run CMD in the machine; exits with its status\n"
@@ -113,6 +115,27 @@ static void print_machine(const struct client *c, json_t *m)
 	print_machine_row(m);
 }
 
+/* "idle: ..." for one machine. */
+static void print_idle(json_t *m)
+{
+	json_t *i = json_object_get(m, "idle");
+	const char *t = jstr(i, "timeout");
+
+	if (!i)
+		return;
+	if (!strcmp(t, "never"))
+		printf("idle:       never suspended for being quiet%s\n",
+		       json_is_true(json_object_get(i, "default")) ? " (the host's default)" : "");
+	else
+		printf("idle:       suspended after %s quiet%s\n", t,
+		       json_is_true(json_object_get(i, "default")) ? " (the host's default)" : "");
+	if (json_object_get(i, "quiet_s"))
+		printf("            quiet for %llds (last activity: %s, CPU %lld%%)\n",
+		       (long long)json_integer_value(json_object_get(i, "quiet_s")),
+		       jstr(i, "last_activity"),
+		       (long long)json_integer_value(json_object_get(i, "cpu_percent")));
+}
+
 static int cmd_info(struct client *c)
 {
 	json_t *r;
@@ -174,8 +197,47 @@ static int cmd_show(struct client *c, int argc, char **argv)
 	if (cli_call(c, "GET", path, NULL, &r) < 0)
 		return 1;
 	print_machine(c, r);
+	if (!c->json)
+		print_idle(r);
 	json_decref(r);
 	return 0;
+}
+
+/* berth set NAME --idle D: a machine's settings. */
+static int cmd_set(struct client *c, int argc, char **argv)
+{
+	const char *name = NULL, *v;
+	json_t *body = json_object(), *r;
+	char path[256];
+	int rc = 2;
+
+	for (int i = 1; i < argc; i++) {
+		if ((v = optval(argc, argv, &i, "--idle")))
+			json_object_set_new(body, "idle", json_string(v));
+		else if (argv[i][0] != '-' && !name)
+			name = argv[i];
+		else {
+			fprintf(stderr, "berth set: unexpected argument '%s'\n", argv[i]);
+			goto out;
+		}
+	}
+	if (!name || !name_valid(name) || json_object_size(body) == 0) {
+		fprintf(stderr, "usage: berth set NAME --idle 30m|never|default\n");
+		goto out;
+	}
+	snprintf(path, sizeof(path), "/v1/machines/%s", name);
+	rc = 1;
+	if (cli_call(c, "PATCH", path, body, &r) < 0)
+		goto out;
+	if (c->json)
+		print_json(r);
+	else
+		print_idle(r);
+	json_decref(r);
+	rc = 0;
+out:
+	json_decref(body);
+	return rc;
 }
 
 /* Value of option ARGV[*I] ("--cpus 2" or "--cpus=2"); advances *I. */
@@ -213,6 +275,8 @@ static int cmd_create(struct client *c, int argc, char **argv)
 			json_object_set_new(body, "memory", json_string(v));
 		else if ((v = optval(argc, argv, &i, "--disk")))
 			json_object_set_new(body, "disk", json_string(v));
+		else if ((v = optval(argc, argv, &i, "--idle")))
+			json_object_set_new(body, "idle", json_string(v));
 		else if (!strcmp(argv[i], "--no-start"))
 			start = false;
 		else if (!strcmp(argv[i], "--no-wait"))
@@ -226,7 +290,7 @@ static int cmd_create(struct client *c, int argc, char **argv)
 	}
 	if (!name) {
 		fprintf(stderr, "usage: berth create NAME [--image I] [--cpus N] [--memory 512M] "
-			"[--disk 4G] [--no-start] [--no-wait]\n");
+			"[--disk 4G] [--idle 15m|never] [--no-start] [--no-wait]\n");
 		goto out;
 	}
 	json_object_set_new(body, "name", json_string(name));
@@ -700,6 +764,8 @@ int main(int argc, char **argv)
 		return cmd_show(&c, nargs, args);
 	if (!strcmp(cmd, "create"))
 		return cmd_create(&c, nargs, args);
+	if (!strcmp(cmd, "set"))
+		return cmd_set(&c, nargs, args);
 	if (!strcmp(cmd, "start") || !strcmp(cmd, "stop") || !strcmp(cmd, "suspend") ||
 	    !strcmp(cmd, "resume") || !strcmp(cmd, "restart"))
 		return cmd_action(&c, nargs, args);

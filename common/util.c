@@ -32,6 +32,52 @@ bool name_valid(const char *s)
 	return true;
 }
 
+int duration_parse(const char *s, int64_t *out)
+{
+	int64_t v = 0, mul = 1;
+	const char *p = s;
+
+	if (strcmp(s, "never") == 0) {
+		*out = -1;
+		return 0;
+	}
+	for (; *p >= '0' && *p <= '9'; p++) {
+		v = v * 10 + (*p - '0');
+		if (v > 10LL * 366 * 86400)
+			return -1;
+	}
+	if (p == s)
+		return -1;
+	switch (*p) {
+	case '\0': break;
+	case 's': break;
+	case 'm': mul = 60; break;
+	case 'h': mul = 3600; break;
+	case 'd': mul = 86400; break;
+	default: return -1;
+	}
+	if (*p && p[1])
+		return -1;
+	if (v * mul > 10LL * 366 * 86400)
+		return -1;
+	*out = v * mul;
+	return 0;
+}
+
+void duration_format(int64_t sec, char *out, size_t outlen)
+{
+	if (sec < 0)
+		snprintf(out, outlen, "never");
+	else if (sec && sec % 86400 == 0)
+		snprintf(out, outlen, "%lldd", (long long)(sec / 86400));
+	else if (sec && sec % 3600 == 0)
+		snprintf(out, outlen, "%lldh", (long long)(sec / 3600));
+	else if (sec && sec % 60 == 0)
+		snprintf(out, outlen, "%lldm", (long long)(sec / 60));
+	else
+		snprintf(out, outlen, "%llds", (long long)sec);
+}
+
 int size_parse(const char *s, uint64_t unit, uint64_t *out)
 {
 	uint64_t v = 0;

@@ -17,6 +17,12 @@ bool name_valid(const char *s);
  * bytes (1 for disks, 1 MiB for memory).  Returns 0 and sets *out, or -1 on
  * a malformed value or an overflow. */
 int size_parse(const char *s, uint64_t unit, uint64_t *out);
+/* A duration: a whole number with an optional unit s, m, h or d ("90",
+ * "90s", "15m", "2h"), into seconds (at most ten years); "never" is -1.
+ * -1 on anything else. */
+int duration_parse(const char *s, int64_t *out);
+/* SECONDS as the largest whole unit ("15m", "90s", "2h"); -1 as "never". */
+void duration_format(int64_t seconds, char *out, size_t outlen);
 /* Format BYTES as "512M", "4G", "1.5G" into OUT. */
 void size_format(uint64_t bytes, char *out, size_t outlen);
 

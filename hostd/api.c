@@ -17,6 +17,7 @@
 #include "common/util.h"
 #include "hostd/catalog.h"
 #include "hostd/checkpoint.h"
+#include "hostd/idle.h"
 #include "hostd/image.h"
 #include "hostd/machine.h"
 #include "hostd/metrics.h"
@@ -226,6 +227,35 @@ static int get_int(json_t *j, const char *key, int lo, int hi, int *out, struct 
 	return 0;
 }
 
+/* "idle": a duration ("15m", "90s", seconds as a number), "never", or
+ * "default" (the config's idle_timeout); into struct machine's encoding.
+ * *SET tells whether the key was there. */
+static int get_idle(json_t *j, int64_t *out, bool *set, struct err *e)
+{
+	json_t *v = json_object_get(j, "idle");
+	int64_t s;
+
+	*set = v != NULL;
+	if (!v)
+		return 0;
+	if (json_is_integer(v) && json_integer_value(v) > 0 &&
+	    json_integer_value(v) <= 366LL * 86400) {
+		*out = json_integer_value(v);
+		return 0;
+	}
+	if (json_is_string(v) && strcmp(json_string_value(v), "default") == 0) {
+		*out = 0;
+		return 0;
+	}
+	if (json_is_string(v) && duration_parse(json_string_value(v), &s) == 0 && s != 0 &&
+	    s <= 366LL * 86400) {
+		*out = s;
+		return 0;
+	}
+	return err_set(e, 400, "invalid_idle", "idle must be a duration from 1s to 366d "
+		       "(e.g. 90s, 15m, 2h), \"never\" or \"default\"");
+}
+
 static struct reply do_info(struct api *a)
 {
 	struct hostd *h = a->h;
@@ -256,6 +286,7 @@ static json_t *machine_out(struct api *a, const struct machine *m)
 	uint64_t done, total;
 
 	json_object_set_new(j, "sessions", json_integer(sessions_count(a->h->sessions, m->id)));
+	idle_json(a->h, m, j);
 	/* A long operation in progress (an export), with its progress. */
 	if (hostd_busy_get(a->h, m->id, &op, &done, &total) && total)
 		json_object_set_new(j, "operation", json_pack("{s:s, s:I, s:I}", "op", op,
@@ -283,7 +314,7 @@ static struct reply do_list(struct api *a, const char *owner)
 static struct reply do_create(struct api *a, const char *owner, const struct buf *body)
 {
 	static const char *const allowed[] = { "name", "image", "vcpus", "memory", "disk",
-					       "start", "wait", NULL };
+					       "start", "wait", "idle", NULL };
 	struct err e = { 0 };
 	struct machine m;
 	struct create_req r = { .owner = owner, .image = "tiny", .vcpus = 1,
@@ -309,7 +340,9 @@ static struct reply do_create(struct api *a, const char *owner, const struct buf
 	if (v)
 		r.image = json_string_value(v);
 	uint64_t mem = 0;
-	if (get_int(j, "vcpus", 1, 1 << 20, &r.vcpus, &e) < 0 ||
+	bool idle_set;
+	if (get_idle(j, &r.idle_timeout, &idle_set, &e) < 0 ||
+	    get_int(j, "vcpus", 1, 1 << 20, &r.vcpus, &e) < 0 ||
 	    api_get_size(j, "memory", 1ULL << 20, &mem, &e) < 0 ||
 	    api_get_size(j, "disk", 1, &r.disk, &e) < 0 ||
 	    get_bool(j, "start", &start, &e) < 0 || get_bool(j, "wait", &wait, &e) < 0)
@@ -338,6 +371,34 @@ out:
 	if (ready >= 0)
 		json_object_set_new(rep.body, "ready_ms", json_integer(ready));
 	return rep;
+}
+
+/* PATCH /v1/machines/NAME: change a setting of a machine (its idle
+ * timeout), whatever its state. */
+static struct reply do_patch(struct api *a, const char *owner, const char *name,
+			     const struct buf *body)
+{
+	static const char *const allowed[] = { "idle", NULL };
+	struct err e = { 0 };
+	struct machine m;
+	int64_t idle = 0;
+	bool set;
+	json_t *j = api_parse_body(body, allowed, &e);
+
+	if (!j || get_idle(j, &idle, &set, &e) < 0) {
+		json_decref(j);
+		return fail(&e);
+	}
+	json_decref(j);
+	if (!set)
+		return fail_now(400, "nothing_to_change", "nothing to change: give \"idle\"");
+	if (db_machine_get(a->h->db, owner, name, &m, &e) < 0 ||
+	    db_machine_set_idle(a->h->db, m.id, idle, &e) < 0 ||
+	    db_machine_get_id(a->h->db, m.id, &m, &e) < 0)
+		return fail(&e);
+	log_info("machine %s/%s: idle timeout %lld (0: default, -1: never)", owner, name,
+		 (long long)idle);
+	return ok(200, machine_out(a, &m));
 }
 
 static struct reply do_action(struct api *a, const char *owner, const char *name,
@@ -399,8 +460,15 @@ static struct reply ssh_credential(struct api *a, const char *owner, const char 
 		}
 		struct act_opts o = { .wait = true };
 		int64_t t0 = mono_ms();
-		if (machine_act(a->h, owner, name, ACT_START, &o, &m, &ready, &e) < 0)
-			goto lookup_failed;
+		/* Another operation on it (the idle policy suspending it, say)
+		 * is waited for, up to a minute, then the wake goes on. */
+		while (machine_act(a->h, owner, name, ACT_START, &o, &m, &ready, &e) < 0) {
+			if (e.status != 409 || strcmp(e.code, "busy") != 0 ||
+			    mono_ms() - t0 > 60000)
+				goto lookup_failed;
+			err_clear(&e);
+			usleep(200 * 1000);
+		}
 		metrics_wake(mono_ms() - t0);
 	}
 	if (db_image_get(a->h->db, m.image, &img, &e) < 0)
@@ -423,13 +491,17 @@ lookup_failed:
 
 /* POST /v1/machines/NAME/ssh: the credential `berth exec` uses.  Root
  * only. */
-static struct reply do_ssh(struct api *a, const char *owner, const char *name,
-			   uid_t uid, const struct buf *body)
+static struct reply do_ssh(struct api *a, struct MHD_Connection *c, const char *owner,
+			   const char *name, uid_t uid, const struct buf *body)
 {
 	static const char *const allowed[] = { "wake", NULL };
 	struct err e = { 0 };
 	bool wake = false;
 	json_t *j;
+	struct reply rep;
+	struct machine m;
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
 
 	if (uid != 0)
 		return fail_now(403, "forbidden", "only root may obtain SSH credentials");
@@ -439,7 +511,14 @@ static struct reply do_ssh(struct api *a, const char *owner, const char *name,
 		return fail(&e);
 	}
 	json_decref(j);
-	return ssh_credential(a, owner, name, wake, false);
+	rep = ssh_credential(a, owner, name, wake, false);
+	/* berth exec holds the machine active while its process lives. */
+	if (rep.status == 200 && getsockopt(MHD_get_connection_info(c,
+			MHD_CONNECTION_INFO_CONNECTION_FD)->connect_fd, SOL_SOCKET,
+			SO_PEERCRED, &cred, &len) == 0 && db_machine_get(a->h->db, owner, name,
+									 &m, NULL) == 0)
+		idle_exec(a->h, m.id, cred.pid);
+	return rep;
 }
 
 static struct reply do_images(struct api *a)
@@ -1093,6 +1172,8 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 					"exclusive", (json_int_t)ex, "shared", (json_int_t)sh));
 			return rep;
 		}
+		if (n == 3 && !strcmp(method, "PATCH"))
+			return do_patch(a, owner, seg[2], body);
 		if (n == 3 && del) {
 			struct machine m;
 			if (db_machine_get(a->h->db, owner, seg[2], &m, &e) < 0 ||
@@ -1103,7 +1184,7 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 			return ok(200, json_pack("{s:s}", "deleted", seg[2]));
 		}
 		if (n == 4 && post && !strcmp(seg[3], "ssh"))
-			return do_ssh(a, owner, seg[2], uid, body);
+			return do_ssh(a, c, owner, seg[2], uid, body);
 		if (n == 4 && get && !strcmp(seg[3], "export"))
 			return do_export(a, c, owner, seg[2]);
 		if (n == 4 && !strcmp(seg[3], "checkpoints")) {

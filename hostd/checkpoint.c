@@ -373,7 +373,8 @@ int machine_fork(struct hostd *h, const char *owner, const char *name,
 	 * until it exists nothing else holds its base (a checkpoint rm or a
 	 * delete of the source would collect it). */
 	struct create_req r = { .owner = owner, .name = new_name, .image = m.image,
-				.vcpus = m.vcpus, .memory = m.memory, .disk = m.disk };
+				.vcpus = m.vcpus, .memory = m.memory, .disk = m.disk,
+				.idle_timeout = m.idle_timeout };
 	if (machine_create_from(h, &r, base, &f, e) < 0) {
 		rc = -1;
 		if (!from)

@@ -10,14 +10,14 @@
 #include "common/util.h"
 #include "common/banned.h"
 
-enum ctype { C_STR, C_INT, C_SIZE, C_BOOL };
+enum ctype { C_STR, C_INT, C_SIZE, C_BOOL, C_DUR };
 
 struct copt {
 	const char *key;
 	enum ctype type;
 	size_t off;
 	size_t len;            /* C_STR: field size */
-	long min, max;         /* C_INT bounds */
+	long min, max;         /* C_INT bounds; C_DUR: seconds, and min -1 allows "never" */
 	const char *const *choices; /* C_STR: allowed values, or NULL */
 };
 
@@ -29,6 +29,7 @@ static const char *const levels[] = { "error", "warn", "info", "debug", NULL };
 #define STR(k, f, ch) { k, C_STR, offsetof(struct config, f), sizeof(((struct config *)0)->f), 0, 0, ch }
 #define INT(k, f, lo, hi) { k, C_INT, offsetof(struct config, f), 0, lo, hi, NULL }
 #define SIZE(k, f) { k, C_SIZE, offsetof(struct config, f), 0, 0, 0, NULL }
+#define DUR(k, f, lo, hi) { k, C_DUR, offsetof(struct config, f), 0, lo, hi, NULL }
 #define BOOL(k, f) { k, C_BOOL, offsetof(struct config, f), 0, 0, 0, NULL }
 
 static const struct copt options[] = {
@@ -56,6 +57,9 @@ static const struct copt options[] = {
 	SIZE("max_body", max_body),
 	BOOL("suspend_compress", suspend_compress),
 	INT("suspend_compress_level", suspend_compress_level, -10, 19),
+	DUR("idle_timeout", idle_timeout_s, -1, 366L * 86400),
+	INT("idle_cpu_percent", idle_cpu_percent, 0, 100),
+	DUR("idle_check_interval", idle_check_s, 1, 3600),
 };
 
 void config_defaults(struct config *c, const char *state_dir)
@@ -87,6 +91,9 @@ void config_defaults(struct config *c, const char *state_dir)
 	/* zstd --fast=1: decompresses about twice as fast as level 1 (the
 	 * wake waits on it), for an image about 13% larger (bench/wake.py). */
 	c->suspend_compress_level = -1;
+	c->idle_timeout_s = 15 * 60;
+	c->idle_cpu_percent = 5;
+	c->idle_check_s = 30;
 }
 
 int config_set(struct config *c, const char *key, const char *value,
@@ -133,6 +140,18 @@ int config_set(struct config *c, const char *key, const char *value,
 					       "%s: %s = '%s' is not a size (e.g. 512M, 4G)",
 					       where, key, value);
 			*(uint64_t *)(void *)field = v;
+			return 0;
+		}
+		case C_DUR: {
+			int64_t v;
+			if (duration_parse(value, &v) < 0 || (v < 0 && o->min >= 0) ||
+			    (v >= 0 && (v < (o->min < 0 ? 1 : o->min) || v > o->max)))
+				return err_set(e, 400, "invalid_config",
+					       "%s: %s = '%s' is not a duration from %lds to %lds "
+					       "(e.g. 90s, 15m, 2h%s)", where, key, value,
+					       o->min < 0 ? 1 : o->min, o->max,
+					       o->min < 0 ? ", or never" : "");
+			*(int64_t *)(void *)field = v;
 			return 0;
 		}
 		case C_BOOL: {

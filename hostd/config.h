@@ -38,6 +38,10 @@ struct config {
 	bool suspend_compress;         /* suspend: hostd stores the memory zstd-compressed
 					  (else libvirt's raw managed save) */
 	int suspend_compress_level;    /* its zstd level: -10 (zstd --fast=10) to 19 */
+	int64_t idle_timeout_s;        /* idle policy: a running machine quiet this long is
+					  suspended (seconds; -1 = never); per machine too */
+	int idle_cpu_percent;          /* quiet: its vCPUs used less than this % of one */
+	int64_t idle_check_s;          /* how often the policy looks */
 };
 
 /* Defaults for STATE_DIR. */

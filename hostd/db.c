@@ -110,7 +110,8 @@ struct db *db_open(const char *path, struct err *e)
 			 "PRAGMA foreign_keys=ON;", NULL, NULL, &msg) != SQLITE_OK ||
 	    sqlite3_exec(db->h, schema, NULL, NULL, &msg) != SQLITE_OK ||
 	    add_column(db, "images", "source", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
-	    add_column(db, "images", "source_size", "INTEGER NOT NULL DEFAULT 0", &msg) < 0) {
+	    add_column(db, "images", "source_size", "INTEGER NOT NULL DEFAULT 0", &msg) < 0 ||
+	    add_column(db, "machines", "idle_timeout", "INTEGER NOT NULL DEFAULT 0", &msg) < 0) {
 		err_set(e, 500, "internal", "database %s: %s", path, msg ? msg : "?");
 		sqlite3_free(msg);
 		goto fail;
@@ -288,7 +289,7 @@ int db_meta_set(struct db *db, const char *key, const char *value, struct err *e
 }
 
 #define MACHINE_COLS "id, owner, name, image, vcpus, memory, disk, state, volume," \
-		     " mac, ssh_port, created, state_since"
+		     " mac, ssh_port, created, state_since, idle_timeout"
 
 static void machine_from_row(sqlite3_stmt *st, struct machine *m)
 {
@@ -306,6 +307,7 @@ static void machine_from_row(sqlite3_stmt *st, struct machine *m)
 	m->ssh_port = sqlite3_column_int(st, 10);
 	m->created = sqlite3_column_int64(st, 11);
 	m->state_since = sqlite3_column_int64(st, 12);
+	m->idle_timeout = sqlite3_column_int64(st, 13);
 }
 
 /* Open a ledger row for machine M in STATE at time T (caller holds the lock
@@ -349,10 +351,10 @@ static int insert_machine_tx(struct db *db, void *data, struct err *e)
 {
 	struct machine *m = data;
 	int rc = execute(db, e, "insert machine",
-			 "INSERT INTO machines(" MACHINE_COLS ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
-			 "ssssiIIsssiII", m->id, m->owner, m->name, m->image, m->vcpus,
+			 "INSERT INTO machines(" MACHINE_COLS ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+			 "ssssiIIsssiIII", m->id, m->owner, m->name, m->image, m->vcpus,
 			 (int64_t)m->memory, (int64_t)m->disk, m->state, m->volume, m->mac,
-			 m->ssh_port, m->created, m->state_since);
+			 m->ssh_port, m->created, m->state_since, m->idle_timeout);
 
 	if (rc == 1) {
 		err_clear(e);
@@ -430,6 +432,7 @@ int db_machine_list(struct db *db, const char *owner, struct machine **out,
 
 struct set_state {
 	const char *id, *state;
+	int64_t t;
 };
 
 static int set_state_tx(struct db *db, void *data, struct err *e)
@@ -437,7 +440,7 @@ static int set_state_tx(struct db *db, void *data, struct err *e)
 	struct set_state *a = data;
 	struct machine m;
 	sqlite3_stmt *st;
-	int64_t t = now_s();
+	int64_t t = a->t;
 	int step;
 
 	st = query(db, e, "SELECT " MACHINE_COLS " FROM machines WHERE id = ?", "s", a->id);
@@ -463,9 +466,22 @@ static int set_state_tx(struct db *db, void *data, struct err *e)
 int db_machine_set_state(struct db *db, const char *id, const char *state,
 			 struct err *e)
 {
-	struct set_state a = { id, state };
+	return db_machine_set_state_at(db, id, state, now_s(), e);
+}
+
+int db_machine_set_state_at(struct db *db, const char *id, const char *state, int64_t t,
+			    struct err *e)
+{
+	struct set_state a = { id, state, t };
 
 	return transaction(db, set_state_tx, &a, e);
+}
+
+int db_machine_set_idle(struct db *db, const char *id, int64_t idle_timeout, struct err *e)
+{
+	return execute_locked(db, e, "update idle_timeout",
+			      "UPDATE machines SET idle_timeout = ? WHERE id = ?", "Is",
+			      idle_timeout, id) == 0 ? 0 : -1;
 }
 
 int db_machine_set_port(struct db *db, const char *id, int port, struct err *e)

@@ -33,6 +33,8 @@ struct machine {
 	int ssh_port;         /* network=user: loopback port forwarded to :22 */
 	int64_t created;      /* seconds since the epoch */
 	int64_t state_since;
+	int64_t idle_timeout; /* seconds quiet before the idle policy suspends it:
+				 0 = the config's idle_timeout, -1 = never */
 };
 
 struct image {
@@ -75,6 +77,12 @@ int db_machine_list(struct db *db, const char *owner, struct machine **out,
  * one for STATE, in one transaction.  No-op when already in STATE. */
 int db_machine_set_state(struct db *db, const char *id, const char *state,
 			 struct err *e);
+/* The same, as of time T (seconds since the epoch): at start-up, a change
+ * that happened while hostd was down (the host lost power). */
+int db_machine_set_state_at(struct db *db, const char *id, const char *state, int64_t t,
+			    struct err *e);
+/* Set machine ID's idle_timeout (see struct machine). */
+int db_machine_set_idle(struct db *db, const char *id, int64_t idle_timeout, struct err *e);
 int db_machine_set_port(struct db *db, const char *id, int port, struct err *e);
 /* Remove the row and its checkpoint rows, and close its ledger row (ledger
  * rows are kept). */

@@ -39,6 +39,8 @@ struct hostd {
 	uid_t gateway_uid;
 	struct sessions *sessions;  /* the gateways' live sessions */
 
+	struct idle *idle;          /* the idle policy (hostd/idle.c) */
+
 	/* The storage sampler (hostd/usage.c). */
 	pthread_t usage_thread;
 	bool usage_on, usage_quit;

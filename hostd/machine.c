@@ -542,6 +542,7 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 	m.vcpus = r->vcpus;
 	m.memory = r->memory;
 	m.disk = r->disk ? r->disk : img.virtual_size;
+	m.idle_timeout = r->idle_timeout;
 	if (strcmp(h->cfg.network, "user") == 0 && (m.ssh_port = machine_pick_port(h)) < 0)
 		return err_set(e, 503, "no_port", "no free loopback port for %s's SSH", r->name);
 

@@ -16,6 +16,7 @@ struct create_req {
 	int vcpus;
 	uint64_t memory;   /* bytes */
 	uint64_t disk;     /* bytes; 0 = the image's size */
+	int64_t idle_timeout; /* as struct machine's: 0 = the config's, -1 = never */
 };
 
 enum machine_action { ACT_START, ACT_STOP, ACT_SUSPEND, ACT_RESUME, ACT_RESTART };

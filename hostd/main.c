@@ -25,6 +25,7 @@
 #include "common/util.h"
 #include "hostd/api.h"
 #include "hostd/hostd.h"
+#include "hostd/idle.h"
 #include "hostd/image.h"
 #include "hostd/machine.h"
 #include "hostd/usage.h"
@@ -224,7 +225,7 @@ int main(int argc, char **argv)
 	machine_reconcile(&h);
 	image_reconcile(&h);
 	/* Prices recorded, storage sampled now and every minute. */
-	if (usage_start(&h, &e) < 0)
+	if (usage_start(&h, &e) < 0 || idle_start(&h, &e) < 0)
 		goto fail;
 
 	snprintf(path, sizeof(path), "%s/hostd.sock", state);
@@ -251,6 +252,7 @@ int main(int argc, char **argv)
 fail:
 	log_error("%s", e.msg);
 out:
+	idle_stop(&h);
 	usage_stop(&h);
 	virt_close(h.virt);
 	storage_close(h.st);

@@ -17,6 +17,12 @@ static _Atomic uint64_t wake_bucket[NWAKE + 1]; /* the last: +Inf */
 static _Atomic uint64_t wake_count, wake_sum_ms;
 /* Answers by status 100..599. */
 static _Atomic uint64_t api_status[600];
+static _Atomic uint64_t idle_suspends;
+
+void metrics_idle_suspend(void)
+{
+	idle_suspends++;
+}
 
 void metrics_api(int status)
 {
@@ -57,6 +63,9 @@ int metrics_text(struct hostd *h, struct buf *out, struct err *e)
 		buf_printf(out, "berth_machines{state=\"%s\"} %llu\n", states[s],
 			   (unsigned long long)count[s]);
 
+	buf_printf(out, "# HELP berth_idle_suspends_total Machines the idle policy suspended.\n"
+		   "# TYPE berth_idle_suspends_total counter\nberth_idle_suspends_total %llu\n",
+		   (unsigned long long)idle_suspends);
 	buf_adds(out, "# HELP berth_wake_seconds From a connection's wake of a stopped or "
 		 "suspended machine to its SSH answering.\n# TYPE berth_wake_seconds histogram\n");
 	for (size_t i = 0; i < NWAKE; i++) {

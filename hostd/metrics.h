@@ -13,6 +13,8 @@ void metrics_api(int status);
 /* One wake (a connection to a stopped or suspended machine) that took MS
  * until the machine's SSH answered. */
 void metrics_wake(int64_t ms);
+/* The idle policy suspended a machine. */
+void metrics_idle_suspend(void);
 /* The exposition text (format 0.0.4) into OUT. */
 int metrics_text(struct hostd *h, struct buf *out, struct err *e);
 

@@ -628,6 +628,28 @@ int virt_state_ran(struct virt *v, const char *uuid, enum vstate *out, bool *ran
 	return 0;
 }
 
+int virt_vcpu_time(struct virt *v, const char *uuid, uint64_t *ns, struct err *e)
+{
+	virConnectPtr c;
+	virDomainPtr d = dom_get(v, uuid, &c, e);
+	virVcpuInfo info[64];
+	int n;
+
+	if (!d)
+		return -1;
+	n = virDomainGetVcpus(d, info, 64, NULL, 0);
+	if (n < 0) {
+		verr(e, "vCPU times of", uuid);
+		dom_put(d, c);
+		return -1;
+	}
+	*ns = 0;
+	for (int i = 0; i < n; i++)
+		*ns += info[i].cpuTime;
+	dom_put(d, c);
+	return 0;
+}
+
 /* Run OP on UUID's domain, timing it as external time. */
 #define DOM_OP(v, uuid, e, what, expr) \
 	do { \

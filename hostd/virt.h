@@ -77,6 +77,9 @@ int virt_state(struct virt *v, const char *uuid, enum vstate *out, struct err *e
 int virt_state_ran(struct virt *v, const char *uuid, enum vstate *out, bool *ran,
 		   struct err *e);
 /* Start; restores from the managed save image when there is one. */
+/* The CPU time UUID's vCPUs have used, summed (ns): what its guest ran,
+ * not QEMU's own threads.  The domain must be running. */
+int virt_vcpu_time(struct virt *v, const char *uuid, uint64_t *ns, struct err *e);
 int virt_start(struct virt *v, const char *uuid, struct err *e);
 /* ACPI shutdown, waiting up to TIMEOUT_S, then force off.  *FORCED tells
  * which happened (may be NULL). */

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/sshexec.h"
 #include "common/util.h"
+#include "hostd/meter.h"
 #include "hostd/seed.h"
 #include "hostd/zmem.h"
 #include "common/banned.h"
@@ -1125,6 +1126,30 @@ static void reconcile_images(struct hostd *h, const struct machine *m, enum vsta
 		*vs = VS_SUSPENDED;
 }
 
+/* When machine M, running in the ledger, stopped while hostd was down
+ * (meter_stop_time): the host's boot time against hostd's last heartbeat,
+ * or libvirt's log of its domain, which QEMU's end writes to last. */
+static int64_t stopped_at(struct hostd *h, const struct machine *m)
+{
+	char name[200], path[PATH_MAX], line[256];
+	int64_t boot = 0, log_mtime = 0;
+	struct stat st;
+	FILE *f = fopen("/proc/stat", "re");
+
+	if (f) {
+		long long b;
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "btime %lld", &b) == 1)
+				boot = b;
+		fclose(f);
+	}
+	dom_name(h, m, name, sizeof(name));
+	snprintf(path, sizeof(path), "/var/log/libvirt/qemu/%s.log", name);
+	if (stat(path, &st) == 0)
+		log_mtime = st.st_mtime;
+	return meter_stop_time(m->state_since, h->last_alive, boot, log_mtime, now_s());
+}
+
 void machine_reconcile(struct hostd *h)
 {
 	struct sweep s = { .h = h, .in_use = BUF_INIT };
@@ -1177,9 +1202,16 @@ void machine_reconcile(struct hostd *h)
 				log_error("reconcile: %s/%s: %s", m->owner, m->name, e.msg);
 		}
 		if (strcmp(m->state, vstate_name(vs)) != 0) {
-			log_warn("reconcile: %s/%s is %s in libvirt, %s in the database; correcting",
-				 m->owner, m->name, vstate_name(vs), m->state);
-			db_machine_set_state(h->db, m->id, vstate_name(vs), NULL);
+			int64_t t = now_s();
+			/* It stopped while hostd was not looking: its running
+			 * time ends when it stopped, not now. */
+			if (vs != VS_RUNNING && vs != VS_PAUSED &&
+			    (!strcmp(m->state, "running") || !strcmp(m->state, "paused")))
+				t = stopped_at(h, m);
+			log_warn("reconcile: %s/%s is %s in libvirt, %s in the database; correcting "
+				 "(as of %llds ago)", m->owner, m->name, vstate_name(vs), m->state,
+				 (long long)(now_s() - t));
+			db_machine_set_state_at(h->db, m->id, vstate_name(vs), t, NULL);
 		}
 	}
 	/* Orphans: domains of this instance that no row names, and volumes

@@ -200,6 +200,12 @@ int main(int argc, char **argv)
 	h.db = db_open(path, &e);
 	if (!h.db || load_instance(&h, &e) < 0)
 		goto fail;
+	{
+		/* The last second the previous run was alive (reconcile). */
+		char alive[32] = "";
+		if (db_meta_get(h.db, "alive", alive, sizeof(alive), NULL) == 0)
+			h.last_alive = strtoll(alive, NULL, 10);
+	}
 	snprintf(path, sizeof(path), "%s/keys", state);
 	if (keys_load_or_create(path, &h.key, &e) < 0)
 		goto fail;

@@ -156,3 +156,19 @@ void price_format(uint64_t nano, char *out, size_t outlen)
 	snprintf(out, outlen, "%llu.%09llu", (unsigned long long)(nano / 1000000000ull),
 		 (unsigned long long)(nano % 1000000000ull));
 }
+
+int64_t meter_stop_time(int64_t since, int64_t alive, int64_t boot, int64_t log_mtime,
+			int64_t now)
+{
+	int64_t t = now;
+
+	if (alive > 0 && boot > alive)
+		t = alive;
+	else if (log_mtime > 0 && log_mtime >= since && log_mtime <= now)
+		t = log_mtime;
+	if (t < since)
+		t = since;
+	if (t > now)
+		t = now;
+	return t;
+}

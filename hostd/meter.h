@@ -56,6 +56,18 @@ void meter_add_interval(struct meter *m, const struct meter_interval *i,
  * (the machine's deletion, or now), under PRICES. */
 void meter_add_storage(struct meter *m, const struct meter_sample *samples, size_t n_s,
 		       int64_t end, const struct price *prices, size_t n);
+/* When a machine that the ledger has running stopped while hostd was not
+ * looking, for closing its running interval (all seconds since the epoch;
+ * 0 = unknown):
+ *  - the host booted (BOOT) after hostd's last heartbeat (ALIVE, written
+ *    every second): the power went, or the kernel, between the two; the
+ *    heartbeat is the last second known to have run: at most 1 s lost;
+ *  - else libvirt's log of the domain was last written (LOG_MTIME, its
+ *    "shutting down" line) after the interval began (SINCE): then;
+ *  - else NOW.
+ * Never before SINCE nor after NOW. */
+int64_t meter_stop_time(int64_t since, int64_t alive, int64_t boot, int64_t log_mtime,
+			int64_t now);
 /* Totals in nano-units, each rounded down once. */
 uint64_t meter_compute_nano(const struct meter *m);
 uint64_t meter_storage_nano(const struct meter *m);

@@ -1,6 +1,7 @@
 #include "hostd/usage.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,25 +85,63 @@ static void sample_all(struct hostd *h)
 	free(ms);
 }
 
+/* The heartbeat: the last second hostd is known to have run, durable (the
+ * database is synchronous).  After a power cut, start-up closes the
+ * running intervals of machines that died with the host there. */
+static void heartbeat(struct hostd *h)
+{
+	char v[32];
+	struct err e = { 0 };
+
+	snprintf(v, sizeof(v), "%lld", (long long)now_s());
+	if (db_meta_set(h->db, "alive", v, &e) < 0)
+		log_warn("heartbeat: %s", e.msg);
+}
+
+/* Wait on the usage condition until SECONDS pass or hostd stops (the
+ * caller holds usage_lock); whether to go on. */
+static bool usage_wait(struct hostd *h, int seconds)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += seconds;
+	while (!h->usage_quit &&
+	       pthread_cond_timedwait(&h->usage_cv, &h->usage_lock, &until) != ETIMEDOUT)
+		;
+	return !h->usage_quit;
+}
+
 static void *sampler(void *arg)
 {
 	struct hostd *h = arg;
-	struct timespec until;
 
 	pthread_mutex_lock(&h->usage_lock);
-	while (!h->usage_quit) {
+	do {
 		pthread_mutex_unlock(&h->usage_lock);
 		sample_all(h);
 		pthread_mutex_lock(&h->usage_lock);
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += SAMPLE_EVERY_S;
-		while (!h->usage_quit &&
-		       pthread_cond_timedwait(&h->usage_cv, &h->usage_lock, &until) != ETIMEDOUT)
-			;
-	}
+	} while (usage_wait(h, SAMPLE_EVERY_S));
 	pthread_mutex_unlock(&h->usage_lock);
 	return NULL;
 }
+
+/* Its own thread: a minute's sampling of many machines must not delay it. */
+static void *heart(void *arg)
+{
+	struct hostd *h = arg;
+
+	pthread_mutex_lock(&h->usage_lock);
+	do {
+		pthread_mutex_unlock(&h->usage_lock);
+		heartbeat(h);
+		pthread_mutex_lock(&h->usage_lock);
+	} while (usage_wait(h, 1));
+	pthread_mutex_unlock(&h->usage_lock);
+	return NULL;
+}
+
+static void usage_stop_threads(struct hostd *h, bool heart_too);
 
 int usage_start(struct hostd *h, struct err *e)
 {
@@ -113,19 +152,30 @@ int usage_start(struct hostd *h, struct err *e)
 	h->usage_quit = false;
 	if (pthread_create(&h->usage_thread, NULL, sampler, h) != 0)
 		return err_set(e, 500, "internal", "cannot start the storage sampler");
+	if (pthread_create(&h->heart_thread, NULL, heart, h) != 0) {
+		usage_stop_threads(h, false);
+		return err_set(e, 500, "internal", "cannot start the heartbeat");
+	}
 	h->usage_on = true;
 	return 0;
+}
+
+static void usage_stop_threads(struct hostd *h, bool heart_too)
+{
+	pthread_mutex_lock(&h->usage_lock);
+	h->usage_quit = true;
+	pthread_cond_broadcast(&h->usage_cv);
+	pthread_mutex_unlock(&h->usage_lock);
+	pthread_join(h->usage_thread, NULL);
+	if (heart_too)
+		pthread_join(h->heart_thread, NULL);
 }
 
 void usage_stop(struct hostd *h)
 {
 	if (!h->usage_on)
 		return;
-	pthread_mutex_lock(&h->usage_lock);
-	h->usage_quit = true;
-	pthread_cond_broadcast(&h->usage_cv);
-	pthread_mutex_unlock(&h->usage_lock);
-	pthread_join(h->usage_thread, NULL);
+	usage_stop_threads(h, true);
 	h->usage_on = false;
 }
 

@@ -136,4 +136,24 @@ sleep 2
 r2=$(usage | field m running_s)
 check "billing goes on after the restart" test "$r2" -gt "$r1"
 
+
+# A power cut: hostd and the machine end at the same moment.  The running
+# interval ends then (at most a second off), not when hostd starts again.
+alive=$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(
+	"SELECT value FROM meta WHERE key=\"alive\"").fetchone()[0])' "$STATE/berth.db")
+check "hostd's heartbeat is at most 2 s old" test $(($(date +%s) - alive)) -le 2
+dom=$(dom_of m)
+tk=$(date +%s)
+kill_hostd KILL
+$VIRSH destroy "$dom" >/dev/null
+sleep 6
+start_hostd || not_ok "hostd restarts after the cut"
+end=$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(
+	"SELECT end FROM ledger WHERE name=\"m\" AND state=\"running\" ORDER BY id DESC LIMIT 1"
+	).fetchone()[0])' "$STATE/berth.db")
+diag "cut at $tk, running interval ended at $end, hostd back at $(date +%s)"
+check "after the cut, the running interval ends at the cut (±1 s)" \
+	test "${end:-0}" -ge $((tk - 1)) -a "${end:-0}" -le $((tk + 1))
+check_eq "m is stopped" stopped "$(berth show m --json | json state)"
+
 finish

@@ -193,6 +193,26 @@ static void test_prices(void)
 	check(strcmp(buf, "12.500000001") == 0, "format 12.500000001");
 }
 
+/* When a running machine stopped while hostd was down. */
+static void test_stop_time(void)
+{
+	/* since 1000, hostd's last heartbeat 1500, now 9000 */
+	eq(meter_stop_time(1000, 1500, 1600, 5000, 9000), 1500,
+	   "the host booted after the heartbeat: the heartbeat (power cut)");
+	eq(meter_stop_time(1000, 1500, 100, 1503, 9000), 1503,
+	   "no reboot: libvirt's log of the domain says when QEMU ended");
+	eq(meter_stop_time(1000, 1500, 100, 0, 9000), 9000,
+	   "nothing known: now (as before)");
+	eq(meter_stop_time(1000, 1500, 100, 900, 9000), 9000,
+	   "a log older than the interval is not its end");
+	eq(meter_stop_time(1000, 0, 1600, 1503, 9000), 1503,
+	   "no heartbeat yet (an older hostd): the log");
+	eq(meter_stop_time(1000, 800, 1600, 0, 9000), 1000,
+	   "never before the interval began");
+	eq(meter_stop_time(1000, 1500, 100, 9500, 9000), 9000,
+	   "a log from the future (clock change) is not trusted");
+}
+
 int main(void)
 {
 	test_plain();
@@ -201,5 +221,6 @@ int main(void)
 	test_storage();
 	test_exactness();
 	test_prices();
+	test_stop_time();
 	return tap_done("test_meter");
 }

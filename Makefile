@@ -47,8 +47,9 @@ obj = $(patsubst %.c,$(OUT)/obj/%.o,$(1))
 
 PROGS := $(BIN)/berth-hostd $(BIN)/berth $(BIN)/berth-sshgw
 UNITS := $(patsubst tests/unit/%.c,$(OUT)/tests/%,$(UNIT_SRC))
+BENCHES := $(OUT)/bench/ledger_bench
 
-all: $(PROGS) $(UNITS)
+all: $(PROGS) $(UNITS) $(BENCHES)
 
 $(OUT)/obj/%.o: %.c
 	$(call quiet,CC,$<)
@@ -66,6 +67,11 @@ $(BIN)/berth-sshgw: $(call obj,$(SSHGW_SRC) $(COMMON_SRC))
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BIN)/berth: $(call obj,$(CLI_SRC) $(COMMON_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(OUT)/bench/%: $(call obj,bench/%.c $(LIB_SRC))
 	$(call quiet,LINK,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

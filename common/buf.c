@@ -23,6 +23,12 @@ static void buf_grow(struct buf *b, size_t extra)
 	b->cap = cap;
 }
 
+void buf_reserve(struct buf *b, size_t extra)
+{
+	buf_grow(b, extra);
+	b->data[b->len] = '\0';
+}
+
 void buf_add(struct buf *b, const void *data, size_t len)
 {
 	buf_grow(b, len);
@@ -116,4 +122,31 @@ void buf_free(struct buf *b)
 	free(b->data);
 	b->data = NULL;
 	b->len = b->cap = 0;
+}
+
+void buf_add_json_str(struct buf *b, const char *s)
+{
+	static const char hex[] = "0123456789abcdef";
+	const char *run = s;
+
+	buf_add(b, "\"", 1);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		buf_add(b, run, (size_t)(s - run));
+		run = s + 1;
+		switch (c) {
+		case '"': buf_add(b, "\\\"", 2); break;
+		case '\\': buf_add(b, "\\\\", 2); break;
+		case '\n': buf_add(b, "\\n", 2); break;
+		case '\t': buf_add(b, "\\t", 2); break;
+		default: {
+			char u[6] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15] };
+			buf_add(b, u, sizeof(u));
+		}
+		}
+	}
+	buf_add(b, run, (size_t)(s - run));
+	buf_add(b, "\"", 1);
 }

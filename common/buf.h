@@ -15,11 +15,15 @@ struct buf {
 /* Append; abort() on allocation failure (a daemon that cannot allocate a
  * few bytes cannot report anything either). */
 void buf_add(struct buf *b, const void *data, size_t len);
+/* Make room for EXTRA more bytes at once (a large reply's one allocation). */
+void buf_reserve(struct buf *b, size_t extra);
 void buf_adds(struct buf *b, const char *s);
 void buf_printf(struct buf *b, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 /* Append S with XML's five special characters escaped. */
 void buf_add_xml(struct buf *b, const char *s);
+/* Append S as a JSON string (quoted, escaped; S must be UTF-8). */
+void buf_add_json_str(struct buf *b, const char *s);
 /* Append S quoted for a POSIX shell (for logs and dry-run records only:
  * berth never runs a shell on it). */
 void buf_add_shquoted(struct buf *b, const char *s);

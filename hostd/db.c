@@ -902,6 +902,57 @@ int db_price_insert(struct db *db, const struct db_price *p, struct err *e)
 			      (int64_t)p->p.storage_gib_month, p->currency) == 0 ? 0 : -1;
 }
 
+int db_samples_latest(struct db *db, struct db_latest_sample **out, size_t *n,
+		      struct err *e)
+{
+	sqlite3_stmt *st;
+	size_t cap = 0;
+	int step;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	/* SQLite: the bare columns of a max() aggregate come from its row. */
+	st = query(db, e, "SELECT machine_id, max(t), bytes FROM storage_samples"
+		   " GROUP BY machine_id ORDER BY machine_id", "");
+	if (!st) {
+		pthread_mutex_unlock(&db->lock);
+		return -1;
+	}
+	while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+		if (*n == cap) {
+			cap = cap ? cap * 2 : 64;
+			*out = realloc(*out, cap * sizeof(**out));
+			if (!*out)
+				abort();
+		}
+		struct db_latest_sample *s = &(*out)[(*n)++];
+		copy_text(st, 0, s->machine_id, sizeof(s->machine_id));
+		s->t = sqlite3_column_int64(st, 1);
+		s->bytes = (uint64_t)sqlite3_column_int64(st, 2);
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&db->lock);
+	if (step != SQLITE_DONE) {
+		free(*out);
+		*out = NULL;
+		*n = 0;
+		return sql_err(db, e, "latest samples");
+	}
+	return 0;
+}
+
+static int cmp_sample(const void *key, const void *elem)
+{
+	return strcmp(key, ((const struct db_latest_sample *)elem)->machine_id);
+}
+
+const struct db_latest_sample *db_sample_find(const struct db_latest_sample *s, size_t n,
+					      const char *machine_id)
+{
+	return s ? bsearch(machine_id, s, n, sizeof(*s), cmp_sample) : NULL;
+}
+
 int db_sample_add(struct db *db, const char *id, int64_t t, uint64_t bytes, struct err *e)
 {
 	sqlite3_stmt *st;

@@ -173,6 +173,17 @@ int db_prices(struct db *db, struct db_price **out, size_t *n, struct err *e);
 int db_price_insert(struct db *db, const struct db_price *p, struct err *e);
 /* Machine ID allocates BYTES from T on; a row only when it changed. */
 int db_sample_add(struct db *db, const char *id, int64_t t, uint64_t bytes, struct err *e);
+/* Every machine's latest storage sample, sorted by machine id (for
+ * bsearch with db_sample_find).  *OUT is malloc'd. */
+struct db_latest_sample {
+	char machine_id[37];
+	int64_t t;
+	uint64_t bytes;
+};
+int db_samples_latest(struct db *db, struct db_latest_sample **out, size_t *n,
+		      struct err *e);
+const struct db_latest_sample *db_sample_find(const struct db_latest_sample *s, size_t n,
+					      const char *machine_id);
 /* Machine ID's samples, by time; *OUT malloc'd. */
 int db_samples(struct db *db, const char *id, struct meter_sample **out, size_t *n,
 	       struct err *e);

@@ -78,7 +78,7 @@ bool hostd_busy_get(struct hostd *h, const char *key, const char **op, uint64_t 
 
 	pthread_mutex_lock(&h->busy_lock);
 	for (int i = 0; i < BUSY_MAX && !busy; i++)
-		if (strcmp(h->busy[i].key, key) == 0) {
+		if (h->busy[i].key[0] && strcmp(h->busy[i].key, key) == 0) {
 			busy = true;
 			*op = h->busy[i].op;
 			*done = h->busy[i].done;

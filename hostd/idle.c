@@ -238,31 +238,26 @@ void idle_check(struct hostd *h)
 	free(ms);
 }
 
-void idle_json(struct hostd *h, const struct machine *m, json_t *j)
+void idle_view(struct hostd *h, const struct machine *m, struct idle_view *v)
 {
 	struct idle *d = h->idle;
-	int64_t timeout = idle_timeout_of(h, m);
-	char t[32];
-	json_t *o;
 
-	duration_format(timeout, t, sizeof(t));
-	o = json_pack("{s:s, s:I, s:b}", "timeout", t, "timeout_s", (json_int_t)timeout,
-		      "default", m->idle_timeout == 0);
-	if (d && strcmp(m->state, "running") == 0) {
-		pthread_mutex_lock(&d->lock);
-		struct seen *s = find(d, m->id, false);
-		if (s) {
-			int64_t quiet = now_s() - s->last_active;
-			json_object_set_new(o, "quiet_s", json_integer(quiet < 0 ? 0 : quiet));
-			json_object_set_new(o, "last_activity", json_string(s->why));
-			json_object_set_new(o, "cpu_percent", json_integer(s->cpu_percent));
-			if (timeout > 0)
-				json_object_set_new(o, "suspend_in_s", json_integer(
-					timeout > quiet ? timeout - quiet : 0));
-		}
-		pthread_mutex_unlock(&d->lock);
+	memset(v, 0, sizeof(*v));
+	v->timeout = idle_timeout_of(h, m);
+	v->is_default = m->idle_timeout == 0;
+	if (!d || strcmp(m->state, "running") != 0)
+		return;
+	pthread_mutex_lock(&d->lock);
+	struct seen *s = find(d, m->id, false);
+	if (s) {
+		v->seen = true;
+		v->quiet_s = now_s() - s->last_active;
+		if (v->quiet_s < 0)
+			v->quiet_s = 0;
+		snprintf(v->last_activity, sizeof(v->last_activity), "%s", s->why);
+		v->cpu_percent = s->cpu_percent;
 	}
-	json_object_set_new(j, "idle", o);
+	pthread_mutex_unlock(&d->lock);
 }
 
 static void *loop(void *arg)

@@ -10,10 +10,9 @@
 #ifndef BERTH_IDLE_H
 #define BERTH_IDLE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
-
-#include <jansson.h>
 
 #include "common/err.h"
 #include "hostd/db.h"
@@ -30,9 +29,16 @@ void idle_exec(struct hostd *h, const char *machine_id, pid_t pid);
 /* The machine's effective timeout in seconds (-1: never). */
 int64_t idle_timeout_of(const struct hostd *h, const struct machine *m);
 
-/* Add "idle" to machine M's JSON J: {timeout, quiet_s, suspend_in_s,
- * active} (the last three while it runs and the policy has seen it). */
-void idle_json(struct hostd *h, const struct machine *m, json_t *j);
+/* What the policy knows of machine M, for its JSON ("idle"). */
+struct idle_view {
+	int64_t timeout;        /* seconds; -1 never */
+	bool is_default;        /* the config's, not the machine's own */
+	bool seen;              /* running and seen by the policy: the rest is set */
+	int64_t quiet_s;
+	char last_activity[16]; /* start, exec, session, cpu, operation */
+	int cpu_percent;        /* of one vCPU, over the last interval */
+};
+void idle_view(struct hostd *h, const struct machine *m, struct idle_view *v);
 
 /* One pass of the policy now (the thread's work; for tests). */
 void idle_check(struct hostd *h);

@@ -14,8 +14,10 @@
 #include "common/log.h"
 #include "common/sshexec.h"
 #include "common/util.h"
+#include "hostd/idle.h"
 #include "hostd/meter.h"
 #include "hostd/seed.h"
+#include "hostd/sessions.h"
 #include "hostd/zmem.h"
 #include "common/banned.h"
 
@@ -829,41 +831,125 @@ int machine_delete(struct hostd *h, const char *owner, const char *name,
 	return rc;
 }
 
+/* What a suspended machine's saved memory takes on disk: hostd's image,
+ * or libvirt's; -1 when it is not suspended or nothing tells. */
+static int64_t memory_bytes(struct hostd *h, const struct machine *m)
+{
+	char path[PATH_MAX], name[200];
+	struct stat st;
+
+	if (strcmp(m->state, "suspended") != 0)
+		return -1;
+	if (saved_image(h, m->id, path, sizeof(path)) >= 0 && stat(path, &st) == 0)
+		return st.st_size;
+	dom_name(h, m, name, sizeof(name));
+	return virt_managed_save_bytes(h->virt, name);
+}
+
+static void add_key(struct buf *b, const char *key)
+{
+	buf_add(b, ",\"", 2);
+	buf_adds(b, key);
+	buf_add(b, "\":", 2);
+}
+
+static void add_str(struct buf *b, const char *key, const char *v)
+{
+	add_key(b, key);
+	buf_add_json_str(b, v);
+}
+
+static void add_int(struct buf *b, const char *key, long long v)
+{
+	char n[24];
+
+	add_key(b, key);
+	buf_add(b, n, (size_t)snprintf(n, sizeof(n), "%lld", v));
+}
+
+void machine_write_json(struct hostd *h, const struct machine *m, const char *user,
+			int64_t allocated, struct buf *b)
+{
+	char host[64], name[200], t[32];
+	int port = 0;
+	int64_t mem;
+	const char *op;
+	uint64_t done, total;
+	struct idle_view iv;
+
+	dom_name(h, m, name, sizeof(name));
+	buf_adds(b, "{\"id\":");
+	buf_add_json_str(b, m->id);
+	add_str(b, "name", m->name);
+	add_str(b, "owner", m->owner);
+	add_str(b, "image", m->image);
+	add_str(b, "state", m->state);
+	add_int(b, "vcpus", m->vcpus);
+	add_int(b, "memory", (long long)m->memory);
+	add_int(b, "disk", (long long)m->disk);
+	add_int(b, "created", m->created);
+	add_int(b, "state_since", m->state_since);
+	add_str(b, "mac", m->mac);
+	add_key(b, "ssh");
+	if (machine_endpoint(h, m, host, sizeof(host), &port, NULL) == 0) {
+		buf_adds(b, "{\"host\":");
+		buf_add_json_str(b, host);
+		add_int(b, "port", port);
+		add_str(b, "user", user);
+		buf_adds(b, "}");
+	} else {
+		buf_adds(b, "null");
+	}
+	add_str(b, "domain", name);
+	add_str(b, "hypervisor", virt_hypervisor(h->virt));
+	if (allocated >= 0)
+		add_int(b, "allocated", allocated);
+	if ((mem = memory_bytes(h, m)) >= 0)
+		add_int(b, "memory_bytes", mem);
+	/* The gateways' live sessions on it (the idle policy reads them). */
+	add_int(b, "sessions", sessions_count(h->sessions, m->id));
+	idle_view(h, m, &iv);
+	duration_format(iv.timeout, t, sizeof(t));
+	add_key(b, "idle");
+	buf_adds(b, "{\"timeout\":");
+	buf_add_json_str(b, t);
+	add_int(b, "timeout_s", iv.timeout);
+	add_key(b, "default");
+	buf_adds(b, iv.is_default ? "true" : "false");
+	if (iv.seen) {
+		add_int(b, "quiet_s", iv.quiet_s);
+		add_str(b, "last_activity", iv.last_activity);
+		add_int(b, "cpu_percent", iv.cpu_percent);
+		if (iv.timeout > 0)
+			add_int(b, "suspend_in_s", iv.timeout > iv.quiet_s ? iv.timeout - iv.quiet_s : 0);
+	}
+	buf_adds(b, "}");
+	/* A long operation in progress (an export), with its progress. */
+	if (hostd_busy_get(h, m->id, &op, &done, &total) && total) {
+		add_key(b, "operation");
+		buf_adds(b, "{\"op\":");
+		buf_add_json_str(b, op);
+		add_int(b, "done", (long long)done);
+		add_int(b, "total", (long long)total);
+		buf_adds(b, "}");
+	}
+	buf_adds(b, "}");
+}
+
 json_t *machine_json(struct hostd *h, const struct machine *m)
 {
 	struct storage_vol_info vi;
 	struct image img;
-	char host[64], name[200];
-	int port = 0;
-	json_t *j, *ssh = json_null();
+	struct buf b = BUF_INIT;
+	json_t *j;
 
-	dom_name(h, m, name, sizeof(name));
-	if (machine_endpoint(h, m, host, sizeof(host), &port, NULL) == 0) {
-		const char *user = db_image_get(h->db, m->image, &img, NULL) == 0 ? img.user : "root";
-		ssh = json_pack("{s:s, s:i, s:s}", "host", host, "port", port, "user", user);
-	}
-	j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:s, s:o, s:s, s:s}",
-		      "id", m->id, "name", m->name, "owner", m->owner,
-		      "image", m->image, "state", m->state, "vcpus", m->vcpus,
-		      "memory", (json_int_t)m->memory, "disk", (json_int_t)m->disk,
-		      "created", (json_int_t)m->created,
-		      "state_since", (json_int_t)m->state_since,
-		      "mac", m->mac, "ssh", ssh, "domain", name,
-		      "hypervisor", virt_hypervisor(h->virt));
-	if (storage_vol_info(h->st, m->volume, &vi, NULL) == 0)
-		json_object_set_new(j, "allocated", json_integer((json_int_t)vi.allocated_bytes));
-	if (strcmp(m->state, "suspended") == 0) {
-		/* What the saved memory takes on disk: hostd's image, or libvirt's. */
-		char path[PATH_MAX];
-		struct stat st;
-		int64_t bytes = -1;
-		if (saved_image(h, m->id, path, sizeof(path)) >= 0 && stat(path, &st) == 0)
-			bytes = st.st_size;
-		else
-			bytes = virt_managed_save_bytes(h->virt, name);
-		if (bytes >= 0)
-			json_object_set_new(j, "memory_bytes", json_integer((json_int_t)bytes));
-	}
+	machine_write_json(h, m, db_image_get(h->db, m->image, &img, NULL) == 0 ? img.user : "root",
+			   storage_vol_info(h->st, m->volume, &vi, NULL) == 0
+				   ? (int64_t)vi.allocated_bytes : -1, &b);
+	j = json_loadb(b.data, b.len, 0, NULL);
+	buf_free(&b);
+	if (!j)
+		abort();  /* the writer's own output: a bug, not input */
 	return j;
 }
 

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/buf.h"
 #include "hostd/hostd.h"
 
 struct create_req {
@@ -43,8 +44,14 @@ int machine_delete(struct hostd *h, const char *owner, const char *name,
 /* The machine's SSH endpoint.  1 when it has none yet (nat, no lease). */
 int machine_endpoint(struct hostd *h, const struct machine *m, char *host,
 		     size_t hostlen, int *port, struct err *e);
-/* JSON for the API (a new reference). */
+/* JSON for the API (a new reference), with its live sessions, what the
+ * idle policy knows of it and an operation in progress. */
 json_t *machine_json(struct hostd *h, const struct machine *m);
+/* Machine M's JSON object as text, appended to OUT: what machine_json
+ * returns, for a list of many without a JSON tree each.  USER is its
+ * image's login user, ALLOCATED its storage in bytes (-1: unknown). */
+void machine_write_json(struct hostd *h, const struct machine *m, const char *user,
+			int64_t allocated, struct buf *out);
 
 /* The same, with the new disk layered on volume BASE (a checkpoint's) instead
  * of the image's base volume.  BASE NULL: the image's. */

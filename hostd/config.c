@@ -56,6 +56,10 @@ static const struct copt options[] = {
 	SIZE("max_body", max_body),
 	BOOL("suspend_compress", suspend_compress),
 	INT("suspend_compress_level", suspend_compress_level, -10, 19),
+	STR("http_listen", http_listen, NULL),
+	STR("tls_cert", tls_cert, NULL),
+	STR("tls_key", tls_key, NULL),
+	STR("web_dir", web_dir, NULL),
 };
 
 void config_defaults(struct config *c, const char *state_dir)
@@ -87,6 +91,7 @@ void config_defaults(struct config *c, const char *state_dir)
 	/* zstd --fast=1: decompresses about twice as fast as level 1 (the
 	 * wake waits on it), for an image about 13% larger (bench/wake.py). */
 	c->suspend_compress_level = -1;
+	snprintf(c->http_listen, sizeof(c->http_listen), "%s", HTTP_LISTEN_DEFAULT);
 }
 
 int config_set(struct config *c, const char *key, const char *value,

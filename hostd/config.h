@@ -38,7 +38,13 @@ struct config {
 	bool suspend_compress;         /* suspend: hostd stores the memory zstd-compressed
 					  (else libvirt's raw managed save) */
 	int suspend_compress_level;    /* its zstd level: -10 (zstd --fast=10) to 19 */
+	char http_listen[80];          /* dashboard + API over HTTP: "ADDR:PORT" ("" = off) */
+	char tls_cert[PATH_MAX];       /* PEM files: HTTPS when both are set */
+	char tls_key[PATH_MAX];
+	char web_dir[PATH_MAX];        /* the dashboard's files ("" = next to the binary) */
 };
+
+#define HTTP_LISTEN_DEFAULT "127.0.0.1:8080"
 
 /* Defaults for STATE_DIR. */
 void config_defaults(struct config *c, const char *state_dir);

@@ -193,6 +193,21 @@ static int load_prices(struct hostd *h, struct price **p, size_t *np, char *curr
 	return 0;
 }
 
+/* The rate per hour, in nano-units, of a machine in STATE with VCPUS and
+ * MEMORY allocating BYTES of storage: compute while running, storage
+ * always. */
+static uint64_t rate_nano(const struct price *pr, const char *state, int vcpus,
+			  uint64_t memory, uint64_t bytes)
+{
+	unsigned __int128 per_hour = (unsigned __int128)pr->storage_gib_month * bytes / 730 /
+				     (1ull << 30);
+
+	if (billed_running(state))
+		per_hour += (unsigned __int128)pr->vcpu_hour * (unsigned)vcpus +
+			    (unsigned __int128)pr->memory_gib_hour * memory / (1ull << 30);
+	return (uint64_t)per_hour;
+}
+
 struct user_meter {
 	char owner[64];
 	struct meter m;
@@ -234,8 +249,15 @@ json_t *usage_json(struct hostd *h, const char *owner, int64_t since, int64_t no
 		struct meter m = { 0 };
 		struct machine cur;
 		const struct db_usage_row *last = &r[j - 1];
-		machine_meter(h, r + i, j - i, since, now, p, np, &m, NULL);
+		uint64_t bytes = 0, rate = 0;
+		machine_meter(h, r + i, j - i, since, now, p, np, &m, &bytes);
 		json_t *mj = meter_json(&m);
+		/* Its rate now (the dashboard's live counter): 0 once deleted. */
+		if (!last->end && np)
+			rate = rate_nano(&p[np - 1], last->state, last->vcpus, last->memory, bytes);
+		json_object_set_new(mj, "state", json_string(last->end ? "deleted" : last->state));
+		json_object_set_new(mj, "per_hour", money(rate));
+		json_object_set_new(mj, "per_hour_nano", json_integer((json_int_t)rate));
 		json_object_set_new(mj, "machine_id", json_string(last->machine_id));
 		json_object_set_new(mj, "owner", json_string(last->owner));
 		json_object_set_new(mj, "name", json_string(last->name));
@@ -285,17 +307,12 @@ void usage_machine(struct hostd *h, const struct machine *m, json_t *j)
 	if (n)
 		machine_meter(h, r, n, 0, now_s(), p, np, &mt, &bytes);
 	/* The current rate, per hour: compute while running, storage always. */
-	const struct price *pr = &p[np - 1];
-	unsigned __int128 per_hour = (unsigned __int128)pr->storage_gib_month * bytes / 730 /
-				     (1ull << 30);
-	if (billed_running(m->state))
-		per_hour += (unsigned __int128)pr->vcpu_hour * (unsigned)m->vcpus +
-			    (unsigned __int128)pr->memory_gib_hour * m->memory / (1ull << 30);
+	uint64_t per_hour = rate_nano(&p[np - 1], m->state, m->vcpus, m->memory, bytes);
 	json_object_set_new(j, "cost", json_pack("{s:s, s:o, s:I, s:o, s:I}",
 						 "currency", currency,
 						 "total", money(meter_total_nano(&mt)),
 						 "total_nano", (json_int_t)meter_total_nano(&mt),
-						 "per_hour", money((uint64_t)per_hour),
+						 "per_hour", money(per_hour),
 						 "per_hour_nano", (json_int_t)per_hour));
 out:
 	free(r);

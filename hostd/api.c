@@ -683,7 +683,19 @@ static struct reply do_usage(struct api *a, struct MHD_Connection *c, const char
 	}
 	if (all && strcmp(all, "1") == 0 && uid != 0)
 		return fail_now(403, "forbidden", "only root may see every user's usage");
-	json_t *j = usage_json(a->h, all && strcmp(all, "1") == 0 ? NULL : owner, since, now, &e);
+	/* step=S: the cost per S-second bucket too (the dashboard's chart). */
+	const char *step_s = query_arg(c, "step");
+	int64_t step = 0;
+	if (step_s) {
+		errno = 0;
+		step = strtoll(step_s, &end, 10);
+		if (errno || *end || step < 60 || step > 31 * 86400 || (now - since) / step >= 1000)
+			return fail_now(400, "invalid_step", "step '%s' is not a number of seconds "
+					"from 60 to 2678400 giving at most 1000 buckets since %lld",
+					step_s, (long long)since);
+	}
+	json_t *j = usage_json_series(a->h, all && strcmp(all, "1") == 0 ? NULL : owner, since,
+				      now, step, &e);
 	return j ? ok(200, j) : fail(&e);
 }
 

@@ -208,6 +208,58 @@ static uint64_t rate_nano(const struct price *pr, const char *state, int vcpus,
 	return (uint64_t)per_hour;
 }
 
+/* The cost of machine rows R[0..N) in each of NB buckets of STEP seconds
+ * from SINCE (the last one ends at NOW), into OUT[0..NB), each rounded
+ * down once. */
+static void machine_series(struct hostd *h, const struct db_usage_row *r, size_t n,
+			   int64_t since, int64_t now, int64_t step, const struct price *p,
+			   size_t np, uint64_t *out, size_t nb)
+{
+	struct meter_sample *s = NULL;
+	size_t ns = 0;
+	int64_t life_end = r[n - 1].end ? r[n - 1].end : now;
+
+	if (db_samples(h->db, r[0].machine_id, &s, &ns, NULL) < 0)
+		ns = 0;
+	for (size_t b = 0; b < nb; b++) {
+		int64_t b0 = since + (int64_t)b * step, b1 = b0 + step < now ? b0 + step : now;
+		int64_t send = b1 < life_end ? b1 : life_end;
+		struct meter m = { 0 };
+
+		for (size_t i = 0; i < n; i++) {
+			struct meter_interval iv = {
+				.start = r[i].start < b0 ? b0 : r[i].start,
+				.end = r[i].end && r[i].end < b1 ? r[i].end : b1,
+				.running = billed_running(r[i].state),
+				.vcpus = r[i].vcpus, .memory = r[i].memory,
+			};
+			meter_add_interval(&m, &iv, p, np);
+		}
+		if (ns && send > b0) {
+			/* The last sample at or before B0 holds from B0. */
+			size_t k = 0;
+			while (k + 1 < ns && s[k + 1].t <= b0)
+				k++;
+			int64_t saved = s[k].t;
+			if (s[k].t < b0)
+				s[k].t = b0;
+			meter_add_storage(&m, s + k, ns - k, send, p, np);
+			s[k].t = saved;
+		}
+		out[b] = meter_total_nano(&m);
+	}
+	free(s);
+}
+
+static json_t *series_json(const uint64_t *v, size_t n)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(a, json_integer((json_int_t)v[i]));
+	return a;
+}
+
 struct user_meter {
 	char owner[64];
 	struct meter m;
@@ -227,6 +279,16 @@ static json_t *meter_json(const struct meter *m)
 json_t *usage_json(struct hostd *h, const char *owner, int64_t since, int64_t now,
 		   struct err *e)
 {
+	return usage_json_series(h, owner, since, now, 0, e);
+}
+
+json_t *usage_json_series(struct hostd *h, const char *owner, int64_t since, int64_t now,
+			  int64_t step, struct err *e)
+{
+	size_t nb = step > 0 && now > since ? (size_t)((now - since + step - 1) / step) : 0;
+	uint64_t *bucket = calloc(nb ? nb : 1, sizeof(*bucket));
+	uint64_t *total_series = calloc(nb ? nb : 1, sizeof(*total_series));
+
 	struct db_usage_row *r = NULL;
 	struct price *p = NULL;
 	struct user_meter *um = NULL;
@@ -258,6 +320,12 @@ json_t *usage_json(struct hostd *h, const char *owner, int64_t since, int64_t no
 		json_object_set_new(mj, "state", json_string(last->end ? "deleted" : last->state));
 		json_object_set_new(mj, "per_hour", money(rate));
 		json_object_set_new(mj, "per_hour_nano", json_integer((json_int_t)rate));
+		if (step > 0) {
+			machine_series(h, r + i, j - i, since, now, step, p, np, bucket, nb);
+			for (size_t b = 0; b < nb; b++)
+				total_series[b] += bucket[b];
+			json_object_set_new(mj, "series", series_json(bucket, nb));
+		}
 		json_object_set_new(mj, "machine_id", json_string(last->machine_id));
 		json_object_set_new(mj, "owner", json_string(last->owner));
 		json_object_set_new(mj, "name", json_string(last->name));
@@ -283,7 +351,13 @@ json_t *usage_json(struct hostd *h, const char *owner, int64_t since, int64_t no
 			"machines", machines, "users", users,
 			"total", money(meter_total_nano(&total)),
 			"total_nano", (json_int_t)meter_total_nano(&total));
+	if (step > 0) {
+		json_object_set_new(out, "step", json_integer(step));
+		json_object_set_new(out, "series", series_json(total_series, nb));
+	}
 out:
+	free(bucket);
+	free(total_series);
 	json_decref(machines);
 	json_decref(users);
 	free(um);

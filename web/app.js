@@ -4,6 +4,8 @@
 'use strict';
 
 const REFRESH_MS = 3000;
+const SERIES_MS = 30000;
+const HOUR = 3600;
 const SVG = 'http://www.w3.org/2000/svg';
 const $ = (id) => document.getElementById(id);
 
@@ -11,6 +13,8 @@ const state = {
   token: sessionStorage.getItem('berth-token') || '',
   machines: [],        // GET /v1/machines
   usage: null,         // GET /v1/usage
+  series: null,        // GET /v1/usage?since=&step=3600: the last 24 hours
+  seriesAt: 0,         // Date.now() when series was read
   readAt: 0,           // performance.now() when usage was read
   busy: {},            // machine name -> what is being done
   timer: null,
@@ -108,7 +112,7 @@ function logout(msg) {
 async function login(token) {
   state.token = token;
   try {
-    await refresh(true);
+    await refresh(true, true);
   } catch (e) {
     state.token = '';
     const msg = e instanceof ApiError && e.status === 401
@@ -129,7 +133,9 @@ async function login(token) {
 
 // ---- data -----------------------------------------------------------------------
 
-async function refresh(throwing) {
+// THROWING: the login's first call (errors go to the caller); FORCE: the
+// 24-hour series too (after an action).
+async function refresh(throwing, force) {
   if (state.loading && !throwing) return;
   state.loading = true;
   try {
@@ -137,6 +143,12 @@ async function refresh(throwing) {
     state.machines = ms.machines;
     state.usage = usage;
     state.readAt = performance.now();
+    if (force || Date.now() - state.seriesAt > SERIES_MS) {
+      // 24 hourly buckets ending with the current hour, in hostd's time.
+      const since = Math.floor(usage.until / HOUR) * HOUR - 23 * HOUR;
+      state.series = await api('GET', `/v1/usage?since=${since}&step=${HOUR}`);
+      state.seriesAt = Date.now();
+    }
     render();
   } finally {
     state.loading = false;
@@ -196,17 +208,34 @@ function actionsFor(st) {
   return a;
 }
 
-// A bar of a machine's spend: compute and storage.
-function splitBar(u) {
-  const b = svg('svg', { viewBox: '0 0 100 10', preserveAspectRatio: 'none', role: 'img',
-    'aria-label': 'compute and storage share' });
-  const total = u ? u.total_nano : 0;
-  b.append(svg('rect', { x: 0, y: 0, width: 100, height: 10, class: 'none' }));
-  if (total > 0) {
-    const c = 100 * parseFloat(u.compute) / (parseFloat(u.compute) + parseFloat(u.storage) || 1);
-    b.append(svg('rect', { x: 0, y: 0, width: c, height: 10, class: 'compute' }));
-    b.append(svg('rect', { x: c, y: 0, width: 100 - c, height: 10, class: 'storage' }));
-  }
+function seriesOf(id) {
+  if (!state.series) return null;
+  const u = state.series.machines.find((x) => x.machine_id === id);
+  return u ? u.series : null;
+}
+
+// Bars of VALUES (nano-units per hour) in a W×H SVG; the newest on the
+// right.  Each bar's title says its hour and amount.
+function bars(values, W, H, cls, since) {
+  const max = Math.max(...values, 1);
+  const g = svg('svg', { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: 'none', class: cls,
+    role: 'img' });
+  const bw = W / values.length;
+  values.forEach((v, i) => {
+    const h = v > 0 ? Math.max(H * v / max, 1) : 0;
+    const t = new Date((since + i * HOUR) * 1000);
+    g.append(svg('rect', { x: i * bw + bw * 0.1, y: H - h, width: bw * 0.8, height: h,
+      class: 'compute', 'data-nano': v },
+      svg('title', {}, `${t.toLocaleString()}: ${money(v)}`)));
+  });
+  return g;
+}
+
+// A machine's spend per hour over the last 24 hours.
+function sparkline(id) {
+  const v = seriesOf(id) || new Array(24).fill(0);
+  const b = bars(v, 240, 28, 'spark', state.series ? state.series.since : 0);
+  b.setAttribute('aria-label', 'spend per hour, last 24 hours');
   return b;
 }
 
@@ -230,7 +259,7 @@ function machineCard(m) {
     el('div', { class: 'cost' }, el('strong', { class: 'counter', 'data-id': m.id,
       textContent: money(liveNano(u)) }), ' ',
     el('span', { class: 'hint', textContent: u ? '(' + money(u.per_hour_nano, 4) + '/h)' : '' })),
-    splitBar(u),
+    sparkline(m.id),
     actions);
   return card;
 }
@@ -246,6 +275,7 @@ function render() {
   $('usage-note').textContent = 'since ' +
     (u.since ? new Date(u.since * 1000).toLocaleString() : 'the beginning');
   tick();
+  renderSeries();
   renderChart();
 }
 
@@ -260,6 +290,28 @@ function tick() {
   }
 }
 
+// The total spend per hour over the last 24 hours, with hour labels.
+function renderSeries() {
+  const s = state.series;
+  if (!s) return;
+  const W = Math.max(300, Math.min(900, $('hours').clientWidth - 24 || 600)), H = 120, AX = 16;
+  const chart = svg('svg', { viewBox: `0 0 ${W} ${H + AX}`, role: 'img',
+    'aria-label': 'total spend per hour, last 24 hours', class: 'hours' });
+  const inner = bars(s.series, W, H, '', s.since);
+  inner.setAttribute('width', W);
+  inner.setAttribute('height', H);
+  chart.append(inner);
+  s.series.forEach((v, i) => {
+    if (i % 6) return;
+    const t = new Date((s.since + i * HOUR) * 1000);
+    chart.append(svg('text', { x: i * W / s.series.length, y: H + AX - 3, 'font-size': 12,
+      fill: 'currentColor' }, t.getHours().toString().padStart(2, '0') + ':00'));
+  });
+  const sum = s.series.reduce((a, b) => a + b, 0);
+  $('hours').replaceChildren(el('div', { class: 'legend' },
+    el('span', { textContent: 'Last 24 hours, per hour: ' + money(sum) + ' in all' })), chart);
+}
+
 // The usage chart: one bar per machine (deleted ones too) split into
 // compute and storage, and the total.
 function renderChart() {
@@ -271,7 +323,9 @@ function renderChart() {
   rows.push({ label: 'Total', compute: rows.reduce((s, r) => s + r.compute, 0),
     storage: rows.reduce((s, r) => s + r.storage, 0), nano: u.total_nano, total: true });
   const max = Math.max(...rows.map((r) => r.compute + r.storage), 1e-12);
-  const W = 600, LW = 150, VW = 130, BH = 18, GAP = 8;
+  // As wide as the page shows it, so the text keeps its size.
+  const W = Math.max(300, Math.min(900, $('chart').clientWidth - 24 || 600));
+  const LW = Math.min(150, W * 0.28), VW = 130, BH = 18, GAP = 8;
   const H = rows.length * (BH + GAP);
   const chart = svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img',
     'aria-label': 'spend per machine and in total' });
@@ -291,6 +345,7 @@ function renderChart() {
     chart.append(g);
   });
   const legend = el('div', { class: 'legend' },
+    el('span', { textContent: 'Since the beginning, per machine and in total:' }),
     el('span', {}, el('span', { class: 'swatch compute' }), 'compute'),
     el('span', {}, el('span', { class: 'swatch storage' }), 'storage'));
   $('chart').replaceChildren(chart, legend);
@@ -310,7 +365,7 @@ async function act(name, doing, fn) {
     handle(e);
   } finally {
     delete state.busy[name];
-    await refresh().catch(handle);
+    await refresh(false, true).catch(handle);
   }
 }
 
@@ -369,7 +424,7 @@ async function create(form) {
   } finally {
     btn.disabled = false;
     btn.textContent = 'Create';
-    await refresh().catch(handle);
+    await refresh(false, true).catch(handle);
   }
 }
 
@@ -412,6 +467,7 @@ document.addEventListener('DOMContentLoaded', () => {
     create(ev.target);
   });
   $('csv').addEventListener('click', downloadCsv);
+  window.addEventListener('resize', () => { if (state.usage) { renderSeries(); renderChart(); } });
   if (state.token) login(state.token);
   else showLogin();
 });

@@ -77,8 +77,12 @@ try {
   check('the usage chart is an SVG with a bar per machine and the total',
     await page.locator('#chart svg g').count() >= 2 &&
     (await page.textContent('#chart svg')).includes('Total'), 'no chart');
-  check('each machine has its own usage bar', await page.locator(`${card} svg rect`).count() >= 1,
-    'no bar');
+  const hours = await page.$$eval('#hours svg rect', (rs) => rs.map((r) => +r.dataset.nano));
+  check(`the total chart has 24 hourly bars, this hour's not empty (${hours.slice(-1)})`,
+    hours.length === 24 && hours[23] > 0, JSON.stringify(hours));
+  const spark = await page.$$eval(`${card} svg.spark rect`, (rs) => rs.map((r) => +r.dataset.nano));
+  check(`the machine's own chart has 24 hourly bars, this hour's not empty (${spark.slice(-1)})`,
+    spark.length === 24 && spark[23] > 0, JSON.stringify(spark));
 
   // An API error is shown: fork onto an existing name, the desktop.
   page.once('dialog', (d) => d.accept(machine));

@@ -23,7 +23,7 @@ CONF
 start_hostd && build_tiny || { not_ok "hostd and image"; finish; }
 ok "hostd starts with its HTTP listener"
 check_eq "info gives the dashboard's URL" "$URL/" "$(berth info --json | json dashboard)"
-berth create m --no-wait >/dev/null || not_ok "create m"
+berth create m --no-wait >/dev/null 2>&1 || not_ok "create m"
 
 # Tokens.
 TOK=$(berth token create --name dash 2>"$T/tok.err")
@@ -66,6 +66,18 @@ check_eq "the token's machines: 200" 200 "$(code "${AUTH[@]}" "$URL/v1/machines"
 check_eq "they are the token owner's (root's m)" m "$(json machines.0.name <"$T/body")"
 check_eq "usage over HTTP: 200" 200 "$(code "${AUTH[@]}" "$URL/v1/usage")"
 check_match "usage has the machine's live rate" '"per_hour_nano":[1-9]' "$(cat "$T/body")"
+since=$(( $(date +%s) / 3600 * 3600 - 3600 ))
+check_eq "usage per hour (step=3600)" 200 "$(code "${AUTH[@]}" "$URL/v1/usage?since=$since&step=3600")"
+check "two hourly buckets whose sum is the total (each rounded down)" python3 -c '
+import json, sys
+u = json.load(open(sys.argv[1]))
+m = u["machines"][0]
+ok = u["step"] == 3600 and len(u["series"]) == 2 and len(m["series"]) == 2
+ok = ok and 0 <= m["total_nano"] - sum(m["series"]) <= 2 and u["series"] == m["series"]
+sys.exit(0 if ok else 1)' "$T/body"
+check_eq "a step giving too many buckets is refused" 400 \
+	"$(code "${AUTH[@]}" "$URL/v1/usage?since=0&step=60")"
+check_match "naming the step" "step '60'" "$(cat "$T/body")"
 check_eq "gateway routes do not exist over HTTP (epoch)" 404 "$(code "${AUTH[@]}" "$URL/v1/gateway/epoch")"
 check_eq "nor gateway auth" 404 "$(code "${AUTH[@]}" -X POST -d '{"key":"x"}' "$URL/v1/gateway/auth")"
 check_eq "/metrics is not served over HTTP" 404 "$(code "${AUTH[@]}" "$URL/metrics")"

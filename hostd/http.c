@@ -70,7 +70,7 @@ bad:
 		       "from 1 to 65535", listen);
 }
 
-/* The dashboard's files: web_dir, else web/ beside bin/ (a source tree),
+/* The dashboard's files: web_dir, else web/ of the source tree bin/ is in,
  * else the installed copy. */
 static void resolve_web(struct http *x)
 {
@@ -80,10 +80,14 @@ static void resolve_web(struct http *x)
 		snprintf(x->web, sizeof(x->web), "%s", x->h->cfg.web_dir);
 	} else {
 		snprintf(x->web, sizeof(x->web), "/usr/share/berth/web");
-		if (exe_dir(dir, sizeof(dir)) == 0) {
-			snprintf(probe, sizeof(probe), "%s/../web/index.html", dir);
-			if (access(probe, R_OK) == 0)
-				snprintf(x->web, sizeof(x->web), "%s/../web", dir);
+		/* bin/ of a source tree, or build/asan/bin/ (make asan). */
+		static const char *const up[] = { "..", "../../..", NULL };
+		for (int i = 0; up[i] && exe_dir(dir, sizeof(dir)) == 0; i++) {
+			snprintf(probe, sizeof(probe), "%s/%s/web/index.html", dir, up[i]);
+			if (access(probe, R_OK) == 0) {
+				snprintf(x->web, sizeof(x->web), "%s/%s/web", dir, up[i]);
+				break;
+			}
 		}
 	}
 	snprintf(probe, sizeof(probe), "%s/index.html", x->web);

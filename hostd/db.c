@@ -980,6 +980,57 @@ int db_usage_rows(struct db *db, const char *owner, const char *machine_id, int6
 	return rc;
 }
 
+static void sample_row_from(sqlite3_stmt *st, void *out)
+{
+	struct db_sample_row *r = out;
+
+	memset(r, 0, sizeof(*r));
+	copy_text(st, 0, r->machine_id, sizeof(r->machine_id));
+	r->s.t = sqlite3_column_int64(st, 1);
+	r->s.bytes = (uint64_t)sqlite3_column_int64(st, 2);
+}
+
+int db_samples_all(struct db *db, const char *owner, struct db_sample_row **out, size_t *n,
+		   struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT machine_id, t, bytes FROM storage_samples WHERE ?1 IS NULL OR"
+		   " machine_id IN (SELECT machine_id FROM ledger WHERE owner = ?1)"
+		   " ORDER BY machine_id, t", "s", owner);
+	if (st)
+		rc = collect(db, st, sizeof(**out), sample_row_from, (void **)out, n,
+			     "list samples", e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+static void id_from_row(sqlite3_stmt *st, void *out)
+{
+	copy_text(st, 0, out, 37);
+}
+
+int db_machine_ids(struct db *db, const char *owner, char (**out)[37], size_t *n,
+		   struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT id FROM machines WHERE ?1 IS NULL OR owner = ?1 ORDER BY id",
+		   "s", owner);
+	if (st)
+		rc = collect(db, st, 37, id_from_row, (void **)out, n, "list machine ids", e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
 /* ---- API tokens ------------------------------------------------------------ */
 
 #define TOKEN_COLS "id, owner, name, created, last_used"

@@ -199,6 +199,21 @@ struct db_usage_row {
 	uint64_t memory;
 	int64_t start, end;    /* end 0: still open */
 };
+/* One storage sample of a machine (db_samples_all). */
+struct db_sample_row {
+	char machine_id[37];
+	struct meter_sample s;
+};
+/* The samples of every machine that has ledger rows of OWNER (NULL: every
+ * machine), by machine id then time: one query for GET /v1/usage instead
+ * of one per machine.  *OUT malloc'd. */
+int db_samples_all(struct db *db, const char *owner, struct db_sample_row **out, size_t *n,
+		   struct err *e);
+/* The ids of OWNER's existing machines (NULL: everyone's), sorted as
+ * strcmp sorts them; *OUT malloc'd, 37 bytes each. */
+int db_machine_ids(struct db *db, const char *owner, char (**out)[37], size_t *n,
+		   struct err *e);
+
 /* Ledger rows of OWNER (NULL: everyone), of MACHINE_ID only when not
  * NULL, that end after SINCE, by machine then time; *OUT malloc'd. */
 int db_usage_rows(struct db *db, const char *owner, const char *machine_id, int64_t since,

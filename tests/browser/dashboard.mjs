@@ -135,6 +135,53 @@ try {
   check(`the CSV is named berth-usage-DATE.csv (${dl.suggestedFilename()})`,
     /^berth-usage-\d{4}-\d\d-\d\d\.csv$/.test(dl.suggestedFilename()), dl.suggestedFilename());
 
+  // Checkpoint, fork and delete from the page (no boot needed), then a
+  // machine made with the form, and deleted.
+  const apiGet = (path) => page.evaluate(async ([p, t]) => {
+    const r = await fetch(p, { headers: { Authorization: 'Bearer ' + t } });
+    return r.json();
+  }, [path, token]);
+  page.once('dialog', (d) => d.accept('c1'));
+  await page.click(`${card} button[data-action=checkpoint]`);
+  await step('checkpoint from the page: the API has c1', async () => {
+    for (let i = 0; i < 50; i++) {
+      const r = await apiGet(`/v1/machines/${machine}/checkpoints`);
+      if ((r.checkpoints || []).some((c) => c.name === 'c1')) return;
+      await page.waitForTimeout(200);
+    }
+    throw new Error('no checkpoint c1');
+  });
+  await page.waitForSelector(`${card}:not(.busy)`);
+  page.once('dialog', (d) => d.accept(`${machine}-fork`));
+  await page.click(`${card} button[data-action=fork]`);
+  await step('fork from the page: the new machine shows', () =>
+    page.waitForSelector(`[data-machine="${machine}-fork"]`, { timeout: 30000 }));
+  page.once('dialog', (d) => d.accept());
+  await page.click(`[data-machine="${machine}-fork"] button[data-action=delete]`);
+  await step('delete from the page (after confirming): the fork is gone', () =>
+    page.waitForSelector(`[data-machine="${machine}-fork"]`, { state: 'detached',
+      timeout: 30000 }));
+  await page.click('#create summary');
+  await page.fill('#create-form input[name=name]', 'web1');
+  await page.selectOption('#create-form select[name=memory]', '256M');
+  await page.click('#create-form button[type=submit]');
+  await step('create from the form: web1 shows, running', () =>
+    page.waitForSelector('[data-machine="web1"][data-state="running"]', { timeout: 60000 }));
+  page.once('dialog', (d) => d.accept());
+  await page.click('[data-machine="web1"] button[data-action=delete]');
+  await step('and deleted from the page', () =>
+    page.waitForSelector('[data-machine="web1"]', { state: 'detached', timeout: 60000 }));
+  await page.fill('#create-form input[name=name]', 'web1');
+  await page.fill('#create-form input[name=vcpus]', '3');  // the test's max_vcpus is 2
+  await page.click('#create-form button[type=submit]');
+  await step('a refused create shows the API\'s error', async () => {
+    await page.waitForSelector('#error:not([hidden])');
+    const msg = await page.textContent('#error-text');
+    if (!/vcpus|vCPU/i.test(msg)) throw new Error('error says: ' + msg);
+  });
+  await page.click('#error-close');
+  await page.click('#create summary');
+
   // Phone width.
   await page.setViewportSize({ width: 375, height: 740 });
   await page.waitForTimeout(300);

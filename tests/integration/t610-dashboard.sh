@@ -19,6 +19,7 @@ cat >"$STATE/berth.conf" <<CONF
 http_listen = 127.0.0.1:$PORT
 price_vcpu_hour = 3.6
 stop_timeout = 5
+max_vcpus = 2
 CONF
 start_hostd && build_tiny || { not_ok "hostd and image"; finish; }
 ok "hostd starts with its HTTP listener"

@@ -1321,9 +1321,9 @@ static enum MHD_Result send_reply(struct MHD_Connection *c, struct reply r, int6
 }
 
 enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url,
-			      const char *method, const char *version,
-			      const char *upload_data, size_t *upload_data_size,
-			      void **con_cls)
+			    const char *method, const char *version,
+			    const char *upload_data, size_t *upload_data_size,
+			    void **con_cls)
 {
 	struct api *a = cls;
 	struct req *r = *con_cls;
@@ -1394,7 +1394,7 @@ enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url
 }
 
 void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-		      enum MHD_RequestTerminationCode toe)
+		   enum MHD_RequestTerminationCode toe)
 {
 	struct req *r = *con_cls;
 

@@ -326,8 +326,9 @@ void http_stop(struct http *x)
 {
 	if (!x)
 		return;
+	/* The listening socket is libmicrohttpd's since it started: it
+	 * closes it. */
 	MHD_stop_daemon(x->d);
-	close(x->fd);
 	api_http_free(x->api);
 	free(x->cert);
 	free(x->key);

@@ -93,7 +93,6 @@ function handle(e) {
 function showLogin(msg) {
   $('dash').hidden = true;
   $('logout').hidden = true;
-  $('who').textContent = '';
   $('login').hidden = false;
   $('login-error').hidden = !msg;
   $('login-error').textContent = msg || '';

@@ -20,6 +20,7 @@ const state = {
   timer: null,
   ticker: null,
   loading: false,
+  again: false,        // a forced refresh is due after the one under way
 };
 
 class ApiError extends Error {
@@ -132,10 +133,14 @@ async function login(token) {
 
 // ---- data -----------------------------------------------------------------------
 
-// THROWING: the login's first call (errors go to the caller); FORCE: the
-// 24-hour series too (after an action).
+// THROWING: the login's first call (errors go to the caller); FORCE: after
+// an action, whose outcome must show: a refresh already under way may have
+// read the state before it, so one more follows it.
 async function refresh(throwing, force) {
-  if (state.loading && !throwing) return;
+  if (state.loading && !throwing) {
+    if (force) state.again = true;
+    return;
+  }
   state.loading = true;
   try {
     const [ms, usage] = await Promise.all([api('GET', '/v1/machines'), api('GET', '/v1/usage')]);
@@ -151,6 +156,10 @@ async function refresh(throwing, force) {
     render();
   } finally {
     state.loading = false;
+  }
+  if (state.again) {
+    state.again = false;
+    await refresh(false, true);
   }
 }
 

@@ -118,6 +118,23 @@ check_eq "the dashboard's stop went through the API: m is stopped" stopped "$(be
 check_match "the token's use is recorded" '^[0-9]+$' \
 	"$(berth token ls --json | json tokens.0.last_used)"
 
+# A token acts for its own user only: root makes one for alice (as
+# elsewhere, with X-Berth-User), a local user makes their own.
+ATOK=$(curl -s --unix-socket "$STATE/hostd.sock" -H 'X-Berth-User: alice' -X POST \
+	-d '{"name":"for-alice"}' http://berth/v1/tokens | json token)
+check_match "root makes a token for alice" '^berth_[0-9a-f]{64}$' "$ATOK"
+check_eq "alice's token sees none of root's machines" '{"machines":[]}' \
+	"$(curl -s -H "Authorization: Bearer $ATOK" "$URL/v1/machines")"
+check_eq "nor root's m by name (404)" 404 "$(code -H "Authorization: Bearer $ATOK" "$URL/v1/machines/m")"
+check_eq "nor can it stop it" 404 "$(code -H "Authorization: Bearer $ATOK" -X POST "$URL/v1/machines/m/stop")"
+check_eq "root's token list does not show alice's" "dash token" "$(berth token ls --json | python3 -c \
+	'import json,sys; print(" ".join(t["name"] for t in json.load(sys.stdin)["tokens"]))')"
+NTOK=$(setpriv --reuid=nobody --regid=nogroup --clear-groups "$BIN/berth" --state "$STATE" \
+	token create --name mine 2>/dev/null)
+check_match "a local user makes their own token" '^berth_[0-9a-f]{64}$' "$NTOK"
+check_eq "which lists nobody's machines: none" '{"machines":[]}' \
+	"$(curl -s -H "Authorization: Bearer $NTOK" "$URL/v1/machines")"
+
 # Revoked: refused at once.
 berth token rm "$ID2" >/dev/null
 check_eq "a revoked token: 401" 401 "$(code -H "Authorization: Bearer $TOK2" "$URL/v1/machines")"

@@ -35,8 +35,9 @@ HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/config.c hostd/db.c hostd/virt.c
                hostd/seed.c hostd/api.c hostd/machine.c hostd/image.c \
                hostd/keys.c hostd/checkpoint.c hostd/userkeys.c hostd/sessions.c \
                hostd/catalog.c hostd/zmem.c hostd/meter.c hostd/usage.c hostd/metrics.c \
-               hostd/idle.c
-CLI_SRC     := cli/main.c cli/client.c cli/up.c cli/image.c cli/usage.c
+               hostd/idle.c hostd/tokens.c hostd/http.c
+CLI_SRC     := cli/main.c cli/client.c cli/up.c cli/image.c cli/usage.c \
+               cli/token.c
 SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/pool.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 

@@ -37,6 +37,7 @@ static const char usage_text[] =
 	"  image export MACHINE[@CHECKPOINT] FILE.zst [--force]\n"
 	"  usage [--since T] [--all] [--csv]  cost per machine and per user (T: epoch, 24h, 7d, 2026-11-01)\n"
 	"  key add FILE|- | key ls | key rm ID   your SSH public keys (for ssh NAME@host)\n"
+	"  token create [--name N] | token ls | token rm ID   API tokens (the dashboard's login)\n"
 	"\n"
 	"  --state DIR   state directory of the hostd to talk to (default $BERTH_STATE or /var/lib/berth)\n"
 	"  --json        machine-readable output\n";
@@ -785,7 +786,9 @@ int main(int argc, char **argv)
 		return cmd_key(&c, nargs, args);
 	if (!strcmp(cmd, "usage"))
 		return cmd_usage(&c, nargs, args);
-	if (!strcmp(cmd, "desktop") || !strcmp(cmd, "token")) {
+	if (!strcmp(cmd, "token"))
+		return cmd_token(&c, nargs, args);
+	if (!strcmp(cmd, "desktop")) {
 		fprintf(stderr, "berth: '%s' is not implemented yet\n", cmd);
 		return 2;
 	}

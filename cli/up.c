@@ -317,6 +317,13 @@ int cmd_up(struct client *c, int argc, char **argv)
 		printf("  ssh -i %s/keys/gateway -p %lld -o StrictHostKeyChecking=no root@%s"
 		       "   # straight to the VM\n", c->state, port, host);
 	printf("  bin/berth --state %s down\n\n", c->state);
+	const char *dash = json_string_value(json_object_get(info, "dashboard"));
+	if (dash)
+		printf("Dashboard: %s  (log in with the token `bin/berth --state %s token create` "
+		       "prints)\n\n", dash, c->state);
+	else
+		printf("No dashboard: http_listen is off or its address is taken (see %s/hostd.log)"
+		       "\n\n", c->state);
 	json_decref(m);
 	json_decref(info);
 	if (detach)

@@ -22,6 +22,7 @@
 #include "hostd/machine.h"
 #include "hostd/metrics.h"
 #include "hostd/sessions.h"
+#include "hostd/tokens.h"
 #include "hostd/usage.h"
 #include "hostd/userkeys.h"
 #include "common/banned.h"
@@ -33,7 +34,12 @@ struct api {
 	struct MHD_Daemon *d;
 	int fd;
 	char path[108];
+	bool http;      /* the HTTP listener's: callers are bearer tokens */
 };
+
+/* The uid of every caller over HTTP: no one's, so neither root's routes
+ * nor the gateway's answer it. */
+#define HTTP_UID ((uid_t)-1)
 
 /* What a handler returns: status and a JSON body (reference taken), or a
  * response that streams its body (an export). */
@@ -140,6 +146,34 @@ static int peer_owner(struct MHD_Connection *c, char *out, size_t outlen, uid_t 
 		snprintf(out, outlen, "uid%u", (unsigned)cred.uid);
 	else
 		snprintf(out, outlen, "%s", res->pw_name);
+	return 0;
+}
+
+/* Who is calling, decided here for both listeners.  On the UNIX socket:
+ * the peer's user (peer_owner).  Over HTTP: the user of the bearer token
+ * (`Authorization: Bearer SECRET`), with *UID = HTTP_UID; 401
+ * "unauthorized" without one, 401 "invalid_token" for a bad or revoked
+ * one, 403 for an X-Berth-User header (no one acts for others over HTTP). */
+static int caller(struct api *a, struct MHD_Connection *c, char *out, size_t outlen,
+		  uid_t *uid, struct err *e)
+{
+	const char *auth, *p;
+	struct token t;
+
+	if (!a->http)
+		return peer_owner(c, out, outlen, uid, e);
+	*uid = HTTP_UID;
+	if (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Berth-User"))
+		return err_set(e, 403, "forbidden", "X-Berth-User is not accepted over HTTP");
+	auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	if (!auth || strncasecmp(auth, "Bearer ", 7) != 0)
+		return err_set(e, 401, "unauthorized", "an API token is required: "
+			       "Authorization: Bearer TOKEN (berth token create makes one)");
+	for (p = auth + 7; *p == ' '; p++)
+		;
+	if (token_check(a->h, p, &t, e) < 0)
+		return -1;
+	snprintf(out, outlen, "%s", t.owner);
 	return 0;
 }
 
@@ -268,13 +302,14 @@ static struct reply do_info(struct api *a)
 		json_object_set_new(st, "total", json_integer((json_int_t)pi.total_bytes));
 		json_object_set_new(st, "used", json_integer((json_int_t)pi.used_bytes));
 	}
-	return ok(200, json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:s, s:I, s:s}",
+	return ok(200, json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:s, s:I, s:s, s:s?}",
 				 "version", VERSION, "hypervisor", virt_hypervisor(h->virt),
 				 "libvirt", virt_version(h->virt), "storage", st,
 				 "network", h->cfg.network, "instance", h->instance,
 				 "state_dir", h->cfg.state_dir,
 				 "uptime_ms", (json_int_t)(mono_ms() - h->started_ms),
-				 "hypervisor_note", virt_why_tcg(h->virt)));
+				 "hypervisor_note", virt_why_tcg(h->virt),
+				 "dashboard", h->dashboard_url[0] ? h->dashboard_url : NULL));
 }
 
 static json_t *machine_out(struct api *a, const struct machine *m)
@@ -572,7 +607,7 @@ static struct import *start_import(struct api *a, struct MHD_Connection *c, cons
 						     MHD_HTTP_HEADER_CONTENT_LENGTH);
 	struct import *im;
 
-	if (peer_owner(c, owner, sizeof(owner), &uid, &e) < 0) {
+	if (caller(a, c, owner, sizeof(owner), &uid, &e) < 0) {
 		*early = fail(&e);
 		return NULL;
 	}
@@ -740,7 +775,19 @@ static struct reply do_usage(struct api *a, struct MHD_Connection *c, const char
 	}
 	if (all && strcmp(all, "1") == 0 && uid != 0)
 		return fail_now(403, "forbidden", "only root may see every user's usage");
-	json_t *j = usage_json(a->h, all && strcmp(all, "1") == 0 ? NULL : owner, since, now, &e);
+	/* step=S: the cost per S-second bucket too (the dashboard's chart). */
+	const char *step_s = query_arg(c, "step");
+	int64_t step = 0;
+	if (step_s) {
+		errno = 0;
+		step = strtoll(step_s, &end, 10);
+		if (errno || *end || step < 60 || step > 31 * 86400 || (now - since) / step >= 1000)
+			return fail_now(400, "invalid_step", "step '%s' is not a number of seconds "
+					"from 60 to 2678400 giving at most 1000 buckets since %lld",
+					step_s, (long long)since);
+	}
+	json_t *j = usage_json_series(a->h, all && strcmp(all, "1") == 0 ? NULL : owner, since,
+				      now, step, &e);
 	return j ? ok(200, j) : fail(&e);
 }
 
@@ -909,6 +956,66 @@ static struct reply do_key_delete(struct api *a, const char *owner, const char *
 	if (db_key_delete(a->h->db, owner, id, &e) < 0)
 		return fail(&e);
 	log_info("key %lld of %s removed", (long long)id, owner);
+	return ok(200, json_pack("{s:I}", "deleted", (json_int_t)id));
+}
+
+static struct reply do_tokens(struct api *a, const char *owner)
+{
+	struct token *ts;
+	size_t n;
+	struct err e = { 0 };
+	json_t *arr;
+
+	if (db_token_list(a->h->db, owner, &ts, &n, &e) < 0)
+		return fail(&e);
+	arr = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(arr, token_json(&ts[i]));
+	free(ts);
+	return ok(200, json_pack("{s:o}", "tokens", arr));
+}
+
+/* POST /v1/tokens {"name"}: the secret is in this answer and nowhere
+ * else. */
+static struct reply do_token_create(struct api *a, const char *owner, const struct buf *body)
+{
+	static const char *const allowed[] = { "name", NULL };
+	struct err e = { 0 };
+	struct token t;
+	char secret[TOKEN_SECRET_LEN + 1];
+	json_t *j = api_parse_body(body, allowed, &e), *v;
+	struct reply rep;
+
+	if (!j)
+		return fail(&e);
+	v = json_object_get(j, "name");
+	if (v && !json_is_string(v)) {
+		json_decref(j);
+		return fail_now(400, "invalid_token_name", "name must be a string");
+	}
+	if (token_create(a->h, owner, v ? json_string_value(v) : NULL, &t, secret,
+			 sizeof(secret), &e) < 0) {
+		rep = fail(&e);
+	} else {
+		rep = ok(201, token_json(&t));
+		json_object_set_new(rep.body, "token", json_string(secret));
+	}
+	memset(secret, 0, sizeof(secret));
+	json_decref(j);
+	return rep;
+}
+
+static struct reply do_token_delete(struct api *a, const char *owner, const char *id_s)
+{
+	struct err e = { 0 };
+	int64_t id = parse_id(id_s);
+
+	if (id < 0)
+		return fail_now(400, "invalid_id", "invalid token id '%.40s': a positive integer "
+				"(berth token ls shows them)", id_s);
+	if (db_token_delete(a->h->db, owner, id, &e) < 0)
+		return fail(&e);
+	log_info("token %lld of %s revoked", (long long)id, owner);
 	return ok(200, json_pack("{s:I}", "deleted", (json_int_t)id));
 }
 
@@ -1136,7 +1243,7 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 	bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST"),
 	     del = !strcmp(method, "DELETE");
 
-	if (peer_owner(c, owner, sizeof(owner), &uid, &e) < 0)
+	if (caller(a, c, owner, sizeof(owner), &uid, &e) < 0)
 		return fail(&e);
 	if (strlen(url) >= sizeof(path))
 		return fail_now(414, "uri_too_long", "request path too long");
@@ -1145,6 +1252,9 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 	/* The gateway user's calls are confined to the gateway routes, and
 	 * those are for it and root alone. */
 	bool gateway_route = n >= 2 && !strcmp(seg[0], "v1") && !strcmp(seg[1], "gateway");
+	/* The gateways' routes do not exist over HTTP. */
+	if (a->http && (gateway_route || n < 1 || strcmp(seg[0], "v1") != 0))
+		return fail_now(404, "not_found", "no route %s %s", method, url);
 	bool gateway_user = a->h->has_gateway && uid == a->h->gateway_uid;
 	if (gateway_user && !gateway_route)
 		return fail_now(403, "forbidden", "the gateway user %s may use only the "
@@ -1220,6 +1330,14 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 		if (n == 4 && post)
 			return do_action(a, owner, seg[2], seg[3], body);
 	}
+	if (!strcmp(seg[1], "tokens")) {
+		if (n == 2 && get)
+			return do_tokens(a, owner);
+		if (n == 2 && post)
+			return do_token_create(a, owner, body);
+		if (n == 3 && del)
+			return do_token_delete(a, owner, seg[2]);
+	}
 	if (!strcmp(seg[1], "keys")) {
 		if (n == 2 && get)
 			return do_keys(a, owner);
@@ -1282,6 +1400,8 @@ static enum MHD_Result send_reply(struct MHD_Connection *c, struct reply r, int6
 	text[len] = '\0';
 	resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
 	MHD_add_response_header(resp, "Content-Type", "application/json");
+	if (r.status == 401)
+		MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
 	/* total and the part spent in libvirt and external tools: the rest
 	 * is hostd's own overhead (bench/ reads this). */
 	int64_t total = mono_us() - t0;
@@ -1294,10 +1414,10 @@ static enum MHD_Result send_reply(struct MHD_Connection *c, struct reply r, int6
 	return ret;
 }
 
-static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
-			      const char *method, const char *version,
-			      const char *upload_data, size_t *upload_data_size,
-			      void **con_cls)
+enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url,
+			    const char *method, const char *version,
+			    const char *upload_data, size_t *upload_data_size,
+			    void **con_cls)
 {
 	struct api *a = cls;
 	struct req *r = *con_cls;
@@ -1367,8 +1487,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	return send_reply(c, rep, r->t0);
 }
 
-static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
-		      enum MHD_RequestTerminationCode toe)
+void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+		   enum MHD_RequestTerminationCode toe)
 {
 	struct req *r = *con_cls;
 
@@ -1424,9 +1544,9 @@ struct api *api_start(struct hostd *h, const char *path, struct err *e)
 	}
 	a->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
 				MHD_USE_ERROR_LOG,
-				0, NULL, NULL, handle, a,
+				0, NULL, NULL, api_handler, a,
 				MHD_OPTION_LISTEN_SOCKET, a->fd,
-				MHD_OPTION_NOTIFY_COMPLETED, completed, a,
+				MHD_OPTION_NOTIFY_COMPLETED, api_completed, a,
 				MHD_OPTION_CONNECTION_TIMEOUT, 0u,
 				MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1 << 20),
 				/* Room for large reads of an image upload. */
@@ -1452,5 +1572,22 @@ void api_stop(struct api *a)
 	MHD_stop_daemon(a->d);
 	close(a->fd);
 	unlink(a->path);
+	free(a);
+}
+
+struct api *api_http_new(struct hostd *h)
+{
+	struct api *a = calloc(1, sizeof(*a));
+
+	if (!a)
+		abort();
+	a->h = h;
+	a->fd = -1;
+	a->http = true;
+	return a;
+}
+
+void api_http_free(struct api *a)
+{
 	free(a);
 }

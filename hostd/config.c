@@ -60,6 +60,10 @@ static const struct copt options[] = {
 	DUR("idle_timeout", idle_timeout_s, -1, 366L * 86400),
 	INT("idle_cpu_percent", idle_cpu_percent, 0, 100),
 	DUR("idle_check_interval", idle_check_s, 1, 3600),
+	STR("http_listen", http_listen, NULL),
+	STR("tls_cert", tls_cert, NULL),
+	STR("tls_key", tls_key, NULL),
+	STR("web_dir", web_dir, NULL),
 };
 
 void config_defaults(struct config *c, const char *state_dir)
@@ -94,6 +98,7 @@ void config_defaults(struct config *c, const char *state_dir)
 	c->idle_timeout_s = 15 * 60;
 	c->idle_cpu_percent = 5;
 	c->idle_check_s = 30;
+	snprintf(c->http_listen, sizeof(c->http_listen), "%s", HTTP_LISTEN_DEFAULT);
 }
 
 int config_set(struct config *c, const char *key, const char *value,

@@ -42,7 +42,13 @@ struct config {
 					  suspended (seconds; -1 = never); per machine too */
 	int idle_cpu_percent;          /* quiet: its vCPUs used less than this % of one */
 	int64_t idle_check_s;          /* how often the policy looks */
+	char http_listen[80];          /* dashboard + API over HTTP: "ADDR:PORT" ("" = off) */
+	char tls_cert[PATH_MAX];       /* PEM files: HTTPS when both are set */
+	char tls_key[PATH_MAX];
+	char web_dir[PATH_MAX];        /* the dashboard's files ("" = next to the binary) */
 };
+
+#define HTTP_LISTEN_DEFAULT "127.0.0.1:8080"
 
 /* Defaults for STATE_DIR. */
 void config_defaults(struct config *c, const char *state_dir);

@@ -58,7 +58,14 @@ static const char schema[] =
 	 * (a row only when the number changes). */
 	"CREATE TABLE IF NOT EXISTS storage_samples("
 	"  machine_id TEXT NOT NULL, t INTEGER NOT NULL, bytes INTEGER NOT NULL,"
-	"  PRIMARY KEY(machine_id, t));";
+	"  PRIMARY KEY(machine_id, t));"
+	/* API tokens of the HTTP listener: only the sha256 of the secret is
+	 * kept; last_used is 0 until the first use. */
+	"CREATE TABLE IF NOT EXISTS tokens("
+	"  id INTEGER PRIMARY KEY, owner TEXT NOT NULL, name TEXT NOT NULL,"
+	"  hash TEXT NOT NULL UNIQUE, created INTEGER NOT NULL,"
+	"  last_used INTEGER NOT NULL DEFAULT 0);"
+	"CREATE INDEX IF NOT EXISTS tokens_owner ON tokens(owner, id);";
 
 static int sql_err(struct db *db, struct err *e, const char *what)
 {
@@ -1038,4 +1045,161 @@ int db_usage_rows(struct db *db, const char *owner, const char *machine_id, int6
 			     "usage", e);
 	pthread_mutex_unlock(&db->lock);
 	return rc;
+}
+
+static void sample_row_from(sqlite3_stmt *st, void *out)
+{
+	struct db_sample_row *r = out;
+
+	memset(r, 0, sizeof(*r));
+	copy_text(st, 0, r->machine_id, sizeof(r->machine_id));
+	r->s.t = sqlite3_column_int64(st, 1);
+	r->s.bytes = (uint64_t)sqlite3_column_int64(st, 2);
+}
+
+int db_samples_all(struct db *db, const char *owner, struct db_sample_row **out, size_t *n,
+		   struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT machine_id, t, bytes FROM storage_samples WHERE ?1 IS NULL OR"
+		   " machine_id IN (SELECT machine_id FROM ledger WHERE owner = ?1)"
+		   " ORDER BY machine_id, t", "s", owner);
+	if (st)
+		rc = collect(db, st, sizeof(**out), sample_row_from, (void **)out, n,
+			     "list samples", e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+static void id_from_row(sqlite3_stmt *st, void *out)
+{
+	copy_text(st, 0, out, 37);
+}
+
+int db_machine_ids(struct db *db, const char *owner, char (**out)[37], size_t *n,
+		   struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT id FROM machines WHERE ?1 IS NULL OR owner = ?1 ORDER BY id",
+		   "s", owner);
+	if (st)
+		rc = collect(db, st, 37, id_from_row, (void **)out, n, "list machine ids", e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+/* ---- API tokens ------------------------------------------------------------ */
+
+#define TOKEN_COLS "id, owner, name, created, last_used"
+
+static void token_from_row(sqlite3_stmt *st, void *out)
+{
+	struct token *t = out;
+
+	memset(t, 0, sizeof(*t));
+	t->id = sqlite3_column_int64(st, 0);
+	copy_text(st, 1, t->owner, sizeof(t->owner));
+	copy_text(st, 2, t->name, sizeof(t->name));
+	t->created = sqlite3_column_int64(st, 3);
+	t->last_used = sqlite3_column_int64(st, 4);
+}
+
+int db_token_insert(struct db *db, struct token *t, const char *hash, int max,
+		    struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	t->created = now_s();
+	t->last_used = 0;
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT count(*) FROM tokens WHERE owner = ?", "s", t->owner);
+	if (!st)
+		goto out;
+	if (sqlite3_step(st) != SQLITE_ROW) {
+		sql_err(db, e, "count tokens");
+		sqlite3_finalize(st);
+		goto out;
+	}
+	if (sqlite3_column_int(st, 0) >= max) {
+		sqlite3_finalize(st);
+		err_set(e, 409, "too_many_tokens", "%s has %d tokens already, the most one user "
+			"may have: remove one first (berth token rm ID)", t->owner, max);
+		goto out;
+	}
+	sqlite3_finalize(st);
+	rc = execute(db, e, "insert token",
+		     "INSERT INTO tokens(owner, name, hash, created, last_used) VALUES(?,?,?,?,0)",
+		     "sssI", t->owner, t->name, hash, t->created);
+	if (rc == 0)
+		t->id = sqlite3_last_insert_rowid(db->h);
+out:
+	pthread_mutex_unlock(&db->lock);
+	return rc == 0 ? 0 : -1;
+}
+
+int db_token_list(struct db *db, const char *owner, struct token **out, size_t *n,
+		  struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT " TOKEN_COLS " FROM tokens WHERE owner = ? ORDER BY id", "s",
+		   owner);
+	if (st)
+		rc = collect(db, st, sizeof(**out), token_from_row, (void **)out, n,
+			     "list tokens", e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_token_find(struct db *db, const char *hash, struct token *t, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT " TOKEN_COLS " FROM tokens WHERE hash = ?", "s", hash);
+	if (st) {
+		switch (sqlite3_step(st)) {
+		case SQLITE_ROW: token_from_row(st, t); rc = 0; break;
+		case SQLITE_DONE: err_set(e, 401, "invalid_token", "invalid or revoked token"); break;
+		default: sql_err(db, e, "select token");
+		}
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_token_touch(struct db *db, int64_t id, int64_t t, struct err *e)
+{
+	return execute_locked(db, e, "touch token", "UPDATE tokens SET last_used = ? WHERE id = ?",
+			      "II", t, id) == 0 ? 0 : -1;
+}
+
+int db_token_delete(struct db *db, const char *owner, int64_t id, struct err *e)
+{
+	int rc;
+
+	pthread_mutex_lock(&db->lock);
+	rc = execute(db, e, "delete token", "DELETE FROM tokens WHERE id = ? AND owner = ?", "Is",
+		     id, owner);
+	if (rc == 0 && sqlite3_changes(db->h) == 0)
+		rc = err_set(e, 404, "not_found", "no token %lld", (long long)id);
+	pthread_mutex_unlock(&db->lock);
+	return rc == 0 ? 0 : -1;
 }

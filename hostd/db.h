@@ -153,6 +153,30 @@ int db_key_find(struct db *db, const char *type, const char *blob, struct userke
  * or another user's. */
 int db_key_delete(struct db *db, const char *owner, int64_t id, struct err *e);
 
+/* An API token of the HTTP listener (hostd/tokens.c): the secret itself is
+ * never stored, only its sha256. */
+struct token {
+	int64_t id;
+	char owner[64];
+	char name[64];
+	int64_t created;      /* seconds since the epoch */
+	int64_t last_used;    /* 0: never */
+};
+
+/* Insert T (owner, name) with HASH (hex sha256 of the secret), setting
+ * T->id and T->created.  409 "too_many_tokens" when T->owner has MAX. */
+int db_token_insert(struct db *db, struct token *t, const char *hash, int max,
+		    struct err *e);
+/* OWNER's tokens, oldest first; *OUT malloc'd (free it), *N its length. */
+int db_token_list(struct db *db, const char *owner, struct token **out, size_t *n,
+		  struct err *e);
+/* The token whose secret hashes to HASH.  401 "invalid_token" when none. */
+int db_token_find(struct db *db, const char *hash, struct token *t, struct err *e);
+/* Token ID was used at T. */
+int db_token_touch(struct db *db, int64_t id, int64_t t, struct err *e);
+/* Remove OWNER's token ID.  404 "not_found" when missing or another's. */
+int db_token_delete(struct db *db, const char *owner, int64_t id, struct err *e);
+
 /* Ledger rows of machine ID (all when NULL) as a JSON-ready callback walk:
  * FN(state, start, end (0 = open), data). */
 int db_ledger_walk(struct db *db, const char *id,
@@ -194,6 +218,21 @@ struct db_usage_row {
 	uint64_t memory;
 	int64_t start, end;    /* end 0: still open */
 };
+/* One storage sample of a machine (db_samples_all). */
+struct db_sample_row {
+	char machine_id[37];
+	struct meter_sample s;
+};
+/* The samples of every machine that has ledger rows of OWNER (NULL: every
+ * machine), by machine id then time: one query for GET /v1/usage instead
+ * of one per machine.  *OUT malloc'd. */
+int db_samples_all(struct db *db, const char *owner, struct db_sample_row **out, size_t *n,
+		   struct err *e);
+/* The ids of OWNER's existing machines (NULL: everyone's), sorted as
+ * strcmp sorts them; *OUT malloc'd, 37 bytes each. */
+int db_machine_ids(struct db *db, const char *owner, char (**out)[37], size_t *n,
+		   struct err *e);
+
 /* Ledger rows of OWNER (NULL: everyone), of MACHINE_ID only when not
  * NULL, that end after SINCE, by machine then time; *OUT malloc'd. */
 int db_usage_rows(struct db *db, const char *owner, const char *machine_id, int64_t since,

@@ -38,6 +38,7 @@ struct hostd {
 	bool has_gateway;
 	uid_t gateway_uid;
 	struct sessions *sessions;  /* the gateways' live sessions */
+	char dashboard_url[160];    /* the HTTP listener's, "" when off (hostd/http.c) */
 
 	struct idle *idle;          /* the idle policy (hostd/idle.c) */
 

@@ -26,6 +26,7 @@
 #include "hostd/api.h"
 #include "hostd/hostd.h"
 #include "hostd/idle.h"
+#include "hostd/http.h"
 #include "hostd/image.h"
 #include "hostd/machine.h"
 #include "hostd/usage.h"
@@ -136,6 +137,7 @@ int main(int argc, char **argv)
 	char path[PATH_MAX], vols[PATH_MAX];
 	struct err e = { 0 };
 	struct api *api = NULL;
+	struct http *http = NULL;
 	sigset_t sigs;
 	int c, sig, lock_fd = -1, rc = 1;
 	enum log_level lvl;
@@ -238,6 +240,9 @@ int main(int argc, char **argv)
 	api = api_start(&h, path, &e);
 	if (!api)
 		goto fail;
+	/* The dashboard and the API over HTTP, for token holders. */
+	if (http_start(&h, &http, &e) < 0)
+		goto fail;
 	snprintf(path, sizeof(path), "%s/hostd.pid", state);
 	{
 		char pid[32];
@@ -251,12 +256,14 @@ int main(int argc, char **argv)
 			break;
 	}
 	log_info("signal %d: stopping (machines keep running)", sig);
+	http_stop(http);
 	api_stop(api);
 	unlink(path);
 	rc = 0;
 	goto out;
 fail:
 	log_error("%s", e.msg);
+	api_stop(api);
 out:
 	idle_stop(&h);
 	usage_stop(&h);

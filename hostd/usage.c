@@ -192,15 +192,15 @@ static json_t *money(uint64_t nano)
 	return json_string(s);
 }
 
-/* One machine's meter over [SINCE, NOW) from its ledger rows R[0..N);
+/* One machine's meter over [SINCE, NOW) from its ledger rows R[0..N) and
+ * its storage samples S[0..NS) (by time; changed and restored here);
  * *LAST (may be NULL) gets the bytes of its latest storage sample. */
-static void machine_meter(struct hostd *h, const struct db_usage_row *r, size_t n,
-			  int64_t since, int64_t now, const struct price *p, size_t np,
-			  struct meter *m, uint64_t *last)
+static void meter_of(const struct db_usage_row *r, size_t n, int64_t since, int64_t now,
+		     const struct price *p, size_t np, struct meter_sample *s, size_t ns,
+		     struct meter *m, uint64_t *last)
 {
-	struct meter_sample *s = NULL;
-	size_t ns = 0, k = 0;
-	int64_t end = r[n - 1].end ? r[n - 1].end : now;
+	size_t k = 0;
+	int64_t end = r[n - 1].end ? r[n - 1].end : now, saved;
 
 	for (size_t i = 0; i < n; i++) {
 		struct meter_interval iv = {
@@ -211,16 +211,31 @@ static void machine_meter(struct hostd *h, const struct db_usage_row *r, size_t 
 		};
 		meter_add_interval(m, &iv, p, np);
 	}
-	if (db_samples(h->db, r[0].machine_id, &s, &ns, NULL) < 0)
+	if (!ns)
 		return;
-	if (last && ns)
+	if (last)
 		*last = s[ns - 1].bytes;
 	/* From SINCE on: the last sample before it holds from SINCE. */
 	while (k + 1 < ns && s[k + 1].t <= since)
 		k++;
-	if (k < ns && s[k].t < since)
+	saved = s[k].t;
+	if (s[k].t < since)
 		s[k].t = since;
 	meter_add_storage(m, s + k, ns - k, end, p, np);
+	s[k].t = saved;
+}
+
+/* The same, reading the machine's samples from the database. */
+static void machine_meter(struct hostd *h, const struct db_usage_row *r, size_t n,
+			  int64_t since, int64_t now, const struct price *p, size_t np,
+			  struct meter *m, uint64_t *last)
+{
+	struct meter_sample *s = NULL;
+	size_t ns = 0;
+
+	if (db_samples(h->db, r[0].machine_id, &s, &ns, NULL) < 0)
+		ns = 0;
+	meter_of(r, n, since, now, p, np, s, ns, m, last);
 	free(s);
 }
 
@@ -243,6 +258,73 @@ static int load_prices(struct hostd *h, struct price **p, size_t *np, char *curr
 	return 0;
 }
 
+/* The rate per hour, in nano-units, of a machine in STATE with VCPUS and
+ * MEMORY allocating BYTES of storage: compute while running, storage
+ * always. */
+static uint64_t rate_nano(const struct price *pr, const char *state, int vcpus,
+			  uint64_t memory, uint64_t bytes)
+{
+	unsigned __int128 per_hour = (unsigned __int128)pr->storage_gib_month * bytes / 730 /
+				     (1ull << 30);
+
+	if (billed_running(state))
+		per_hour += (unsigned __int128)pr->vcpu_hour * (unsigned)vcpus +
+			    (unsigned __int128)pr->memory_gib_hour * memory / (1ull << 30);
+	return (uint64_t)per_hour;
+}
+
+/* The cost of machine rows R[0..N) with samples S[0..NS) in each of NB
+ * buckets of STEP seconds from SINCE (the last one ends at NOW), into
+ * OUT[0..NB), each rounded down once. */
+static void machine_series(const struct db_usage_row *r, size_t n, struct meter_sample *s,
+			   size_t ns, int64_t since, int64_t now, int64_t step,
+			   const struct price *p, size_t np, uint64_t *out, size_t nb)
+{
+	int64_t life_end = r[n - 1].end ? r[n - 1].end : now;
+
+	for (size_t b = 0; b < nb; b++) {
+		int64_t b0 = since + (int64_t)b * step, b1 = b0 + step < now ? b0 + step : now;
+		int64_t send = b1 < life_end ? b1 : life_end;
+		struct meter m = { 0 };
+
+		for (size_t i = 0; i < n; i++) {
+			struct meter_interval iv = {
+				.start = r[i].start < b0 ? b0 : r[i].start,
+				.end = r[i].end && r[i].end < b1 ? r[i].end : b1,
+				.running = billed_running(r[i].state),
+				.vcpus = r[i].vcpus, .memory = r[i].memory,
+			};
+			meter_add_interval(&m, &iv, p, np);
+		}
+		if (ns && send > b0) {
+			/* The last sample at or before B0 holds from B0. */
+			size_t k = 0;
+			while (k + 1 < ns && s[k + 1].t <= b0)
+				k++;
+			int64_t saved = s[k].t;
+			if (s[k].t < b0)
+				s[k].t = b0;
+			meter_add_storage(&m, s + k, ns - k, send, p, np);
+			s[k].t = saved;
+		}
+		out[b] = meter_total_nano(&m);
+	}
+}
+
+static int id_cmp(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+static json_t *series_json(const uint64_t *v, size_t n)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(a, json_integer((json_int_t)v[i]));
+	return a;
+}
+
 struct user_meter {
 	char owner[64];
 	struct meter m;
@@ -262,6 +344,21 @@ static json_t *meter_json(const struct meter *m)
 json_t *usage_json(struct hostd *h, const char *owner, int64_t since, int64_t now,
 		   struct err *e)
 {
+	return usage_json_series(h, owner, since, now, 0, e);
+}
+
+json_t *usage_json_series(struct hostd *h, const char *owner, int64_t since, int64_t now,
+			  int64_t step, struct err *e)
+{
+	size_t nb = step > 0 && now > since ? (size_t)((now - since + step - 1) / step) : 0;
+	uint64_t *bucket = calloc(nb ? nb : 1, sizeof(*bucket));
+	uint64_t *total_series = calloc(nb ? nb : 1, sizeof(*total_series));
+	/* Every machine's samples and which machines exist, in one query each
+	 * (not two per machine). */
+	struct db_sample_row *sr = NULL;
+	struct meter_sample *ss = NULL;
+	char (*ids)[37] = NULL;
+	size_t nsr = 0, nids = 0, cur = 0;
 	struct db_usage_row *r = NULL;
 	struct price *p = NULL;
 	struct user_meter *um = NULL;
@@ -270,9 +367,18 @@ json_t *usage_json(struct hostd *h, const char *owner, int64_t since, int64_t no
 	json_t *machines = json_array(), *users = json_array(), *out = NULL;
 	struct meter total = { 0 };
 
+	if (!bucket || !total_series)
+		abort();
 	if (load_prices(h, &p, &np, currency, sizeof(currency), e) < 0 ||
-	    db_usage_rows(h->db, owner, NULL, since, &r, &n, e) < 0)
+	    db_usage_rows(h->db, owner, NULL, since, &r, &n, e) < 0 ||
+	    db_samples_all(h->db, owner, &sr, &nsr, e) < 0 ||
+	    db_machine_ids(h->db, owner, &ids, &nids, e) < 0)
 		goto out;
+	ss = calloc(nsr ? nsr : 1, sizeof(*ss));
+	if (!ss)
+		abort();
+	for (size_t k = 0; k < nsr; k++)
+		ss[k] = sr[k].s;
 	/* Rows come by machine; a user's machines need not be adjacent. */
 	um = calloc(n ? n : 1, sizeof(*um));
 	if (!um)
@@ -282,15 +388,34 @@ json_t *usage_json(struct hostd *h, const char *owner, int64_t since, int64_t no
 		while (j < n && !strcmp(r[j].machine_id, r[i].machine_id))
 			j++;
 		struct meter m = { 0 };
-		struct machine cur;
 		const struct db_usage_row *last = &r[j - 1];
-		machine_meter(h, r + i, j - i, since, now, p, np, &m, NULL);
+		uint64_t bytes = 0, rate = 0;
+		/* Its samples: both lists are sorted by machine id. */
+		while (cur < nsr && strcmp(sr[cur].machine_id, r[i].machine_id) < 0)
+			cur++;
+		size_t s0 = cur;
+		while (cur < nsr && !strcmp(sr[cur].machine_id, r[i].machine_id))
+			cur++;
+		meter_of(r + i, j - i, since, now, p, np, ss + s0, cur - s0, &m, &bytes);
 		json_t *mj = meter_json(&m);
+		/* Its rate now (the dashboard's live counter): 0 once deleted. */
+		if (!last->end && np)
+			rate = rate_nano(&p[np - 1], last->state, last->vcpus, last->memory, bytes);
+		json_object_set_new(mj, "state", json_string(last->end ? "deleted" : last->state));
+		json_object_set_new(mj, "per_hour", money(rate));
+		json_object_set_new(mj, "per_hour_nano", json_integer((json_int_t)rate));
+		if (step > 0) {
+			machine_series(r + i, j - i, ss + s0, cur - s0, since, now, step, p, np,
+				       bucket, nb);
+			for (size_t b = 0; b < nb; b++)
+				total_series[b] += bucket[b];
+			json_object_set_new(mj, "series", series_json(bucket, nb));
+		}
 		json_object_set_new(mj, "machine_id", json_string(last->machine_id));
 		json_object_set_new(mj, "owner", json_string(last->owner));
 		json_object_set_new(mj, "name", json_string(last->name));
 		json_object_set_new(mj, "deleted", json_boolean(
-			db_machine_get_id(h->db, last->machine_id, &cur, NULL) < 0));
+			!bsearch(last->machine_id, ids, nids, sizeof(*ids), id_cmp)));
 		json_array_append_new(machines, mj);
 		/* Per user: the exact sums, rounded once. */
 		for (u = 0; u < nu && strcmp(um[u].owner, last->owner); u++)
@@ -311,7 +436,16 @@ json_t *usage_json(struct hostd *h, const char *owner, int64_t since, int64_t no
 			"machines", machines, "users", users,
 			"total", money(meter_total_nano(&total)),
 			"total_nano", (json_int_t)meter_total_nano(&total));
+	if (step > 0) {
+		json_object_set_new(out, "step", json_integer(step));
+		json_object_set_new(out, "series", series_json(total_series, nb));
+	}
 out:
+	free(bucket);
+	free(total_series);
+	free(sr);
+	free(ss);
+	free(ids);
 	json_decref(machines);
 	json_decref(users);
 	free(um);
@@ -335,17 +469,12 @@ void usage_machine(struct hostd *h, const struct machine *m, json_t *j)
 	if (n)
 		machine_meter(h, r, n, 0, now_s(), p, np, &mt, &bytes);
 	/* The current rate, per hour: compute while running, storage always. */
-	const struct price *pr = &p[np - 1];
-	unsigned __int128 per_hour = (unsigned __int128)pr->storage_gib_month * bytes / 730 /
-				     (1ull << 30);
-	if (billed_running(m->state))
-		per_hour += (unsigned __int128)pr->vcpu_hour * (unsigned)m->vcpus +
-			    (unsigned __int128)pr->memory_gib_hour * m->memory / (1ull << 30);
+	uint64_t per_hour = rate_nano(&p[np - 1], m->state, m->vcpus, m->memory, bytes);
 	json_object_set_new(j, "cost", json_pack("{s:s, s:o, s:I, s:o, s:I}",
 						 "currency", currency,
 						 "total", money(meter_total_nano(&mt)),
 						 "total_nano", (json_int_t)meter_total_nano(&mt),
-						 "per_hour", money((uint64_t)per_hour),
+						 "per_hour", money(per_hour),
 						 "per_hour_nano", (json_int_t)per_hour));
 out:
 	free(r);

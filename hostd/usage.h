@@ -22,6 +22,11 @@ void usage_stop(struct hostd *h);
 /* OWNER's usage (NULL: every user's) over [SINCE, NOW).  NULL with E set. */
 json_t *usage_json(struct hostd *h, const char *owner, int64_t since, int64_t now,
 		   struct err *e);
+/* The same with, when STEP > 0, the cost in each STEP-second bucket from
+ * SINCE on (the last bucket ends at NOW): "series" (nano-units, each
+ * bucket rounded down once) per machine and in total, and "step". */
+json_t *usage_json_series(struct hostd *h, const char *owner, int64_t since, int64_t now,
+			  int64_t step, struct err *e);
 /* Add machine M's cost so far and its current rate to J. */
 void usage_machine(struct hostd *h, const struct machine *m, json_t *j);
 

@@ -13,6 +13,8 @@ check_eq "berth up --detach succeeds" 0 "$rc"
 check_match "it prints how to reach demo" "exec demo -- uname -a" "$out"
 check_match "it names the hypervisor" "machines run under (kvm|tcg)" "$out"
 check_match "it prints how to ssh in through the gateway" "ssh -p $PORT demo@localhost" "$out"
+check_match "it prints the dashboard's URL (or why there is none)" \
+	"Dashboard: https?://|No dashboard: http_listen" "$out"
 GW_PID=$(cat "$STATE/sshgw.pid" 2>/dev/null)
 check_eq "the gateway runs" berth-sshgw "$(cat "/proc/$GW_PID/comm" 2>/dev/null)"
 check_eq "as berth-gw, not root" "$(id -u berth-gw)" "$(awk '/^Uid:/ {print $2}' "/proc/$GW_PID/status" 2>/dev/null)"

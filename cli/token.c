@@ -1,0 +1,103 @@
+/* berth token create [--name N] | ls | rm ID: API tokens for the
+ * dashboard and the HTTP API.  The secret is printed once, at creation. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "common/banned.h"
+
+static void fmt_time(json_t *o, const char *k, char *out, size_t outlen)
+{
+	json_t *v = json_object_get(o, k);
+	time_t t;
+	struct tm tm;
+
+	if (!json_is_integer(v)) {
+		snprintf(out, outlen, "never");
+		return;
+	}
+	t = (time_t)json_integer_value(v);
+	gmtime_r(&t, &tm);
+	strftime(out, outlen, "%Y-%m-%d %H:%M:%SZ", &tm);
+}
+
+static int token_create(struct client *c, int argc, char **argv)
+{
+	const char *name = NULL, *v;
+	json_t *body, *r;
+
+	for (int j = 2; j < argc; j++) {
+		if ((v = optval(argc, argv, &j, "--name"))) {
+			name = v;
+		} else {
+			fprintf(stderr, "usage: berth token create [--name N] [--json]\n");
+			return 2;
+		}
+	}
+	body = name ? json_pack("{s:s}", "name", name) : json_object();
+	if (cli_call(c, "POST", "/v1/tokens", body, &r) < 0) {
+		json_decref(body);
+		return 1;
+	}
+	json_decref(body);
+	if (c->json) {
+		print_json(r);
+	} else {
+		printf("%s\n", jstr(r, "token"));
+		fprintf(stderr, "token %lld (%s) created: keep it now, it is not shown again; "
+			"berth token rm %lld revokes it\n", jint(r, "id"), jstr(r, "name"),
+			jint(r, "id"));
+	}
+	json_decref(r);
+	return 0;
+}
+
+int cmd_token(struct client *c, int argc, char **argv)
+{
+	json_t *r, *t;
+	size_t i;
+	char path[64];
+
+	if (argc >= 2 && !strcmp(argv[1], "create"))
+		return token_create(c, argc, argv);
+	if (argc == 2 && (!strcmp(argv[1], "ls") || !strcmp(argv[1], "list"))) {
+		if (cli_call(c, "GET", "/v1/tokens", NULL, &r) < 0)
+			return 1;
+		if (c->json) {
+			print_json(r);
+		} else {
+			printf("%-5s %-24s %-21s %s\n", "ID", "NAME", "CREATED", "LAST USED");
+			json_array_foreach(json_object_get(r, "tokens"), i, t) {
+				char created[32], used[32];
+				fmt_time(t, "created", created, sizeof(created));
+				fmt_time(t, "last_used", used, sizeof(used));
+				printf("%-5lld %-24s %-21s %s\n", jint(t, "id"), jstr(t, "name"),
+				       created, used);
+			}
+		}
+		json_decref(r);
+		return 0;
+	}
+	if (argc == 3 && !strcmp(argv[1], "rm")) {
+		char *end;
+		long long id = strtoll(argv[2], &end, 10);
+		if (*end || end == argv[2] || id <= 0) {
+			fprintf(stderr, "berth: invalid token id '%s' (berth token ls shows them)\n",
+				argv[2]);
+			return 2;
+		}
+		snprintf(path, sizeof(path), "/v1/tokens/%lld", id);
+		if (cli_call(c, "DELETE", path, NULL, &r) < 0)
+			return 1;
+		if (c->json)
+			print_json(r);
+		else
+			printf("revoked token %lld\n", id);
+		json_decref(r);
+		return 0;
+	}
+	fprintf(stderr, "usage: berth token create [--name N] | token ls | token rm ID\n");
+	return 2;
+}

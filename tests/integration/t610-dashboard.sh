@@ -1,0 +1,197 @@
+#!/bin/bash
+# The dashboard and the HTTP API: API tokens (made, listed, revoked, only
+# their hash on disk), hostd's HTTP listener (401 without a valid token,
+# no gateway or root-only routes, no X-Berth-User, no path traversal,
+# static files with their types), the dashboard in headless Chromium
+# (tests/browser/dashboard.mjs: login, live cost, stop, CSV, phone width,
+# a screenshot in build/test-artifacts/), HTTPS with a self-signed
+# certificate, and bad listener settings refused.
+. "$(dirname "$0")/../lib.sh"
+
+OFF_PID=
+trap '[ -n "$OFF_PID" ] && kill -KILL "$OFF_PID" 2>/dev/null; cleanup' EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PORT=$(free_port)
+URL=http://127.0.0.1:$PORT
+mkdir -p "$STATE"
+# 3.6 per vCPU-hour: a running machine costs 0.001 a second.
+cat >"$STATE/berth.conf" <<CONF
+http_listen = 127.0.0.1:$PORT
+price_vcpu_hour = 3.6
+stop_timeout = 5
+max_vcpus = 2
+CONF
+start_hostd && build_tiny || { not_ok "hostd and image"; finish; }
+ok "hostd starts with its HTTP listener"
+check_eq "info gives the dashboard's URL" "$URL/" "$(berth info --json | json dashboard)"
+berth create m --no-wait >/dev/null 2>&1 || not_ok "create m"
+
+# Tokens.
+TOK=$(berth token create --name dash 2>"$T/tok.err")
+check_match "token create prints the secret once" '^berth_[0-9a-f]{64}$' "$TOK"
+check_match "and says it is not shown again" 'not shown again' "$(cat "$T/tok.err")"
+j=$(berth token create --json)
+TOK2=$(echo "$j" | json token)
+ID2=$(echo "$j" | json id)
+check_eq "a token without --name is named 'token'" token "$(echo "$j" | json name)"
+ls_json=$(berth token ls --json)
+check_eq "token ls lists both" "dash token" "$(echo "$ls_json" | python3 -c \
+	'import json,sys; print(" ".join(t["name"] for t in json.load(sys.stdin)["tokens"]))')"
+check "token ls never shows a secret" bash -c "! grep -q berth_ <<<'$ls_json'"
+check "the database holds no secret, only hashes" python3 - "$STATE/berth.db" "$TOK" "$TOK2" <<'PY'
+import hashlib, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+rows = db.execute("SELECT hash FROM tokens").fetchall()
+hashes = {r[0] for r in rows}
+ok = hashes == {hashlib.sha256(t.encode()).hexdigest() for t in sys.argv[2:]}
+raw = open(sys.argv[1], "rb").read() + open(sys.argv[1] + "-wal", "rb").read()
+sys.exit(0 if ok and not any(t.encode() in raw for t in sys.argv[2:]) else 1)
+PY
+msg=$(berth token create --name "$(printf 'a\tb')" 2>&1)
+check_match "a name with a control character is refused" "invalid token name" "$msg"
+msg=$(berth token rm x 2>&1)
+check_match "token rm of a non-number is refused" "invalid token id 'x'" "$msg"
+msg=$(berth token rm 999 2>&1)
+check_match "token rm of an unknown id: not found" "no token 999" "$msg"
+
+# The HTTP API.
+code() { curl -s -o "$T/body" -w '%{http_code}' "$@"; }
+AUTH=(-H "Authorization: Bearer $TOK")
+check_eq "no token: 401" 401 "$(code "$URL/v1/machines")"
+check_match "with a JSON error saying what is needed" '"code":"unauthorized".*berth token create' \
+	"$(cat "$T/body")"
+check_eq "a bad token: 401" 401 "$(code -H "Authorization: Bearer berth_$(printf '%064d' 0)" "$URL/v1/machines")"
+check_match "with code invalid_token" '"code":"invalid_token"' "$(cat "$T/body")"
+check_eq "a malformed Authorization: 401" 401 "$(code -H "Authorization: Basic eDp5" "$URL/v1/machines")"
+check_eq "the token's machines: 200" 200 "$(code "${AUTH[@]}" "$URL/v1/machines")"
+check_eq "they are the token owner's (root's m)" m "$(json machines.0.name <"$T/body")"
+check_eq "usage over HTTP: 200" 200 "$(code "${AUTH[@]}" "$URL/v1/usage")"
+check_match "usage has the machine's live rate" '"per_hour_nano":[1-9]' "$(cat "$T/body")"
+since=$(( $(date +%s) / 3600 * 3600 - 3600 ))
+check_eq "usage per hour (step=3600)" 200 "$(code "${AUTH[@]}" "$URL/v1/usage?since=$since&step=3600")"
+check "two hourly buckets whose sum is the total (each rounded down)" python3 -c '
+import json, sys
+u = json.load(open(sys.argv[1]))
+m = u["machines"][0]
+ok = u["step"] == 3600 and len(u["series"]) == 2 and len(m["series"]) == 2
+ok = ok and 0 <= m["total_nano"] - sum(m["series"]) <= 2 and u["series"] == m["series"]
+sys.exit(0 if ok else 1)' "$T/body"
+check_eq "a step giving too many buckets is refused" 400 \
+	"$(code "${AUTH[@]}" "$URL/v1/usage?since=0&step=60")"
+check_match "naming the step" "step '60'" "$(cat "$T/body")"
+check_eq "gateway routes do not exist over HTTP (epoch)" 404 "$(code "${AUTH[@]}" "$URL/v1/gateway/epoch")"
+check_eq "nor gateway auth" 404 "$(code "${AUTH[@]}" -X POST -d '{"key":"x"}' "$URL/v1/gateway/auth")"
+check_eq "/metrics is not served over HTTP" 404 "$(code "${AUTH[@]}" "$URL/metrics")"
+check_eq "root-only: image build refused" 403 "$(code "${AUTH[@]}" -X POST -d '{"recipe":"tiny"}' "$URL/v1/images")"
+check_eq "root-only: image delete refused" 403 "$(code "${AUTH[@]}" -X DELETE "$URL/v1/images/tiny")"
+check_eq "root-only: image import refused" 403 "$(code "${AUTH[@]}" -X PUT --data-binary x "$URL/v1/images/evil")"
+check_eq "root-only: SSH credentials refused" 403 "$(code "${AUTH[@]}" -X POST "$URL/v1/machines/m/ssh")"
+check_eq "X-Berth-User is refused over HTTP" 403 "$(code "${AUTH[@]}" -H 'X-Berth-User: other' "$URL/v1/machines")"
+check_eq "traversal (../) refused" 400 "$(code --path-as-is "$URL/../berth.conf")"
+check_eq "traversal (%2e%2e) refused" 400 "$(code --path-as-is "$URL/%2e%2e/%2e%2e/etc/passwd")"
+check_eq "hidden files refused" 400 "$(code "$URL/.git/config")"
+check_eq "a missing file: 404" 404 "$(code "$URL/nope.html")"
+check_eq "static files are GET only" 405 "$(code -X POST -d x "$URL/index.html")"
+hdr=$(curl -s -D - -o /dev/null "$URL/")
+check_match "/ is index.html as text/html" 'Content-Type: text/html' "$hdr"
+check_match "index.html is never cached" 'Cache-Control: no-store' "$hdr"
+check_match "app.js is JavaScript" 'Content-Type: text/javascript' "$(curl -s -D - -o /dev/null "$URL/app.js")"
+check_match "style.css is CSS" 'Content-Type: text/css' "$(curl -s -D - -o /dev/null "$URL/style.css")"
+check_eq "a static file needs no token" 200 "$(code "$URL/app.js")"
+
+# The browser (node, Debian's chromium, playwright-core in build/node from
+# deploy/install-deps.sh test): missing ones make it a skip, not a pass.
+ART=$ROOT/build/test-artifacts
+PW=$ROOT/build/node/node_modules/playwright-core/index.mjs
+done_seen=0
+if ! command -v node >/dev/null || [ ! -x /usr/bin/chromium ] || [ ! -f "$PW" ]; then
+	skip "the dashboard in a browser: needs node, /usr/bin/chromium and $PW (sh deploy/install-deps.sh test)"
+	: >"$T/browser.out"
+	done_seen=skipped
+	berth stop m >/dev/null
+else
+	node "$ROOT/tests/browser/dashboard.mjs" "$URL/" "$TOK" m "$ART" >"$T/browser.out" 2>&1
+fi
+while IFS='|' read -r kind what why; do
+	case $kind in
+	PASS) ok "browser: $what" ;;
+	FAIL) not_ok "browser: $what"; diag "$why" ;;
+	SCREENSHOT) diag "screenshot: $what"; shot=$what ;;
+	DONE) done_seen=1 ;;
+	*) diag "browser: $kind $what" ;;
+	esac
+done <"$T/browser.out"
+if [ "$done_seen" != skipped ]; then
+	check_eq "the browser run finished" 1 "$done_seen"
+	check "a screenshot was kept" test -s "${shot:-/nonexistent}"
+	check_eq "the dashboard's stop went through the API: m is stopped" stopped \
+		"$(berth show m --json | json state)"
+fi
+check_match "the token's use is recorded" '^[0-9]+$' \
+	"$(berth token ls --json | json tokens.0.last_used)"
+
+# A token acts for its own user only: root makes one for alice (as
+# elsewhere, with X-Berth-User), a local user makes their own.
+ATOK=$(curl -s --unix-socket "$STATE/hostd.sock" -H 'X-Berth-User: alice' -X POST \
+	-d '{"name":"for-alice"}' http://berth/v1/tokens | json token)
+check_match "root makes a token for alice" '^berth_[0-9a-f]{64}$' "$ATOK"
+check_eq "alice's token sees none of root's machines" '{"machines":[]}' \
+	"$(curl -s -H "Authorization: Bearer $ATOK" "$URL/v1/machines")"
+check_eq "nor root's m by name (404)" 404 "$(code -H "Authorization: Bearer $ATOK" "$URL/v1/machines/m")"
+check_eq "nor can it stop it" 404 "$(code -H "Authorization: Bearer $ATOK" -X POST "$URL/v1/machines/m/stop")"
+check_eq "root's token list does not show alice's" "dash token" "$(berth token ls --json | python3 -c \
+	'import json,sys; print(" ".join(t["name"] for t in json.load(sys.stdin)["tokens"]))')"
+NTOK=$(setpriv --reuid=nobody --regid=nogroup --clear-groups "$BIN/berth" --state "$STATE" \
+	token create --name mine 2>/dev/null)
+check_match "a local user makes their own token" '^berth_[0-9a-f]{64}$' "$NTOK"
+check_eq "which lists nobody's machines: none" '{"machines":[]}' \
+	"$(curl -s -H "Authorization: Bearer $NTOK" "$URL/v1/machines")"
+
+# Revoked: refused at once.
+berth token rm "$ID2" >/dev/null
+check_eq "a revoked token: 401" 401 "$(code -H "Authorization: Bearer $TOK2" "$URL/v1/machines")"
+
+# HTTPS with a self-signed certificate.
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+	-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
+	-keyout "$T/key.pem" -out "$T/cert.pem" 2>"$T/openssl.err" || diag "$(cat "$T/openssl.err")"
+kill_hostd TERM
+printf 'tls_cert = %s\ntls_key = %s\n' "$T/cert.pem" "$T/key.pem" >>"$STATE/berth.conf"
+start_hostd || not_ok "hostd restarts with TLS"
+check_eq "info gives the https URL" "https://127.0.0.1:$PORT/" "$(berth info --json | json dashboard)"
+check_eq "HTTPS with the token: 200" 200 "$(code --cacert "$T/cert.pem" "${AUTH[@]}" "https://127.0.0.1:$PORT/v1/machines")"
+check_eq "HTTPS without a token: 401" 401 "$(code --cacert "$T/cert.pem" "https://127.0.0.1:$PORT/v1/machines")"
+check_eq "HTTPS serves the page" 200 "$(code --cacert "$T/cert.pem" "https://127.0.0.1:$PORT/")"
+check "the certificate is the configured one (verification fails without it)" \
+	bash -c "! curl -s -o /dev/null 'https://127.0.0.1:$PORT/'"
+check "plain HTTP to the TLS port gets no answer" \
+	bash -c "[ \"\$(curl -s -m 5 -o /dev/null -w '%{http_code}' '$URL/')\" != 200 ]"
+
+# Bad settings are refused with the setting named, and leave no hostd.
+bad_conf() { # CONF-LINES... : hostd refuses to start; prints its log
+	local s=$T/bad
+	rm -rf "$s"; mkdir -p "$s"
+	printf '%s\n' "$@" >"$s/berth.conf"
+	timeout 20 "$BIN/berth-hostd" --state "$s" >"$T/bad.log" 2>&1
+	echo "exit=$? $(cat "$T/bad.log")"
+}
+check_match "http_listen without a port is refused" "exit=1 .*http_listen = 'localhost' is not ADDR:PORT" \
+	"$(bad_conf 'http_listen = localhost')"
+check_match "a port out of range is refused" "exit=1 .*http_listen = '127.0.0.1:70000'" \
+	"$(bad_conf 'http_listen = 127.0.0.1:70000')"
+check_match "tls_cert without tls_key is refused" "exit=1 .*both tls_cert and tls_key" \
+	"$(bad_conf "http_listen = 127.0.0.1:$(free_port)" "tls_cert = $T/cert.pem")"
+check_match "an unreadable certificate is named" "exit=1 .*tls_cert = $T/none.pem" \
+	"$(bad_conf "http_listen = 127.0.0.1:$(free_port)" "tls_cert = $T/none.pem" "tls_key = $T/key.pem")"
+check_match "a configured address in use is an error" "exit=1 .*http_listen 127.0.0.1:$PORT" \
+	"$(bad_conf "http_listen = 127.0.0.1:$PORT")"
+s=$T/off
+mkdir -p "$s"
+echo 'http_listen =' >"$s/berth.conf"
+"$BIN/berth-hostd" --state "$s" >"$T/off.log" 2>&1 &
+OFF_PID=$!
+for _ in $(seq 100); do grep -qs 'ready in' "$T/off.log" && break; sleep 0.2; done
+check_match "http_listen empty: no listener, and hostd runs" "no dashboard.*ready in" "$(tr '\n' ' ' <"$T/off.log")"
+kill "$OFF_PID"; wait "$OFF_PID" 2>/dev/null; OFF_PID=
+
+finish

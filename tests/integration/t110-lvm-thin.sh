@@ -1,4 +1,5 @@
 #!/bin/bash
+# tests/run: alongside (its own QEMU VM, not the host's libvirtd: runs beside the rest)
 # The lvm-thin backend for real: the backend-neutral storage suite
 # (tests/unit/test_storage_suite) inside a TCG VM whose Debian kernel has
 # dm-thin (tests/guest/lvm-vm.sh), on a blank 2 GiB disk.  These machines'

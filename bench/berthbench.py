@@ -96,6 +96,15 @@ def hostd():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def rss_kib(pid):
+    """A process's resident memory (VmRSS), KiB; 0 when it is gone."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 def timed(fn):
     t0 = time.monotonic()
     fn()

@@ -28,15 +28,7 @@ import subprocess
 import time
 import uuid
 
-from berthbench import BIN, ROOT, hostd, summary, timed
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+from berthbench import ROOT, hostd, rss_kib, summary, timed
 
 
 def hostd_pid(state):

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from berthbench import BIN, hostd, summary
+from berthbench import BIN, hostd, rss_kib, summary
 
 SSH = ["ssh", "-F", "/dev/null", "-o", "StrictHostKeyChecking=no", "-o",
        "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes"]
@@ -34,14 +34,6 @@ def free_port():
     p = s.getsockname()[1]
     s.close()
     return p
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def run_timed(cmd, stdin=None):

@@ -13,6 +13,10 @@ int cli_call(const struct client *c, const char *method, const char *path,
 
 /* Output helpers (main.c). */
 void print_json(json_t *j);
+/* `berth WHAT rm ID`: DELETE ROUTE/ID, printing "DONE WHAT ID"; 2 for an
+ * ID that is not a positive number, 1 when hostd refuses. */
+int cli_delete_id(const struct client *c, const char *what, const char *route,
+		  const char *id_s, const char *done);
 const char *jstr(json_t *o, const char *k);
 long long jint(json_t *o, const char *k);
 /* O's integer K as a size ("1.5G"), "-" when absent. */

@@ -241,6 +241,29 @@ out:
 	return rc;
 }
 
+int cli_delete_id(const struct client *c, const char *what, const char *route,
+		  const char *id_s, const char *done)
+{
+	char *end, path[128];
+	long long id = strtoll(id_s, &end, 10);
+	json_t *r;
+
+	if (*end || end == id_s || id <= 0) {
+		fprintf(stderr, "berth: invalid %s id '%s' (berth %s ls shows them)\n", what, id_s,
+			what);
+		return 2;
+	}
+	snprintf(path, sizeof(path), "%s/%lld", route, id);
+	if (cli_call(c, "DELETE", path, NULL, &r) < 0)
+		return 1;
+	if (c->json)
+		print_json(r);
+	else
+		printf("%s %s %lld\n", done, what, id);
+	json_decref(r);
+	return 0;
+}
+
 /* Value of option ARGV[*I] ("--cpus 2" or "--cpus=2"); advances *I. */
 const char *optval(int argc, char **argv, int *i, const char *name)
 {
@@ -655,7 +678,6 @@ static int cmd_key(struct client *c, int argc, char **argv)
 {
 	json_t *r, *k;
 	size_t i;
-	char path[64];
 
 	if (argc == 3 && !strcmp(argv[1], "add"))
 		return key_add(c, argv[2]);
@@ -673,24 +695,8 @@ static int cmd_key(struct client *c, int argc, char **argv)
 		json_decref(r);
 		return 0;
 	}
-	if (argc == 3 && !strcmp(argv[1], "rm")) {
-		char *end;
-		long long id = strtoll(argv[2], &end, 10);
-		if (*end || end == argv[2] || id <= 0) {
-			fprintf(stderr, "berth: invalid key id '%s' (berth key ls shows them)\n",
-				argv[2]);
-			return 2;
-		}
-		snprintf(path, sizeof(path), "/v1/keys/%lld", id);
-		if (cli_call(c, "DELETE", path, NULL, &r) < 0)
-			return 1;
-		if (c->json)
-			print_json(r);
-		else
-			printf("deleted key %lld\n", id);
-		json_decref(r);
-		return 0;
-	}
+	if (argc == 3 && !strcmp(argv[1], "rm"))
+		return cli_delete_id(c, "key", "/v1/keys", argv[2], "deleted");
 	fprintf(stderr, "usage: berth key add FILE|- | key ls | key rm ID\n");
 	return 2;
 }

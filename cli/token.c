@@ -58,7 +58,6 @@ int cmd_token(struct client *c, int argc, char **argv)
 {
 	json_t *r, *t;
 	size_t i;
-	char path[64];
 
 	if (argc >= 2 && !strcmp(argv[1], "create"))
 		return token_create(c, argc, argv);
@@ -80,24 +79,8 @@ int cmd_token(struct client *c, int argc, char **argv)
 		json_decref(r);
 		return 0;
 	}
-	if (argc == 3 && !strcmp(argv[1], "rm")) {
-		char *end;
-		long long id = strtoll(argv[2], &end, 10);
-		if (*end || end == argv[2] || id <= 0) {
-			fprintf(stderr, "berth: invalid token id '%s' (berth token ls shows them)\n",
-				argv[2]);
-			return 2;
-		}
-		snprintf(path, sizeof(path), "/v1/tokens/%lld", id);
-		if (cli_call(c, "DELETE", path, NULL, &r) < 0)
-			return 1;
-		if (c->json)
-			print_json(r);
-		else
-			printf("revoked token %lld\n", id);
-		json_decref(r);
-		return 0;
-	}
+	if (argc == 3 && !strcmp(argv[1], "rm"))
+		return cli_delete_id(c, "token", "/v1/tokens", argv[2], "revoked");
 	fprintf(stderr, "usage: berth token create [--name N] | token ls | token rm ID\n");
 	return 2;
 }

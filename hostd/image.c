@@ -79,7 +79,7 @@ int image_build(struct hostd *h, const char *recipe, const char *name,
 {
 	char script[PATH_MAX], tmp[PATH_MAX] = "", dir[PATH_MAX];
 	char root[PATH_MAX], root_format[16], kernel[PATH_MAX], initrd[PATH_MAX];
-	char cache_env[PATH_MAX + 16];
+	char cache_env[PATH_MAX + 16], mark[80];
 	struct image img, old;
 	int rc = -1;
 	int64_t t0 = mono_ms();
@@ -96,6 +96,13 @@ int image_build(struct hostd *h, const char *recipe, const char *name,
 	/* Before the long build; the import checks again under its mark. */
 	if (db_image_get(h->db, name, &old, NULL) == 0)
 		return err_set(e, 409, "exists", "image %s exists", name);
+	/* One build per name: a second would run the whole recipe only to
+	 * find the name taken at its import. */
+	snprintf(mark, sizeof(mark), "build:%s", name);
+	if (hostd_busy_acquire(h, mark, "build", name, e) < 0) {
+		snprintf(e->msg, sizeof(e->msg), "image %s is being built already", name);
+		return -1;
+	}
 
 	snprintf(tmp, sizeof(tmp), "%s/tmp/build-%s-XXXXXX", h->cfg.state_dir, name);
 	snprintf(dir, sizeof(dir), "%s/tmp", h->cfg.state_dir);
@@ -133,6 +140,7 @@ int image_build(struct hostd *h, const char *recipe, const char *name,
 out:
 	if (tmp[0])
 		remove_recursive(tmp);
+	hostd_busy_release(h, mark);
 	return rc;
 }
 

@@ -70,6 +70,19 @@ out=$(berth exec ghost -- true 2>&1)
 check_eq "CLI: exec on a missing machine exits 255" 255 "$?"
 check_match "CLI: and names it" "no machine ghost" "$out"
 
+# Two builds of one image name at once: the second is refused at once,
+# without running the recipe; the first builds it.
+berth image build tiny --name twin >"$T/twin1.out" 2>&1 &
+b1=$!
+for _ in $(seq 50); do grep -q "building image twin" "$T/hostd.log" && break; sleep 0.1; done
+out=$(berth image build tiny --name twin 2>&1)
+check_eq "a second build of a name being built fails" 1 "$?"
+check_match "and says so" "image twin is being built already" "$out"
+wait "$b1"
+check_eq "the first one builds it" 0 "$?"
+check_eq "the recipe ran once" 1 "$(grep -c "building image twin" "$T/hostd.log")"
+berth image rm twin >/dev/null
+
 check_eq "nothing was created: machines" taken "$(berth ls --json | python3 -c 'import json,sys; print(" ".join(m["name"] for m in json.load(sys.stdin)["machines"]))')"
 check_eq "nothing was created: volumes" "$before_vols" "$(ls "$STATE/volumes" | sort)"
 check_eq "nothing was created: domains" "$before_doms" "$(test_domains)"

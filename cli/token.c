@@ -37,6 +37,10 @@ static int token_create(struct client *c, int argc, char **argv)
 		}
 	}
 	body = name ? json_pack("{s:s}", "name", name) : json_object();
+	if (!body) {
+		fprintf(stderr, "berth: the token name must be UTF-8 text\n");
+		return 2;
+	}
 	if (cli_call(c, "POST", "/v1/tokens", body, &r) < 0) {
 		json_decref(body);
 		return 1;

@@ -1255,6 +1255,12 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 	/* The gateways' routes do not exist over HTTP. */
 	if (a->http && (gateway_route || n < 1 || strcmp(seg[0], "v1") != 0))
 		return fail_now(404, "not_found", "no route %s %s", method, url);
+	/* A token makes no credentials: a stolen one must not outlive its
+	 * revocation through new tokens or SSH keys. */
+	if (a->http && post && n == 2 && (!strcmp(seg[1], "tokens") || !strcmp(seg[1], "keys")))
+		return fail_now(403, "forbidden", "%s are added on the host (berth %s), "
+				"not with an API token", seg[1], !strcmp(seg[1], "keys")
+				? "key add" : "token create");
 	bool gateway_user = a->h->has_gateway && uid == a->h->gateway_uid;
 	if (gateway_user && !gateway_route)
 		return fail_now(403, "forbidden", "the gateway user %s may use only the "
@@ -1368,7 +1374,8 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 	return fail_now(404, "not_found", "no route %s %s", method, url);
 }
 
-static enum MHD_Result send_reply(struct MHD_Connection *c, struct reply r, int64_t t0)
+static enum MHD_Result send_reply(struct MHD_Connection *c, struct reply r, int64_t t0,
+				  bool http)
 {
 	metrics_api(r.status);
 	if (r.stream) {
@@ -1408,6 +1415,11 @@ static enum MHD_Result send_reply(struct MHD_Connection *c, struct reply r, int6
 	snprintf(timing, sizeof(timing), "total;dur=%.3f, ext;dur=%.3f",
 		 (double)total / 1000.0, (double)ext_time_get() / 1000.0);
 	MHD_add_response_header(resp, "Server-Timing", timing);
+	if (http) {
+		/* A reply may hold a secret (a new token): never kept. */
+		MHD_add_response_header(resp, "Cache-Control", "no-store");
+		MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+	}
 	ret = MHD_queue_response(c, (unsigned)r.status, resp);
 	MHD_destroy_response(resp);
 	json_decref(r.body);
@@ -1436,12 +1448,30 @@ enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url
 			r->streaming = true;
 			r->import = start_import(a, c, name, &r->early);
 			r->has_early = !r->import;
+			if (a->http && r->has_early) {
+				/* Refused (no token, not root): the body is not read. */
+				r->has_early = false;
+				return send_reply(c, r->early, r->t0, a->http);
+			}
 			return MHD_YES;
 		}
 		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
 							     MHD_HTTP_HEADER_CONTENT_LENGTH);
 		if (cl && strtoull(cl, NULL, 10) > a->h->cfg.max_body)
 			r->too_big = true;
+		if (a->http) {
+			/* From the network: no body is read for a caller
+			 * without a valid token, nor one that is too large. */
+			char who[64];
+			uid_t uid;
+			struct err e = { 0 };
+			if (caller(a, c, who, sizeof(who), &uid, &e) < 0)
+				return send_reply(c, fail(&e), r->t0, a->http);
+			if (r->too_big)
+				return send_reply(c, fail_now(413, "body_too_large",
+					"request body larger than %llu bytes",
+					(unsigned long long)a->h->cfg.max_body), r->t0, a->http);
+		}
 		return MHD_YES;
 	}
 	if (r->streaming) {
@@ -1462,7 +1492,7 @@ enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url
 		r->has_early = false;
 		if (srep.status >= 500)
 			log_warn("%s %s: %d", method, url, srep.status);
-		return send_reply(c, srep, r->t0);
+		return send_reply(c, srep, r->t0, a->http);
 	}
 	if (*upload_data_size) {
 		if (!r->too_big && r->body.len + *upload_data_size <= a->h->cfg.max_body)
@@ -1484,7 +1514,7 @@ enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url
 							   "message")));
 	else
 		log_debug("%s %s: %d", method, url, rep.status);
-	return send_reply(c, rep, r->t0);
+	return send_reply(c, rep, r->t0, a->http);
 }
 
 void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -1569,8 +1599,8 @@ void api_stop(struct api *a)
 {
 	if (!a)
 		return;
+	/* libmicrohttpd closes the listening socket it was given. */
 	MHD_stop_daemon(a->d);
-	close(a->fd);
 	unlink(a->path);
 	free(a);
 }

@@ -193,6 +193,10 @@ static enum MHD_Result serve_static(struct http *x, struct MHD_Connection *c, co
 		got += (size_t)n;
 	}
 	close(fd);
+	if (got != (size_t)st.st_size) {
+		free(data);
+		return send_json(c, 500, "internal", "cannot read the file");
+	}
 	r = MHD_create_response_from_buffer(got, data, MHD_RESPMEM_MUST_FREE);
 	MHD_add_response_header(r, "Content-Type", content_type(rel));
 	/* The page must always be the one that matches the running hostd. */
@@ -234,6 +238,15 @@ static char *read_pem(const char *key, const char *file, struct err *e)
 	return s;
 }
 
+static bool loopback(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+	if (ss->ss_family == AF_INET6)
+		return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ss)->sin6_addr);
+	return false;
+}
+
 int http_start(struct hostd *h, struct http **out, struct err *e)
 {
 	struct http *x = NULL;
@@ -254,6 +267,11 @@ int http_start(struct hostd *h, struct http **out, struct err *e)
 		return err_set(e, 400, "invalid_config", "HTTPS needs both tls_cert and tls_key "
 			       "(only %s is set)", h->cfg.tls_cert[0] ? "tls_cert" : "tls_key");
 	tls = h->cfg.tls_cert[0] != '\0';
+	if (!tls && !loopback(&ss))
+		return err_set(e, 400, "invalid_config", "http_listen = %s is reachable from other "
+			       "hosts: API tokens would cross the network in clear; set tls_cert "
+			       "and tls_key, or listen on 127.0.0.1 (and reach it with ssh -L)",
+			       h->cfg.http_listen);
 	if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
 		return err_set(e, 400, "invalid_config", "tls_cert is set but this "
 			       "libmicrohttpd has no TLS support");
@@ -287,21 +305,31 @@ int http_start(struct hostd *h, struct http **out, struct err *e)
 		goto fail;
 	}
 	x->api = api_http_new(h);
-	struct MHD_OptionItem opts[] = {
+	struct MHD_OptionItem opts[12] = {
 		{ MHD_OPTION_LISTEN_SOCKET, x->fd, NULL },
 		{ MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)api_completed, x->api },
-		/* Clients from the network: idle ones do not hold a thread. */
+		/* Clients from the network: idle ones do not hold a thread,
+		 * and one address cannot take every slot. */
 		{ MHD_OPTION_CONNECTION_TIMEOUT, 60, NULL },
 		{ MHD_OPTION_CONNECTION_LIMIT, 256, NULL },
+		{ MHD_OPTION_PER_IP_CONNECTION_LIMIT, 64, NULL },
 		{ MHD_OPTION_THREAD_STACK_SIZE, 1 << 20, NULL },
-		{ tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, x->cert },
-		{ MHD_OPTION_HTTPS_MEM_KEY, 0, x->key },
-		{ MHD_OPTION_END, 0, NULL },
 	};
+	size_t nopt = 6;
+	if (tls) {
+		opts[nopt++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0, x->cert };
+		opts[nopt++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, x->key };
+		opts[nopt++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_PRIORITIES, 0,
+			(void *)"NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2" };
+	}
+	opts[nopt] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
 	x->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
 				MHD_USE_ERROR_LOG | (tls ? MHD_USE_TLS : 0),
 				0, NULL, NULL, handle, x,
 				MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+	/* The listening socket is libmicrohttpd's now, even when it failed
+	 * (it closes it): not closed again below. */
+	x->fd = -1;
 	if (!x->d) {
 		err_set(e, 500, "internal", "cannot start the HTTP%s server on %s%s", tls ? "S" : "",
 			h->cfg.http_listen, tls ? " (is tls_key the key of tls_cert, both PEM?)" : "");

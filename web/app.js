@@ -408,7 +408,12 @@ async function desktop(name) {
   try {
     const r = await api('POST', '/v1/machines/' + enc(name) + '/desktop');
     if (!r || !r.url) throw new Error('the API gave no desktop URL');
-    if (w) { w.opener = null; w.location = r.url; } else window.location.assign(r.url);
+    // Only a web page: the blank tab shares this page's origin (and its
+    // token), so nothing else (javascript:, data:) may be loaded into it.
+    const u = new URL(r.url, window.location.href);
+    if (u.protocol !== 'http:' && u.protocol !== 'https:')
+      throw new Error('the API gave a desktop URL that is not http(s): ' + u.protocol);
+    if (w) { w.opener = null; w.location = u.href; } else window.location.assign(u.href);
     clearError();
   } catch (e) {
     if (w) w.close();

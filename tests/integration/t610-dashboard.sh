@@ -86,6 +86,21 @@ check_eq "root-only: image build refused" 403 "$(code "${AUTH[@]}" -X POST -d '{
 check_eq "root-only: image delete refused" 403 "$(code "${AUTH[@]}" -X DELETE "$URL/v1/images/tiny")"
 check_eq "root-only: image import refused" 403 "$(code "${AUTH[@]}" -X PUT --data-binary x "$URL/v1/images/evil")"
 check_eq "root-only: SSH credentials refused" 403 "$(code "${AUTH[@]}" -X POST "$URL/v1/machines/m/ssh")"
+check_eq "a token cannot make tokens" 403 "$(code "${AUTH[@]}" -X POST -d '{}' "$URL/v1/tokens")"
+check_match "and says where they are made" "berth token create" "$(cat "$T/body")"
+check_eq "nor add SSH keys" 403 "$(code "${AUTH[@]}" -X POST -d '{"key":"ssh-ed25519 AAAA x"}' "$URL/v1/keys")"
+hdr=$(curl -s -D - -o /dev/null "${AUTH[@]}" "$URL/v1/machines")
+check_match "API answers over HTTP are never cached" 'Cache-Control: no-store' "$hdr"
+# A large upload without a token: refused before its body is read.
+truncate -s 64M "$T/big"
+up=$(curl -s -o "$T/body" -w '%{http_code} %{size_upload}' -X PUT -H 'Expect:' \
+	--data-binary @"$T/big" "$URL/v1/images/big")
+check_match "an upload without a token: 401" '^401 ' "$up"
+check "and its 64 MiB body was not all taken" test "${up#* }" -lt $((64 << 20))
+up=$(curl -s -o "$T/body" -w '%{http_code} %{size_upload}' -X POST -H 'Expect:' \
+	"${AUTH[@]}" --data-binary @"$T/big" "$URL/v1/machines")
+check_match "a body over max_body with a token: 413" '^413 ' "$up"
+rm -f "$T/big"
 check_eq "X-Berth-User is refused over HTTP" 403 "$(code "${AUTH[@]}" -H 'X-Berth-User: other' "$URL/v1/machines")"
 check_eq "traversal (../) refused" 400 "$(code --path-as-is "$URL/../berth.conf")"
 check_eq "traversal (%2e%2e) refused" 400 "$(code --path-as-is "$URL/%2e%2e/%2e%2e/etc/passwd")"
@@ -183,6 +198,9 @@ check_match "tls_cert without tls_key is refused" "exit=1 .*both tls_cert and tl
 	"$(bad_conf "http_listen = 127.0.0.1:$(free_port)" "tls_cert = $T/cert.pem")"
 check_match "an unreadable certificate is named" "exit=1 .*tls_cert = $T/none.pem" \
 	"$(bad_conf "http_listen = 127.0.0.1:$(free_port)" "tls_cert = $T/none.pem" "tls_key = $T/key.pem")"
+check_match "a non-loopback address without TLS is refused" \
+	"exit=1 .*http_listen = 0.0.0.0:[0-9]+ is reachable from other hosts" \
+	"$(bad_conf "http_listen = 0.0.0.0:$(free_port)")"
 check_match "a configured address in use is an error" "exit=1 .*http_listen 127.0.0.1:$PORT" \
 	"$(bad_conf "http_listen = 127.0.0.1:$PORT")"
 s=$T/off

@@ -35,6 +35,7 @@ static const char usage_text[] =
 	"  image export MACHINE[@CHECKPOINT] FILE.zst [--force]\n"
 	"  usage [--since T] [--all] [--csv]  cost per machine and per user (T: epoch, 24h, 7d, 2026-11-01)\n"
 	"  key add FILE|- | key ls | key rm ID   your SSH public keys (for ssh NAME@host)\n"
+	"  desktop NAME                       a one-time URL of the machine's screen (browser)\n"
 	"\n"
 	"  --state DIR   state directory of the hostd to talk to (default $BERTH_STATE or /var/lib/berth)\n"
 	"  --json        machine-readable output\n";
@@ -719,7 +720,9 @@ int main(int argc, char **argv)
 		return cmd_key(&c, nargs, args);
 	if (!strcmp(cmd, "usage"))
 		return cmd_usage(&c, nargs, args);
-	if (!strcmp(cmd, "desktop") || !strcmp(cmd, "token")) {
+	if (!strcmp(cmd, "desktop"))
+		return cmd_desktop(&c, nargs, args);
+	if (!strcmp(cmd, "token")) {
 		fprintf(stderr, "berth: '%s' is not implemented yet\n", cmd);
 		return 2;
 	}

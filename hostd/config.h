@@ -38,6 +38,8 @@ struct config {
 	bool suspend_compress;         /* suspend: hostd stores the memory zstd-compressed
 					  (else libvirt's raw managed save) */
 	int suspend_compress_level;    /* its zstd level: -10 (zstd --fast=10) to 19 */
+	char desktop_url[256];         /* where berth-desktop serves browsers */
+	int desktop_token_ttl_s;       /* a desktop token must be used within this */
 };
 
 /* Defaults for STATE_DIR. */

@@ -38,6 +38,7 @@ struct hostd {
 	bool has_gateway;
 	uid_t gateway_uid;
 	struct sessions *sessions;  /* the gateways' live sessions */
+	struct desktop *desktop;    /* desktop tokens and STATE/desktop.sock */
 
 	/* The storage sampler (hostd/usage.c). */
 	pthread_t usage_thread;

@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "hostd/api.h"
+#include "hostd/desktop.h"
 #include "hostd/hostd.h"
 #include "hostd/image.h"
 #include "hostd/machine.h"
@@ -227,6 +228,10 @@ int main(int argc, char **argv)
 	if (usage_start(&h, &e) < 0)
 		goto fail;
 
+	snprintf(path, sizeof(path), "%s/desktop.sock", state);
+	h.desktop = desktop_start(&h, path, &e);
+	if (!h.desktop)
+		goto fail;
 	snprintf(path, sizeof(path), "%s/hostd.sock", state);
 	api = api_start(&h, path, &e);
 	if (!api)
@@ -251,6 +256,7 @@ int main(int argc, char **argv)
 fail:
 	log_error("%s", e.msg);
 out:
+	desktop_stop(h.desktop);
 	usage_stop(&h);
 	virt_close(h.virt);
 	storage_close(h.st);

@@ -207,6 +207,21 @@ static void viewer(int fd, char *rest, size_t head, const char *from)
 	name = strchr(user, '/');
 	if (name)
 		*name++ = '\0';
+	if (name && *user && name_valid(name) && query &&
+	    query_get(query, "resume", token, sizeof(token)) && token_ok(token)) {
+		/* A viewer coming back after its connection broke. */
+		char orig[64];
+		if (screen_resume(token, user, name, orig, sizeof(orig)) < 0) {
+			drain(fd, head);
+			reply_error(fd, 403, "Forbidden", "invalid_resume",
+				    "unknown or expired resume key: ask for a new URL");
+			close(fd);
+			return;
+		}
+		log_info("viewer from %s back on %s/%s", from, user, name);
+		screen_add_viewer(user, name, false, fd, orig, from);
+		return;
+	}
 	if (!name || !*user || !name_valid(name) || !query ||
 	    !query_get(query, "token", token, sizeof(token)) || !token_ok(token)) {
 		drain(fd, head);
@@ -402,6 +417,31 @@ static void beside_exe(const char *rel, char *out, size_t outlen)
 		snprintf(out, outlen, "%s/../%s", dir, rel);
 }
 
+/* Every 5 s: which run of hostd is this?  A restarted hostd forgot the
+ * live sessions; the viewers' are opened again. */
+static void *watch_hostd(void *arg)
+{
+	char last[64] = "";
+
+	(void)arg;
+	while (!stopping) {
+		json_t *resp = NULL;
+		long status = 0;
+		char err[256];
+		if (hostapi_call(hostd_sock, "GET", "/v1/gateway/epoch", NULL, &status, &resp,
+				 err, sizeof(err)) == 0 && status == 200) {
+			const char *ep = json_string_value(json_object_get(resp, "epoch"));
+			if (ep && last[0] && strcmp(ep, last) != 0)
+				screen_reopen_sessions();
+			if (ep)
+				snprintf(last, sizeof(last), "%s", ep);
+		}
+		json_decref(resp);
+		sleep(5);
+	}
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -512,6 +552,9 @@ int main(int argc, char **argv)
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&attr, 512 * 1024);
+	pthread_t watcher;
+	if (pthread_create(&watcher, &attr, watch_hostd, NULL) != 0)
+		log_warn("cannot watch hostd's epoch: sessions are not reopened after its restart");
 	while (!stopping) {
 		struct pollfd pfd[2] = { { .fd = lfd, .events = POLLIN },
 					 { .fd = wake_pipe[0], .events = POLLIN } };

@@ -20,11 +20,15 @@
 #include "common/banned.h"
 
 #define REFUSED_SLOTS 64
+#define RESUME_SLOTS 256
+/* A viewer whose connection broke may come back this long after. */
+#define RESUME_MS (120 * 1000)
 
 struct mach;
 
 struct viewer {
 	char token[64];
+	char resume[64];       /* its key to come back with (screen_resume) */
 	char from[64];
 	struct mach *m;
 	int64_t session;       /* hostd's session id, -1 = none */
@@ -58,6 +62,11 @@ static struct {
 	char token[64], machine[64], message[256];
 } refused[REFUSED_SLOTS];
 static int refused_next;
+static struct {
+	char key[64], token[64], user[64], name[64];
+	int64_t until_ms;
+} resumes[RESUME_SLOTS];
+static int resume_next;
 static atomic_uint_fast64_t frames_in, rects_in;
 static int tag;  /* libvncclient client-data key */
 
@@ -241,6 +250,14 @@ static void v_gone(rfbClientPtr cl)
 		}
 	v->m->viewers--;
 	pthread_cond_broadcast(&v->m->cv);
+	{
+		int i = resume_next++ % RESUME_SLOTS;
+		snprintf(resumes[i].key, sizeof(resumes[i].key), "%s", v->resume);
+		snprintf(resumes[i].token, sizeof(resumes[i].token), "%s", v->token);
+		snprintf(resumes[i].user, sizeof(resumes[i].user), "%s", v->m->user);
+		snprintf(resumes[i].name, sizeof(resumes[i].name), "%s", v->m->name);
+		resumes[i].until_ms = mono_ms() + RESUME_MS;
+	}
 	pthread_mutex_unlock(&g_lock);
 	log_info("viewer from %s left %s (%u bytes sent)", v->from, v->m->title,
 		 (unsigned)rfbStatGetSentBytes(cl));
@@ -471,6 +488,23 @@ int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
 	}
 	snprintf(v->token, sizeof(v->token), "%s", token);
 	snprintf(v->from, sizeof(v->from), "%s", from);
+	{
+		static const char alphabet[] =
+			"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+		unsigned char raw[32];
+		if (random_bytes(raw, sizeof(raw)) < 0) {
+			rfbCloseClient(cl);
+			rfbClientConnectionGone(cl);
+			pthread_mutex_lock(&g_lock);
+			m->viewers--;
+			pthread_mutex_unlock(&g_lock);
+			free(v);
+			return -1;
+		}
+		for (size_t i = 0; i < sizeof(raw); i++)
+			v->resume[i] = alphabet[raw[i] & 63];
+		v->resume[sizeof(raw)] = '\0';
+	}
 	v->m = m;
 	v->session = session_open(user, name, from);
 	pthread_mutex_lock(&g_lock);
@@ -502,9 +536,9 @@ char *screen_state(const char *token)
 	pthread_mutex_lock(&g_lock);
 	for (struct viewer *v = viewers; v && !j; v = v->next)
 		if (!strcmp(v->token, token))
-			j = json_pack("{s:s, s:s, s:s, s:i, s:i}", "state", v->m->state,
+			j = json_pack("{s:s, s:s, s:s, s:i, s:i, s:s}", "state", v->m->state,
 				      "machine", v->m->name, "message", v->m->message,
-				      "width", v->m->w, "height", v->m->h);
+				      "width", v->m->w, "height", v->m->h, "resume", v->resume);
 	for (int k = 1; k <= REFUSED_SLOTS && !j; k++) {  /* newest first */
 		int i = ((refused_next - k) % REFUSED_SLOTS + REFUSED_SLOTS) % REFUSED_SLOTS;
 		if (refused[i].token[0] && !strcmp(refused[i].token, token))
@@ -517,4 +551,42 @@ char *screen_state(const char *token)
 	s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	return s;
+}
+
+int screen_resume(const char *key, const char *user, const char *name, char *token,
+		  size_t toklen)
+{
+	int rc = -1;
+	int64_t now = mono_ms();
+
+	pthread_mutex_lock(&g_lock);
+	for (int i = 0; i < RESUME_SLOTS; i++) {
+		if (!resumes[i].key[0] || strcmp(resumes[i].key, key) != 0)
+			continue;
+		if (now <= resumes[i].until_ms && !strcmp(resumes[i].user, user) &&
+		    !strcmp(resumes[i].name, name)) {
+			snprintf(token, toklen, "%s", resumes[i].token);
+			rc = 0;
+		}
+		resumes[i].key[0] = '\0';  /* once */
+		break;
+	}
+	pthread_mutex_unlock(&g_lock);
+	return rc;
+}
+
+void screen_reopen_sessions(void)
+{
+	struct viewer *v;
+	int n = 0;
+
+	/* Viewers only leave on their own threads (v_gone, which takes
+	 * g_lock): hold it while asking hostd; the calls are local and short. */
+	pthread_mutex_lock(&g_lock);
+	for (v = viewers; v; v = v->next) {
+		v->session = session_open(v->m->user, v->m->name, v->from);
+		n++;
+	}
+	pthread_mutex_unlock(&g_lock);
+	log_info("hostd restarted: reopened %d desktop sessions", n);
 }

@@ -41,6 +41,16 @@ char *screen_state(const char *token);
 /* Remember that TOKEN was refused, with MESSAGE, for screen_state. */
 void screen_refused(const char *token, const char *machine, const char *message);
 
+/* A viewer of USER's machine NAME that left (its connection broke) comes
+ * back with KEY (what screen_state told it as "resume"), within 2 minutes,
+ * once.  Returns 0 with the viewer's original TOKEN (it names the viewer
+ * for screen_state), or -1. */
+int screen_resume(const char *key, const char *user, const char *name, char *token,
+		  size_t toklen);
+
+/* hostd restarted and forgot the live sessions: open them again. */
+void screen_reopen_sessions(void);
+
 /* Counters for the log and bench: upstream updates received, updates sent. */
 void screen_stats(uint64_t *frames_in, uint64_t *rects_in);
 

@@ -155,6 +155,45 @@ check_eq "a used token is refused" "403 token_used" "$(ws "$TOK_A")"
 OTHER=$(berth desktop dt --json | json token)
 check_eq "a token for root/dt is refused for bob/dt" "403 wrong_machine" "$(ws "$OTHER" bob/dt)"
 check_eq "and is spent by that attempt" "403 token_used" "$(ws "$OTHER")"
+# A viewer whose connection broke comes back once with its resume key.
+resume_seq() {
+	python3 - "$PORT" "$1" <<'EOF'
+import json, socket, sys, time, urllib.request
+port, token = sys.argv[1], sys.argv[2]
+def ws(cred):
+    s = socket.create_connection(("127.0.0.1", int(port)), timeout=60)
+    s.sendall((f"GET /ws/root/dt?{cred} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               "Upgrade: websocket\r\nConnection: Upgrade\r\nOrigin: http://127.0.0.1\r\n"
+               "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        b = s.recv(65536)
+        if not b:
+            break
+        data += b
+    return s, data.split(b" ")[1].decode() if data else "none"
+def state():
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/state?token={token}") as r:
+        return json.load(r)
+out = []
+s, code = ws(f"token={token}")
+out.append(code)
+time.sleep(0.5)
+key = state().get("resume", "")
+s.close()
+time.sleep(1)
+s, code = ws(f"resume={key}")
+out.append(code)
+time.sleep(0.5)
+s.close()
+time.sleep(1)
+s, code = ws(f"resume={key}")
+out.append(code)
+print(" ".join(out))
+EOF
+}
+check_eq "a broken viewer comes back with its resume key, once" "101 101 403" \
+	"$(resume_seq "$(berth desktop dt --json | json token)")"
 check_eq "an unknown token is refused" "403 invalid_token" "$(ws AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA)"
 code=$(curl -s -o "$T/bob.json" -w '%{http_code}' --unix-socket "$STATE/hostd.sock" \
 	-H 'X-Berth-User: bob' -X POST http://berth/v1/machines/dt/desktop)

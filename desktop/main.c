@@ -407,14 +407,22 @@ static void peer_name(const struct sockaddr_storage *ss, char *out, size_t outle
 	snprintf(out, outlen, "%s:%d", host, port);
 }
 
-/* Files next to the binary: BIN/../REL, when it exists. */
+/* REL next to the binary: BIN/../REL (bin/), else BIN/../../../REL
+ * (build/asan/bin/); the first that exists, else the first. */
 static void beside_exe(const char *rel, char *out, size_t outlen)
 {
+	static const char *const up[] = { "..", "../../..", NULL };
 	char dir[PATH_MAX];
 
 	out[0] = '\0';
-	if (exe_dir(dir, sizeof(dir)) == 0)
-		snprintf(out, outlen, "%s/../%s", dir, rel);
+	if (exe_dir(dir, sizeof(dir)) < 0)
+		return;
+	for (int i = 0; up[i]; i++) {
+		snprintf(out, outlen, "%s/%s/%s", dir, up[i], rel);
+		if (access(out, F_OK) == 0)
+			return;
+	}
+	snprintf(out, outlen, "%s/../%s", dir, rel);
 }
 
 /* Every 5 s: which run of hostd is this?  A restarted hostd forgot the

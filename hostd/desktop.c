@@ -144,12 +144,12 @@ out:
 	return rc;
 }
 
+/* J as one line on FD, with PASS_FD (>= 0) passed along (SCM_RIGHTS). */
 static void send_json(int fd, json_t *j, int pass_fd)
 {
 	char *s = json_dumps(j, JSON_COMPACT);
-	size_t n;
-	struct iovec iov;
-	struct msghdr mh = { 0 };
+	struct iovec iov[2];
+	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
@@ -157,25 +157,8 @@ static void send_json(int fd, json_t *j, int pass_fd)
 
 	if (!s)
 		return;
-	n = strlen(s);
-	s[n] = '\0';
-	{
-		char *l = malloc(n + 2);
-		if (!l) {
-			free(s);
-			return;
-		}
-		memcpy(l, s, n);
-		l[n] = '\n';
-		l[n + 1] = '\0';
-		free(s);
-		s = l;
-		n++;
-	}
-	iov.iov_base = s;
-	iov.iov_len = n;
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
+	iov[0] = (struct iovec){ s, strlen(s) };
+	iov[1] = (struct iovec){ (char *)"\n", 1 };
 	if (pass_fd >= 0) {
 		memset(&u, 0, sizeof(u));
 		mh.msg_control = u.buf;

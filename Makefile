@@ -40,7 +40,7 @@ HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/config.c hostd/db.c hostd/virt.c
                hostd/desktop.c
 CLI_SRC     := cli/main.c cli/client.c cli/up.c cli/image.c cli/usage.c cli/desktop.c
 SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/pool.c
-DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c
+DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 
 # Objects shared by the daemon and the unit tests (everything but main).

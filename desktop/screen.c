@@ -16,6 +16,7 @@
 #include "common/hostapi.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "desktop/font.h"
 #include "desktop/hostfd.h"
 #include "common/banned.h"
 
@@ -99,16 +100,23 @@ void screen_stats(uint64_t *in, uint64_t *rects)
 	*rects = atomic_load(&rects_in);
 }
 
-/* Fill M's frame with one colour: the "waking" and "stopped" frames. */
-static void fill(struct mach *m, int r, int g, int b)
+static uint32_t rgb(const rfbPixelFormat *f, int r, int g, int b)
+{
+	return (uint32_t)r << f->redShift | (uint32_t)g << f->greenShift |
+	       (uint32_t)b << f->blueShift;
+}
+
+/* Fill M's frame with one colour and TEXT in the middle: the "waking" and
+ * "stopped" frames. */
+static void fill(struct mach *m, int r, int g, int b, const char *text)
 {
 	rfbPixelFormat *f = &m->scr->serverFormat;
-	uint32_t px = (uint32_t)r << f->redShift | (uint32_t)g << f->greenShift |
-		      (uint32_t)b << f->blueShift;
+	uint32_t px = rgb(f, r, g, b);
 	uint32_t *p = (uint32_t *)m->fb;
 
 	for (size_t i = 0; i < (size_t)m->w * (size_t)m->h; i++)
 		p[i] = px;
+	font_draw_centred(p, m->w, m->h, text, m->w >= 1000 ? 4 : 3, rgb(f, 0xe0, 0xe0, 0xe0));
 	rfbMarkRectAsModified(m->scr, 0, 0, m->w, m->h);
 }
 
@@ -121,10 +129,14 @@ static void set_state(struct mach *m, const char *state, const char *message)
 	m->state = state;
 	snprintf(m->message, sizeof(m->message), "%s", message ? message : "");
 	pthread_mutex_unlock(&g_lock);
-	if (!strcmp(state, "waking"))
-		fill(m, 0x20, 0x30, 0x60);
-	else if (!strcmp(state, "stopped"))
-		fill(m, 0x30, 0x30, 0x30);
+	char text[100];
+	if (!strcmp(state, "waking")) {
+		snprintf(text, sizeof(text), "waking %s...", m->name);
+		fill(m, 0x20, 0x30, 0x60, text);
+	} else if (!strcmp(state, "stopped")) {
+		snprintf(text, sizeof(text), "%s stopped", m->name);
+		fill(m, 0x30, 0x30, 0x30, text);
+	}
 }
 
 /* Give M's screen a W x H frame buffer; viewers get the new size. */

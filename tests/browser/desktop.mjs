@@ -8,6 +8,7 @@
 //   color ID X Y                 the canvas pixel at X,Y as R,G,B
 //   waitcolor ID X Y R G B [S]   until that pixel is within 60 of R,G,B
 //   size ID                      the canvas's size WxH
+//   light ID                     how many canvas pixels are near-white
 //   type ID TEXT...              click the screen, type TEXT and Enter
 //   shot ID FILE                 a screenshot
 //   close ID | quit
@@ -86,6 +87,14 @@ for await (const line of rl) {
         await new Promise((res) => setTimeout(res, 100));
       }
       say(`ok ${c}`);
+    } else if (cmd === 'light') {
+      say(`ok ${await p.evaluate(() => {
+        const c = document.querySelector('#screen canvas');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4) if (d[i] > 200 && d[i + 1] > 200 && d[i + 2] > 200) n++;
+        return n;
+      })}`);
     } else if (cmd === 'size') {
       say(`ok ${await p.evaluate(() => { const c = document.querySelector('#screen canvas'); return `${c.width}x${c.height}`; })}`);
     } else if (cmd === 'type') {

@@ -219,6 +219,14 @@ berth suspend dt >/dev/null || not_ok "suspend dt"
 check_eq "dt is suspended" suspended "$(berth show dt --json | json state)"
 a=$(br open C "$(berth desktop dt)" waking)
 if [[ $a == "ok waking waking dt…" ]]; then ok "the page shows 'waking dt…'"; else not_ok "the page shows 'waking dt…'"; diag "$a"; fi
+brc "the screen shows the blue waking frame" waitcolor C 5 5 32 48 96 10
+br shot C "$ART/t700-waking.png" >/dev/null
+a=$(br light C)
+if [[ $a =~ ^ok\ ([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -gt 200 ]; then
+	ok "with text on it"
+else
+	not_ok "with text on it"; diag "$a"
+fi
 brc "then the machine's screen" wait C connected 60
 check_eq "dt is running again" running "$(berth show dt --json | json state)"
 brc "with its console as it was" waitcolor C 360 200 170 0 170 20

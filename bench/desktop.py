@@ -17,7 +17,7 @@ colours, so every pixel changes each redraw).
 The 1280x800 framebuffer goal needs a guest with a graphical framebuffer
 (bochs-drm or vesafb); the tiny test image has the text console only.
 
-Usage: bench/run desktop [--seconds S] [--keys N]
+Usage: bench/run desktop [--seconds S] [--rounds N] [--keys N]
 """
 import argparse
 import base64
@@ -250,6 +250,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=8)
     ap.add_argument("--keys", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     with hostd() as h:
         h.must("create", "db", "--memory", "256M")
@@ -259,7 +260,8 @@ def main():
 
         def bridge(fps):
             port = free_port()
-            log = open(os.path.join(h.state, f"desktop-{port}.log"), "w")
+            logdir = os.environ.get("BERTH_BENCH_LOGS", h.state)
+            log = open(os.path.join(logdir, f"desktop-{port}.log"), "w")
             p = subprocess.Popen([os.path.join(BIN, "berth-desktop"), "--state", h.state,
                                   "--listen", f"127.0.0.1:{port}", "--max-fps", str(fps)],
                                  stdout=log, stderr=log)
@@ -288,23 +290,36 @@ def main():
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(3)
             print(f"# guest redrawing its 720x400 text console continuously; "
-                  f"{a.seconds:.0f} s per measurement, bridge --max-fps 60")
+                  f"{a.seconds:.0f} s per measurement, medians of {a.rounds} rounds, "
+                  f"bridge --max-fps 60")
+            # Direct and bridge take turns, ROUNDS times: the machine is
+            # shared, so each ratio is of medians measured side by side.
             res = {}
             for enc_name, encs in (("raw", [0]), ("zrle", [16, 0])):
-                res[("direct", enc_name)] = measure(direct(vnc), encs, a.seconds)
-                res[("bridge", enc_name)] = measure(bridged(port, "db", token()), encs,
-                                                    a.seconds)
-                d, b = res[("direct", enc_name)], res[("bridge", enc_name)]
+                d_runs, b_runs = [], []
+                for _ in range(a.rounds):
+                    d_runs.append(measure(direct(vnc), encs, a.seconds))
+                    b_runs.append(measure(bridged(port, "db", token()), encs, a.seconds))
+                d = (statistics.median(x[0] for x in d_runs), statistics.median(x[1] for x in d_runs))
+                b = (statistics.median(x[0] for x in b_runs), statistics.median(x[1] for x in b_runs))
+                res[("direct", enc_name)], res[("bridge", enc_name)] = d, b
                 print(f"{enc_name:5s} direct {d[0]:6.1f} updates/s {d[1] / 1024:8.1f} KiB/update"
                       f" | bridge {b[0]:6.1f} updates/s {b[1] / 1024:8.1f} KiB/update"
-                      f" | ratio {b[0] / d[0]:.2f}")
-            # A stalled viewer next to a reading one.
-            stalled = bridged(port, "db", token())
-            RFB(stalled, [0]).request(False)
-            s = measure(bridged(port, "db", token()), [0], a.seconds)
-            print(f"raw   bridge with a stalled second viewer: {s[0]:6.1f} updates/s "
-                  f"(ratio to bridge alone {s[0] / res[('bridge', 'raw')][0]:.2f})")
-            stalled.s.close()
+                      f" | ratio {b[0] / d[0]:.2f}   (runs: direct "
+                      f"{' '.join(f'{x[0]:.1f}' for x in d_runs)}, bridge "
+                      f"{' '.join(f'{x[0]:.1f}' for x in b_runs)})")
+            # A stalled viewer next to a reading one, alternating with the
+            # reading one alone.
+            alone, beside = [], []
+            for _ in range(a.rounds):
+                alone.append(measure(bridged(port, "db", token()), [0], a.seconds)[0])
+                stalled = bridged(port, "db", token())
+                RFB(stalled, [0]).request(False)
+                beside.append(measure(bridged(port, "db", token()), [0], a.seconds)[0])
+                stalled.s.close()
+            print(f"raw   bridge with a stalled second viewer: {statistics.median(beside):6.1f} "
+                  f"updates/s, alone {statistics.median(alone):6.1f} (ratio "
+                  f"{statistics.median(beside) / statistics.median(alone):.2f})")
             slow = bridge(10)
             c = measure(bridged(slow, "db", token()), [0], a.seconds)
             print(f"raw   bridge --max-fps 10: {c[0]:6.1f} updates/s")

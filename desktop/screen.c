@@ -45,6 +45,8 @@ struct mach {
 	int w, h;
 	pthread_mutex_t send_lock; /* writes upstream; guards up */
 	rfbClient *up;
+	char *upfb;            /* up's frame buffer (up_alloc's): libvncclient
+				  never frees it */
 	pthread_t thread;
 	/* Under g_lock: */
 	int viewers;
@@ -167,6 +169,7 @@ static rfbBool up_alloc(rfbClient *c)
 
 	free(c->frameBuffer);
 	c->frameBuffer = malloc(n ? n : 4);
+	m->upfb = (char *)c->frameBuffer;
 	if (!c->frameBuffer || resize(m, c->width, c->height) < 0)
 		return FALSE;
 	return TRUE;
@@ -345,7 +348,9 @@ static void *upstream(void *arg)
 		c->listenSpecified = TRUE;  /* connected already: hostd's descriptor */
 		c->sock = fd;
 		rfbClientSetClientData(c, &tag, m);
-		if (!rfbInitClient(c, NULL, NULL)) {  /* frees c (and closes fd) */
+		if (!rfbInitClient(c, NULL, NULL)) {  /* frees c (and closes fd), not its frame */
+			free(m->upfb);
+			m->upfb = NULL;
 			set_state(m, "stopped", "the machine's screen did not answer");
 			sleep_ms(1000);
 			continue;
@@ -375,6 +380,8 @@ static void *upstream(void *arg)
 		m->up = NULL;
 		pthread_mutex_unlock(&m->send_lock);
 		rfbClientCleanup(c);
+		free(m->upfb);
+		m->upfb = NULL;
 		pthread_mutex_lock(&g_lock);
 		int left = m->viewers;
 		pthread_mutex_unlock(&g_lock);

@@ -17,7 +17,10 @@ colours, so every pixel changes each redraw).
 The 1280x800 framebuffer goal needs a guest with a graphical framebuffer
 (bochs-drm or vesafb); the tiny test image has the text console only.
 
-Usage: bench/run desktop [--seconds S] [--rounds N] [--keys N]
+  - churn: N viewers that each take one update and reset their connection
+    in the middle of the next (the bridge must live on).
+
+Usage: bench/run desktop [--seconds S] [--rounds N] [--keys N] [--churn N]
 """
 import argparse
 import base64
@@ -251,6 +254,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=8)
     ap.add_argument("--keys", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--churn", type=int, default=50)
+    ap.add_argument("--only-churn", action="store_true")
     a = ap.parse_args()
     with hostd() as h:
         h.must("create", "db", "--memory", "256M")
@@ -292,6 +297,23 @@ def main():
             print(f"# guest redrawing its 720x400 text console continuously; "
                   f"{a.seconds:.0f} s per measurement, medians of {a.rounds} rounds, "
                   f"bridge --max-fps 60")
+            if a.churn:
+                t0 = time.monotonic()
+                for i in range(a.churn):
+                    st = bridged(port, "db", token())
+                    r = RFB(st, [0])
+                    r.request(False)
+                    while r.message() < 0:
+                        pass
+                    r.request()
+                    st.read(1 + i % 64)  # into the next update
+                    st.s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    st.s.close()
+                alive = procs[0].poll() is None
+                print(f"churn: {a.churn} viewers reset mid-update in "
+                      f"{time.monotonic() - t0:.1f} s; bridge {'alive' if alive else 'DIED'}")
+                if not alive or a.only_churn:
+                    return 0 if alive else 1
             # Direct and bridge take turns, ROUNDS times: the machine is
             # shared, so each ratio is of medians measured side by side.
             res = {}

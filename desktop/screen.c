@@ -505,6 +505,13 @@ int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
 		free(v);
 		return -1;
 	}
+	/* libvncserver 0.9.14 frees wspath in rfbCloseClient without clearing
+	 * it, and a viewer that goes away during an update is closed twice
+	 * (its input and its output thread): a double free that crashed the
+	 * bridge (fixed upstream in 5ea5fc30).  Nothing else reads it, and it
+	 * holds the token: drop it now. */
+	free(cl->wspath);
+	cl->wspath = NULL;
 	snprintf(v->token, sizeof(v->token), "%s", token);
 	snprintf(v->from, sizeof(v->from), "%s", from);
 	{

@@ -150,6 +150,48 @@ draw 45 45 45 || not_ok "the guest draws again"
 brc "viewer A sees the update" waitcolor A 360 200 170 0 170 20
 brc "viewer B sees the update" waitcolor B 360 200 170 0 170 20
 
+# Viewers that reset their connection in the middle of an update (each one
+# is closed by both of its libvncserver threads): the bridge lives on.
+churn() {
+	python3 - "$PORT" "$@" <<'EOF'
+import socket, struct, sys
+port, tokens = int(sys.argv[1]), sys.argv[2:]
+def frame(data):  # a masked binary WebSocket frame
+    mask = b"\x01\x02\x03\x04"
+    return bytes([0x82, 0x80 | len(data)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+done = 0
+for t in tokens:
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall((f"GET /ws/root/dt?token={t} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               "Upgrade: websocket\r\nConnection: Upgrade\r\nOrigin: http://127.0.0.1\r\n"
+               "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += s.recv(4096)
+    rest = data.split(b"\r\n\r\n", 1)[1]
+    while len(rest) < 2 + 12:  # the version, in a frame
+        rest += s.recv(4096)
+    s.sendall(frame(b"RFB 003.008\n"))
+    s.recv(4096)                              # security types
+    s.sendall(frame(b"\x01"))
+    s.recv(4096)                              # security result
+    s.sendall(frame(b"\x01"))                 # shared
+    s.recv(4096)                              # server init
+    s.sendall(frame(struct.pack(">BxH", 2, 1) + struct.pack(">i", 0)))  # raw
+    s.sendall(frame(struct.pack(">BBHHHH", 3, 0, 0, 0, 720, 400)))       # the whole screen
+    s.recv(1000)                              # a little of its 1.1 MB
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()                                 # reset, mid-update
+    done += 1
+print(done)
+EOF
+}
+toks=()
+for _ in $(seq 20); do toks+=("$(berth desktop dt --json | json token)"); done
+check_eq "20 viewers reset mid-update" 20 "$(churn "${toks[@]}")"
+sleep 1
+check "the bridge lives on" kill -0 "$BR_PID"
+
 # Refusals, straight at the bridge.
 check_eq "a used token is refused" "403 token_used" "$(ws "$TOK_A")"
 OTHER=$(berth desktop dt --json | json token)
@@ -247,6 +289,11 @@ check "the bridge logged the wake" grep -q "root/dt: awake" "$T/desktop.log"
 kill "$BR_PID"
 wait "$BR_PID" 2>/dev/null
 BR_PID=
+reports=$(grep -h -E 'ERROR: AddressSanitizer|runtime error:' "$T/desktop.log" | head -5)
+if [ -n "$reports" ]; then
+	not_ok "no sanitizer reports in the bridge's log"
+	echo "$reports" | sed 's/^/# /'
+fi
 if [ "$nfail" -gt 0 ]; then
 	diag "berth-desktop log tail:"
 	tail -30 "$T/desktop.log" | sed 's/^/# /'

@@ -30,6 +30,7 @@ struct mach;
 struct viewer {
 	char token[64];
 	char resume[64];       /* its key to come back with (screen_resume) */
+	bool resume_told;      /* screen_state gave it out (it does so once) */
 	char from[64];
 	struct mach *m;
 	int64_t session;       /* hostd's session id, -1 = none */
@@ -561,10 +562,17 @@ char *screen_state(const char *token)
 
 	pthread_mutex_lock(&g_lock);
 	for (struct viewer *v = viewers; v && !j; v = v->next)
-		if (!strcmp(v->token, token))
-			j = json_pack("{s:s, s:s, s:s, s:i, s:i, s:s}", "state", v->m->state,
+		if (!strcmp(v->token, token)) {
+			j = json_pack("{s:s, s:s, s:s, s:i, s:i}", "state", v->m->state,
 				      "machine", v->m->name, "message", v->m->message,
-				      "width", v->m->w, "height", v->m->h, "resume", v->resume);
+				      "width", v->m->w, "height", v->m->h);
+			/* The resume key once: to the page, which asks at once.
+			 * Whoever learns the spent token later gets nothing. */
+			if (j && !v->resume_told) {
+				json_object_set_new(j, "resume", json_string(v->resume));
+				v->resume_told = true;
+			}
+		}
 	for (int k = 1; k <= REFUSED_SLOTS && !j; k++) {  /* newest first */
 		int i = ((refused_next - k) % REFUSED_SLOTS + REFUSED_SLOTS) % REFUSED_SLOTS;
 		if (refused[i].token[0] && !strcmp(refused[i].token, token))

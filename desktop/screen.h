@@ -35,7 +35,8 @@ int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
 
 /* The state of the viewer TOKEN as JSON text (malloc'd) for the page:
  * {"state": "waking"|"connected"|"stopped"|"refused"|"unknown", "machine",
- *  "message"?}. */
+ *  "message"?, "resume"?}; "resume", the viewer's key to come back with
+ *  (screen_resume), is in the first answer for a viewer only. */
 char *screen_state(const char *token);
 
 /* Remember that TOKEN was refused, with MESSAGE, for screen_state. */

@@ -5,7 +5,7 @@
 # shell, two viewers seeing the same update, live desktop sessions in
 # hostd, refused tokens (reused, expired, another user's or machine's,
 # unknown), waking a suspended machine with a visible "waking" state, and
-# a viewer that stays across suspend/resume.
+# a viewer that stays across suspend/resume and a restart.
 . "$(dirname "$0")/../lib.sh"
 
 NODE_MODULES=$ROOT/build/node/node_modules
@@ -280,6 +280,18 @@ brc "the page shows 'machine stopped'" wait C stopped 30
 berth resume dt >/dev/null || not_ok "resume dt"
 brc "and reconnects by itself" wait C connected 60
 brc "to the same screen" waitcolor C 360 200 170 0 170 20
+
+# And across a restart (power off, boot): the bridge attaches again.
+before=$(grep -c "root/dt: connected" "$T/desktop.log")
+berth restart dt --no-wait >/dev/null || not_ok "restart dt"
+after=$before
+for _ in $(seq 600); do
+	after=$(grep -c "root/dt: connected" "$T/desktop.log")
+	[ "$after" -gt "$before" ] && break
+	sleep 0.1
+done
+check "the bridge reattached after the restart" [ "$after" -gt "$before" ]
+brc "the page is connected after the restart" wait C connected 30
 echo quit >&"${NODE[1]}"
 for _ in $(seq 100); do kill -0 "$BRW_PID" 2>/dev/null || break; sleep 0.1; done
 kill "$BRW_PID" 2>/dev/null

@@ -292,6 +292,19 @@ for _ in $(seq 600); do
 done
 check "the bridge reattached after the restart" [ "$after" -gt "$before" ]
 brc "the page is connected after the restart" wait C connected 30
+
+# A restarted hostd forgets live sessions; the bridge opens its viewer's
+# again (it checks hostd's epoch every 5 s).
+check_eq "one desktop session before hostd restarts" 1 "$(berth show dt --json | json sessions)"
+kill_hostd TERM
+start_hostd || not_ok "hostd starts again"
+sess=
+for _ in $(seq 120); do
+	sess=$(berth show dt --json | json sessions)
+	[ "$sess" = 1 ] && break
+	sleep 0.1
+done
+check_eq "the bridge reopened it after hostd's restart" 1 "$sess"
 echo quit >&"${NODE[1]}"
 for _ in $(seq 100); do kill -0 "$BRW_PID" 2>/dev/null || break; sleep 0.1; done
 kill "$BRW_PID" 2>/dev/null

@@ -71,10 +71,14 @@ static void on_signal(int sig)
 static void reply(int fd, int status, const char *reason, const char *type,
 		  const char *body, size_t len)
 {
-	char head[512];
+	char head[1024];
 	int n = snprintf(head, sizeof(head),
 			 "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
 			 "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+			 "Referrer-Policy: no-referrer\r\nX-Frame-Options: SAMEORIGIN\r\n"
+			 "Content-Security-Policy: default-src 'self'; connect-src 'self' ws: wss:; "
+			 "img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; "
+			 "object-src 'none'; base-uri 'none'\r\n"
 			 "Connection: close\r\n\r\n", status, reason, type, len);
 	if (send(fd, head, (size_t)n, MSG_NOSIGNAL) != n)
 		return;

@@ -12,6 +12,8 @@ CFLAGS  ?= -O2 -g
 BASE_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -I. -MMD -MP \
            $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread
+# berth-desktop alone links libvncserver and libvncclient.
+VNC_LIBS := $(shell pkg-config --libs libvncserver libvncclient 2>/dev/null)
 
 ifeq ($(SANITIZE),1)
 OUT     := build/asan
@@ -35,10 +37,11 @@ HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/config.c hostd/db.c hostd/virt.c
                hostd/seed.c hostd/api.c hostd/machine.c hostd/image.c \
                hostd/keys.c hostd/checkpoint.c hostd/userkeys.c hostd/sessions.c \
                hostd/catalog.c hostd/zmem.c hostd/meter.c hostd/usage.c hostd/metrics.c \
-               hostd/idle.c hostd/tokens.c hostd/http.c
+               hostd/idle.c hostd/tokens.c hostd/http.c hostd/desktop.c
 CLI_SRC     := cli/main.c cli/client.c cli/up.c cli/image.c cli/usage.c \
-               cli/token.c
+               cli/token.c cli/desktop.c
 SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/pool.c
+DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 
 # Objects shared by the daemon and the unit tests (everything but main).
@@ -46,7 +49,7 @@ LIB_SRC     := $(COMMON_SRC) $(STORAGE_SRC) $(filter-out hostd/main.c,$(HOSTD_SR
 
 obj = $(patsubst %.c,$(OUT)/obj/%.o,$(1))
 
-PROGS := $(BIN)/berth-hostd $(BIN)/berth $(BIN)/berth-sshgw
+PROGS := $(BIN)/berth-hostd $(BIN)/berth $(BIN)/berth-sshgw $(BIN)/berth-desktop
 UNITS := $(patsubst tests/unit/%.c,$(OUT)/tests/%,$(UNIT_SRC))
 BENCHES := $(OUT)/bench/ledger_bench
 
@@ -66,6 +69,11 @@ $(BIN)/berth-sshgw: $(call obj,$(SSHGW_SRC) $(COMMON_SRC))
 	$(call quiet,LINK,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BIN)/berth-desktop: $(call obj,$(DESKTOP_SRC) $(COMMON_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(VNC_LIBS) $(LDLIBS)
 
 $(BIN)/berth: $(call obj,$(CLI_SRC) $(COMMON_SRC))
 	$(call quiet,LINK,$@)

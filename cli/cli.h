@@ -29,5 +29,6 @@ int cmd_image(struct client *c, int argc, char **argv);
 int cmd_usage(struct client *c, int argc, char **argv);
 int cmd_down(struct client *c, int argc, char **argv);
 int cmd_token(struct client *c, int argc, char **argv);
+int cmd_desktop(struct client *c, int argc, char **argv);
 
 #endif

@@ -38,6 +38,7 @@ static const char usage_text[] =
 	"  usage [--since T] [--all] [--csv]  cost per machine and per user (T: epoch, 24h, 7d, 2026-11-01)\n"
 	"  key add FILE|- | key ls | key rm ID   your SSH public keys (for ssh NAME@host)\n"
 	"  token create [--name N] | token ls | token rm ID   API tokens (the dashboard's login)\n"
+	"  desktop NAME                       a one-time URL of the machine's screen (browser)\n"
 	"\n"
 	"  --state DIR   state directory of the hostd to talk to (default $BERTH_STATE or /var/lib/berth)\n"
 	"  --json        machine-readable output\n";
@@ -794,10 +795,8 @@ int main(int argc, char **argv)
 		return cmd_usage(&c, nargs, args);
 	if (!strcmp(cmd, "token"))
 		return cmd_token(&c, nargs, args);
-	if (!strcmp(cmd, "desktop")) {
-		fprintf(stderr, "berth: '%s' is not implemented yet\n", cmd);
-		return 2;
-	}
+	if (!strcmp(cmd, "desktop"))
+		return cmd_desktop(&c, nargs, args);
 	fprintf(stderr, "berth: unknown command '%s'\n\n%s", cmd, usage_text);
 	return 2;
 }

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -206,6 +208,46 @@ static int ensure_sshgw(struct client *c, const char *listen, int port)
 	return -1;
 }
 
+/* Whether something accepts TCP connections on 127.0.0.1:PORT. */
+static bool tcp_ready(int port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* berth-desktop on 127.0.0.1:PORT (hostd's desktop_url must name it:
+ * http://127.0.0.1:6080 by default), unless one runs for this state. */
+static int ensure_desktop(struct client *c, int port)
+{
+	char log[PATH_MAX], pidfile[PATH_MAX], lst[64];
+	char *const argv[] = { "berth-desktop", "--state", c->state, "--listen", lst,
+			       "--pidfile", pidfile, NULL };
+
+	snprintf(pidfile, sizeof(pidfile), "%s/desktop.pid", c->state);
+	snprintf(lst, sizeof(lst), "127.0.0.1:%d", port);
+	if (pid_is(pid_from_file(pidfile), "berth-desktop"))
+		return 0;
+	snprintf(log, sizeof(log), "%s/desktop.log", c->state);
+	unlink(pidfile);
+	fprintf(stderr, "starting berth-desktop on %s (log %s)…\n", lst, log);
+	if (spawn_daemon("berth-desktop", argv, log) < 0)
+		return -1;
+	for (int i = 0; i < 100; i++) {
+		if (pid_is(pid_from_file(pidfile), "berth-desktop") && tcp_ready(port))
+			return 0;
+		usleep(100 * 1000);
+	}
+	fprintf(stderr, "berth up: berth-desktop did not come up within 10 s\n");
+	print_log_tail(log);
+	return -1;
+}
+
 static int ensure_image(struct client *c)
 {
 	json_t *r;
@@ -272,7 +314,7 @@ int cmd_up(struct client *c, int argc, char **argv)
 	bool detach = false;
 	json_t *m = NULL, *info = NULL;
 	char pidfile[PATH_MAX], listen[64];
-	int ssh_port = 2222;
+	int ssh_port = 2222, desktop_port = 6080;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--detach") || !strcmp(argv[i], "-d")) {
@@ -286,8 +328,18 @@ int cmd_up(struct client *c, int argc, char **argv)
 				return 2;
 			}
 			ssh_port = (int)v;
+		} else if (!strcmp(argv[i], "--desktop-port") && i + 1 < argc) {
+			char *end;
+			long v = strtol(argv[++i], &end, 10);
+			if (*end || v < 1 || v > 65535) {
+				fprintf(stderr, "berth up: --desktop-port %s: expected 1 to 65535\n",
+					argv[i]);
+				return 2;
+			}
+			desktop_port = (int)v;
 		} else {
-			fprintf(stderr, "usage: berth up [--state DIR] [--detach] [--ssh-port N]\n");
+			fprintf(stderr, "usage: berth up [--state DIR] [--detach] [--ssh-port N] "
+				"[--desktop-port N]\n");
 			return 2;
 		}
 	}
@@ -297,8 +349,16 @@ int cmd_up(struct client *c, int argc, char **argv)
 		return 1;
 	}
 	if (ensure_libvirtd(c) < 0 || ensure_hostd(c) < 0 ||
-	    ensure_sshgw(c, listen, ssh_port) < 0 || ensure_image(c) < 0 ||
-	    ensure_demo(c, &m) < 0 || cli_call(c, "GET", "/v1/info", NULL, &info) < 0) {
+	    ensure_sshgw(c, listen, ssh_port) < 0)
+		return 1;
+	/* The desktop is not needed for the rest: without it (noVNC not
+	 * installed, its port taken) berth runs on, and says so. */
+	bool desktop_ok = ensure_desktop(c, desktop_port) == 0;
+	if (!desktop_ok)
+		fprintf(stderr, "berth up: going on without the desktop (berth desktop will "
+			"not work)\n");
+	if (ensure_image(c) < 0 || ensure_demo(c, &m) < 0 ||
+	    cli_call(c, "GET", "/v1/info", NULL, &info) < 0) {
 		json_decref(m);
 		return 1;
 	}
@@ -313,6 +373,9 @@ int cmd_up(struct client *c, int argc, char **argv)
 	printf("  bin/berth --state %s ls\n", c->state);
 	printf("  bin/berth --state %s key add ~/.ssh/id_ed25519.pub   # once\n", c->state);
 	printf("  ssh -p %d demo@localhost\n", ssh_port);
+	if (desktop_ok)
+		printf("  bin/berth --state %s desktop demo   # a one-time URL of its screen\n",
+		       c->state);
 	if (host)
 		printf("  ssh -i %s/keys/gateway -p %lld -o StrictHostKeyChecking=no root@%s"
 		       "   # straight to the VM\n", c->state, port, host);
@@ -426,6 +489,9 @@ int cmd_down(struct client *c, int argc, char **argv)
 	snprintf(path, sizeof(path), "%s/sshgw.pid", c->state);
 	if (pid_is(pid_from_file(path), "berth-sshgw"))
 		stop_pid("berth-sshgw", path);
+	snprintf(path, sizeof(path), "%s/desktop.pid", c->state);
+	if (pid_is(pid_from_file(path), "berth-desktop"))
+		stop_pid("berth-desktop", path);
 	snprintf(path, sizeof(path), "%s/hostd.pid", c->state);
 	if (hostd_holds_lock(c))
 		stop_pid("berth-hostd", path);

@@ -17,6 +17,7 @@
 #include "common/util.h"
 #include "hostd/catalog.h"
 #include "hostd/checkpoint.h"
+#include "hostd/desktop.h"
 #include "hostd/idle.h"
 #include "hostd/image.h"
 #include "hostd/machine.h"
@@ -567,6 +568,30 @@ static struct reply do_ssh(struct api *a, struct MHD_Connection *c, const char *
 									 &m, NULL) == 0)
 		idle_exec(a->h, m.id, cred.pid);
 	return rep;
+}
+
+/* POST /v1/machines/NAME/desktop: a one-time URL of the machine's screen
+ * (hostd/desktop.h). */
+static struct reply do_desktop(struct api *a, const char *owner, const char *name,
+			       const struct buf *body)
+{
+	static const char *const allowed[] = { NULL };
+	struct err e = { 0 };
+	char token[64], url[512];
+	int64_t expires;
+	json_t *j = api_parse_body(body, allowed, &e);
+
+	if (!j)
+		return fail(&e);
+	json_decref(j);
+	if (desktop_mint(a->h->desktop, owner, name, token, sizeof(token), &expires, &e) < 0)
+		return fail(&e);
+	/* The token rides in the fragment: browsers never send it in a
+	 * request line or a Referer. */
+	snprintf(url, sizeof(url), "%s/%s/%s/#token=%s", a->h->cfg.desktop_url, owner, name,
+		 token);
+	return ok(200, json_pack("{s:s, s:s, s:I}", "url", url, "token", token,
+				 "expires", (json_int_t)expires));
 }
 
 static struct reply do_images(struct api *a)
@@ -1312,6 +1337,8 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 			sessions_drop_machine(a->h->sessions, m.id);
 			return ok(200, json_pack("{s:s}", "deleted", seg[2]));
 		}
+		if (n == 4 && post && !strcmp(seg[3], "desktop"))
+			return do_desktop(a, owner, seg[2], body);
 		if (n == 4 && post && !strcmp(seg[3], "ssh"))
 			return do_ssh(a, c, owner, seg[2], uid, body);
 		if (n == 4 && get && !strcmp(seg[3], "export"))

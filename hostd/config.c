@@ -64,6 +64,8 @@ static const struct copt options[] = {
 	STR("tls_cert", tls_cert, NULL),
 	STR("tls_key", tls_key, NULL),
 	STR("web_dir", web_dir, NULL),
+	STR("desktop_url", desktop_url, NULL),
+	INT("desktop_token_ttl", desktop_token_ttl_s, 1, 3600),
 };
 
 void config_defaults(struct config *c, const char *state_dir)
@@ -78,6 +80,8 @@ void config_defaults(struct config *c, const char *state_dir)
 	snprintf(c->cache_dir, sizeof(c->cache_dir), "/var/cache/berth");
 	snprintf(c->log_level, sizeof(c->log_level), "info");
 	snprintf(c->gateway_user, sizeof(c->gateway_user), "berth-gw");
+	snprintf(c->desktop_url, sizeof(c->desktop_url), "http://127.0.0.1:6080");
+	c->desktop_token_ttl_s = 60;
 	/* Example prices, of the order of hosted offers'; set your own. */
 	snprintf(c->currency, sizeof(c->currency), "USD");
 	snprintf(c->price_vcpu_hour, sizeof(c->price_vcpu_hour), "0.02");

@@ -46,6 +46,8 @@ struct config {
 	char tls_cert[PATH_MAX];       /* PEM files: HTTPS when both are set */
 	char tls_key[PATH_MAX];
 	char web_dir[PATH_MAX];        /* the dashboard's files ("" = next to the binary) */
+	char desktop_url[256];         /* where berth-desktop serves browsers */
+	int desktop_token_ttl_s;       /* a desktop token must be used within this */
 };
 
 #define HTTP_LISTEN_DEFAULT "127.0.0.1:8080"

@@ -39,6 +39,7 @@ struct hostd {
 	uid_t gateway_uid;
 	struct sessions *sessions;  /* the gateways' live sessions */
 	char dashboard_url[160];    /* the HTTP listener's, "" when off (hostd/http.c) */
+	struct desktop *desktop;    /* desktop tokens and STATE/desktop.sock */
 
 	struct idle *idle;          /* the idle policy (hostd/idle.c) */
 

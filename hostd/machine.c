@@ -380,11 +380,16 @@ out:
 	return rc;
 }
 
+void machine_vnc_path(struct hostd *h, const char *id, char *out, size_t outlen)
+{
+	snprintf(out, outlen, "%s/machines/%s/vnc.sock", h->cfg.state_dir, id);
+}
+
 int machine_xml(struct hostd *h, const struct machine *m, struct buf *xml, struct err *e)
 {
 	struct image img;
 	struct storage_vol_info vi;
-	char dir[PATH_MAX], seed[PATH_MAX], log[PATH_MAX], name[200];
+	char dir[PATH_MAX], seed[PATH_MAX], log[PATH_MAX], vnc[PATH_MAX], name[200];
 
 	if (db_image_get(h->db, m->image, &img, e) < 0 ||
 	    storage_vol_info(h->st, m->volume, &vi, e) < 0)
@@ -392,6 +397,7 @@ int machine_xml(struct hostd *h, const struct machine *m, struct buf *xml, struc
 	machine_dir(h, m->id, dir, sizeof(dir));
 	snprintf(seed, sizeof(seed), "%s/seed.iso", dir);
 	snprintf(log, sizeof(log), "%s/console.log", dir);
+	machine_vnc_path(h, m->id, vnc, sizeof(vnc));
 	dom_name(h, m, name, sizeof(name));
 	struct domain_spec s = {
 		.dom_name = name, .uuid = m->id, .owner = m->owner, .name = m->name,
@@ -400,7 +406,7 @@ int machine_xml(struct hostd *h, const struct machine *m, struct buf *xml, struc
 		.disk_path = vi.path, .disk_format = vi.format, .disk_block = vi.block,
 		.seed_path = seed, .mac = m->mac, .network = h->cfg.network,
 		.nat_network = h->cfg.nat_network, .ssh_port = m->ssh_port,
-		.console_log = log,
+		.console_log = log, .vnc_socket = vnc,
 	};
 	return virt_domain_xml(&s, xml, e);
 }

@@ -69,6 +69,8 @@ void machine_end(struct hostd *h, struct machine *m);
 /* For checkpoint.c: the steps machine_act is made of.  The caller holds the
  * machine's busy mark.  VS is the domain's state as libvirt reports it. */
 int machine_define(struct hostd *h, const struct machine *m, struct err *e);
+/* The UNIX socket QEMU serves machine ID's screen on (VNC). */
+void machine_vnc_path(struct hostd *h, const char *id, char *out, size_t outlen);
 /* M's domain XML (as machine_define would define it) into XML. */
 int machine_xml(struct hostd *h, const struct machine *m, struct buf *xml, struct err *e);
 int machine_do_start(struct hostd *h, struct machine *m, enum vstate vs, struct err *e);

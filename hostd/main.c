@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "hostd/api.h"
+#include "hostd/desktop.h"
 #include "hostd/hostd.h"
 #include "hostd/idle.h"
 #include "hostd/http.h"
@@ -236,6 +237,10 @@ int main(int argc, char **argv)
 	if (usage_start(&h, &e) < 0 || idle_start(&h, &e) < 0)
 		goto fail;
 
+	snprintf(path, sizeof(path), "%s/desktop.sock", state);
+	h.desktop = desktop_start(&h, path, &e);
+	if (!h.desktop)
+		goto fail;
 	snprintf(path, sizeof(path), "%s/hostd.sock", state);
 	api = api_start(&h, path, &e);
 	if (!api)
@@ -266,6 +271,7 @@ fail:
 	api_stop(api);
 out:
 	idle_stop(&h);
+	desktop_stop(h.desktop);
 	usage_stop(&h);
 	virt_close(h.virt);
 	storage_close(h.st);

@@ -76,7 +76,8 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 {
 	const char *fields[] = { s->dom_name, s->uuid, s->owner, s->name, s->kernel,
 				 s->initrd, s->cmdline, s->disk_path, s->disk_format,
-				 s->seed_path, s->mac, s->nat_network, s->console_log };
+				 s->seed_path, s->mac, s->nat_network, s->console_log,
+				 s->vnc_socket };
 	bool user, nat;
 
 	if (s->vcpus < 1 || s->memory < (1 << 20) || !s->disk_path ||
@@ -172,8 +173,15 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 		buf_adds(b, "' append='on'/>\n");
 	}
 	buf_adds(b, "      <target port='0'/>\n    </serial>\n"
-		    "    <console type='pty'><target type='serial' port='0'/></console>\n"
-		    "    <video><model type='vga'/></video>\n"
+		    "    <console type='pty'><target type='serial' port='0'/></console>\n");
+	if (s->vnc_socket) {
+		/* The screen, for berth-desktop: hostd connects to this socket
+		 * and hands the descriptor over (QEMU's socket is root's). */
+		buf_adds(b, "    <graphics type='vnc' socket='");
+		buf_add_xml(b, s->vnc_socket);
+		buf_adds(b, "'/>\n");
+	}
+	buf_adds(b, "    <video><model type='vga'/></video>\n"
 		    "    <memballoon model='none'/>\n"
 		    "    <rng model='virtio'><backend model='random'>/dev/urandom</backend></rng>\n"
 		    "  </devices>\n");

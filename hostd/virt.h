@@ -41,6 +41,7 @@ struct domain_spec {
 	const char *nat_network;   /* libvirt network name for "nat" */
 	int ssh_port;              /* "user": 127.0.0.1:PORT -> guest :22 */
 	const char *console_log;   /* serial console is logged here */
+	const char *vnc_socket;    /* the screen: VNC on this UNIX socket (NULL: none) */
 };
 
 /* Render the domain XML for S into OUT.  Pure: no libvirt call.  Every

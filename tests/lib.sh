@@ -77,9 +77,11 @@ dom_state() { $VIRSH domstate "$1" 2>/dev/null | head -1; }
 cleanup() {
 	local d p
 	kill_hostd KILL
-	# A gateway `berth up` started (a test's own gateways are its to stop).
+	# Gateways `berth up` started (a test's own gateways are its to stop).
 	p=$(cat "$STATE/sshgw.pid" 2>/dev/null)
 	[ -n "$p" ] && [ "$(cat "/proc/$p/comm" 2>/dev/null)" = berth-sshgw ] && kill -KILL "$p"
+	p=$(cat "$STATE/desktop.pid" 2>/dev/null)
+	[ -n "$p" ] && [ "$(cat "/proc/$p/comm" 2>/dev/null)" = berth-desktop ] && kill -KILL "$p"
 	for d in $(test_domains); do
 		$VIRSH destroy "$d" >/dev/null 2>&1
 		$VIRSH undefine --managed-save --nvram "$d" >/dev/null 2>&1 ||

@@ -6,7 +6,8 @@
 . "$(dirname "$0")/../lib.sh"
 
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-out=$("$BIN/berth" up --state "$STATE" --detach --ssh-port "$PORT" 2>"$T/up.err")
+DPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+out=$("$BIN/berth" up --state "$STATE" --detach --ssh-port "$PORT" --desktop-port "$DPORT" 2>"$T/up.err")
 rc=$?
 check_eq "berth up --detach succeeds" 0 "$rc"
 [ "$rc" -eq 0 ] || sed 's/^/# /' "$T/up.err"
@@ -18,6 +19,9 @@ check_match "it prints the dashboard's URL (or why there is none)" \
 GW_PID=$(cat "$STATE/sshgw.pid" 2>/dev/null)
 check_eq "the gateway runs" berth-sshgw "$(cat "/proc/$GW_PID/comm" 2>/dev/null)"
 check_eq "as berth-gw, not root" "$(id -u berth-gw)" "$(awk '/^Uid:/ {print $2}' "/proc/$GW_PID/status" 2>/dev/null)"
+DT_PID=$(cat "$STATE/desktop.pid" 2>/dev/null)
+check_eq "the desktop bridge runs" berth-desktop "$(cat "/proc/$DT_PID/comm" 2>/dev/null)"
+check_eq "as berth-gw too" "$(id -u berth-gw)" "$(awk '/^Uid:/ {print $2}' "/proc/$DT_PID/status" 2>/dev/null)"
 ssh-keygen -q -t ed25519 -N '' -f "$T/user"
 berth key add "$T/user.pub" >/dev/null
 check_eq "ssh demo@localhost through the gateway" demo \
@@ -31,7 +35,7 @@ berth info > "$T/info"
 check_match "berth info says KVM or TCG" 'hypervisor: (kvm|tcg)' "$(head -1 "$T/info")"
 check_match "berth info names the storage backend" 'storage: +qcow2' "$(cat "$T/info")"
 
-out=$("$BIN/berth" up --state "$STATE" --detach --ssh-port "$PORT" 2>&1)
+out=$("$BIN/berth" up --state "$STATE" --detach --ssh-port "$PORT" --desktop-port "$DPORT" 2>&1)
 check_eq "a second up is harmless" 0 "$?"
 check_eq "and keeps the same gateway" "$GW_PID" "$(cat "$STATE/sshgw.pid" 2>/dev/null)"
 
@@ -43,11 +47,13 @@ check_eq "hostd is gone" 1 "$?"
 HOSTD_PID=
 kill -0 "$GW_PID" 2>/dev/null
 check_eq "the gateway is gone" 1 "$?"
+kill -0 "$DT_PID" 2>/dev/null
+check_eq "the desktop bridge is gone" 1 "$?"
 check_eq "demo is shut off" "shut off" "$(dom_state "$dom")"
 check_eq "its disk stays" 2 "$(ls "$STATE/volumes" | wc -l)"
 
 # up again brings the same demo back.
-"$BIN/berth" up --state "$STATE" --detach --ssh-port "$PORT" >/dev/null 2>&1
+"$BIN/berth" up --state "$STATE" --detach --ssh-port "$PORT" --desktop-port "$DPORT" >/dev/null 2>&1
 HOSTD_PID=$(cat "$STATE/hostd.pid" 2>/dev/null)
 check_eq "up again: demo answers" demo "$(berth exec demo -- hostname)"
 "$BIN/berth" down --state "$STATE" >/dev/null 2>&1

@@ -325,6 +325,33 @@ static void test_escaping(void)
 	free(xml);
 }
 
+/* The screen: VNC on a UNIX socket (berth-desktop), only when asked. */
+static void test_vnc(void)
+{
+	struct domain_spec s = spec_user();
+	struct err e;
+	char *xml;
+	int rc;
+
+	xml = render(&s, &rc, &e);
+	check_lacks(xml, "<graphics", "vnc: none without a socket");
+	free(xml);
+	s.vnc_socket = "/var/lib/berth/machines/1/vnc.sock";
+	xml = render(&s, &rc, &e);
+	check(rc == 0, "vnc: renders");
+	check_has(xml, "<graphics type='vnc' socket='/var/lib/berth/machines/1/vnc.sock'/>",
+		  "vnc: graphics on the socket");
+	check_lacks(xml, "autoport", "vnc: no TCP port");
+	check_wellformed(xml, "vnc: well-formed (xmllint)");
+	check_schema(xml, "vnc: valid per libvirt's schema");
+	free(xml);
+	s.vnc_socket = "/tmp/v'n&c<.sock";
+	xml = render(&s, &rc, &e);
+	check_has(xml, "<graphics type='vnc' socket='/tmp/v&apos;n&amp;c&lt;.sock'/>",
+		  "vnc: socket path escaped");
+	free(xml);
+}
+
 static void refused(const struct domain_spec *s, const char *what)
 {
 	struct err e;
@@ -397,6 +424,7 @@ int main(void)
 	test_user();
 	test_nat();
 	test_escaping();
+	test_vnc();
 	test_invalid();
 	return tap_done("test_domain_xml");
 }

@@ -1,0 +1,369 @@
+#!/usr/bin/env python3
+"""Desktop benchmark: berth-desktop (browser protocol: WebSocket + RFB)
+against an RFB client connected straight to QEMU's VNC socket, in the same
+run, on one machine whose guest redraws its whole screen continuously (the
+VGA text console, 720x400: every cell's background flips between two
+colours, so every pixel changes each redraw).
+
+  - updates per second a client receives (goal: bridge >= 0.95 of direct),
+    encodings raw and zrle;
+  - bytes per update;
+  - the same through the bridge while a second, stalled viewer (it never
+    reads) is connected: a slow viewer must not slow the others;
+  - the cap: a bridge with --max-fps 10;
+  - input-to-pixel latency: a key event to the first update that shows
+    the echoed character (redraw stopped), median of N.
+
+The 1280x800 framebuffer goal needs a guest with a graphical framebuffer
+(bochs-drm or vesafb); the tiny test image has the text console only.
+
+  - churn: N viewers that each take one update and reset their connection
+    in the middle of the next (the bridge must live on).
+
+Usage: bench/run desktop [--seconds S] [--rounds N] [--keys N] [--churn N]
+"""
+import argparse
+import base64
+import json
+import os
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+from berthbench import BIN, hostd
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class Stream:
+    """Bytes from a socket, optionally unwrapped from WebSocket frames."""
+
+    def __init__(self, sock, ws=False):
+        self.s = sock
+        self.ws = ws
+        self.buf = bytearray()
+        self.raw = bytearray()
+        self.nbytes = 0
+
+    def _fill_raw(self, n):
+        while len(self.raw) < n:
+            b = self.s.recv(1 << 20)
+            if not b:
+                raise EOFError("connection closed")
+            self.raw += b
+
+    def _fill(self):
+        if not self.ws:
+            b = self.s.recv(1 << 20)
+            if not b:
+                raise EOFError("connection closed")
+            self.nbytes += len(b)
+            self.buf += b
+            return
+        self._fill_raw(2)
+        op, ln = self.raw[0] & 0x0F, self.raw[1] & 0x7F
+        hl = 2
+        if ln == 126:
+            self._fill_raw(4)
+            ln, hl = struct.unpack(">H", self.raw[2:4])[0], 4
+        elif ln == 127:
+            self._fill_raw(10)
+            ln, hl = struct.unpack(">Q", self.raw[2:10])[0], 10
+        self._fill_raw(hl + ln)
+        payload = bytes(self.raw[hl:hl + ln])
+        del self.raw[:hl + ln]
+        self.nbytes += hl + ln
+        if op in (1, 2, 0):
+            self.buf += payload
+        elif op == 8:
+            raise EOFError("websocket closed")
+
+    def read(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def send(self, data):
+        if self.ws:
+            mask = os.urandom(4)
+            n = len(data)
+            head = bytes([0x82]) + (bytes([0x80 | n]) if n < 126 else
+                                    bytes([0x80 | 126]) + struct.pack(">H", n))
+            data = head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+        self.s.sendall(data)
+
+
+class RFB:
+    def __init__(self, stream, encodings):
+        self.st = stream
+        st = stream
+        ver = st.read(12)
+        if not ver.startswith(b"RFB "):
+            raise RuntimeError(f"not RFB: {ver!r}")
+        st.send(b"RFB 003.008\n")
+        n = st.read(1)[0]
+        types = st.read(n)
+        if 1 not in types:
+            raise RuntimeError(f"no security type None: {list(types)}")
+        st.send(b"\x01")
+        if struct.unpack(">I", st.read(4))[0] != 0:
+            raise RuntimeError("security failed")
+        st.send(b"\x01")  # shared
+        self.w, self.h = struct.unpack(">HH", st.read(4))
+        st.read(16)
+        st.read(struct.unpack(">I", st.read(4))[0])
+        # 32 bpp, depth 24, little endian, true colour, 8 bits each.
+        st.send(struct.pack(">BxxxBBBBHHHBBBxxx", 0, 32, 24, 0, 1, 255, 255, 255, 16, 8, 0))
+        st.send(struct.pack(">BxH", 2, len(encodings)) +
+                b"".join(struct.pack(">i", e) for e in encodings))
+
+    def request(self, incremental=True):
+        self.st.send(struct.pack(">BBHHHH", 3, 1 if incremental else 0, 0, 0, self.w, self.h))
+
+    def key(self, keysym, down):
+        self.st.send(struct.pack(">BBxxI", 4, 1 if down else 0, keysym))
+
+    def message(self):
+        """Read one server message; returns the number of rectangles of a
+        FramebufferUpdate, else -1."""
+        st = self.st
+        t = st.read(1)[0]
+        if t == 0:
+            st.read(1)
+            nrect = struct.unpack(">H", st.read(2))[0]
+            for _ in range(nrect):
+                x, y, w, h, enc = struct.unpack(">HHHHi", st.read(12))
+                if enc == 0:
+                    st.read(w * h * 4)
+                elif enc == 16:
+                    st.read(struct.unpack(">I", st.read(4))[0])
+                elif enc == 1:
+                    st.read(4)
+                elif enc in (-223, -308):
+                    self.w, self.h = w, h
+                    if enc == -308:
+                        ns = st.read(4)[0]
+                        st.read(16 * ns)
+                else:
+                    raise RuntimeError(f"unexpected encoding {enc}")
+            return nrect
+        if t == 1:
+            st.read(3)
+            n = struct.unpack(">H", st.read(2))[0]
+            st.read(6 * n)
+        elif t == 2:
+            pass
+        elif t == 3:
+            st.read(3)
+            st.read(struct.unpack(">I", st.read(4))[0])
+        else:
+            raise RuntimeError(f"unexpected message {t}")
+        return -1
+
+
+def direct(vnc_sock):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(vnc_sock)
+    return Stream(s)
+
+
+def bridged(port, machine, token):
+    s = socket.create_connection(("127.0.0.1", port))
+    key = base64.b64encode(os.urandom(16)).decode()
+    s.sendall((f"GET /ws/root/{machine}?token={token} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               "Upgrade: websocket\r\nConnection: Upgrade\r\nOrigin: http://127.0.0.1\r\n"
+               f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        b = s.recv(1)
+        if not b:
+            raise RuntimeError("bridge closed during the handshake")
+        head += b
+    if not head.startswith(b"HTTP/1.1 101"):
+        raise RuntimeError(f"bridge refused: {head!r}")
+    return Stream(s, ws=True)
+
+
+def measure(stream, encodings, seconds):
+    """Updates per second and bytes per update over SECONDS."""
+    r = RFB(stream, encodings)
+    r.request(False)
+    # Settle: the first full update.
+    while r.message() < 0:
+        pass
+    n, t0, b0 = 0, time.monotonic(), stream.nbytes
+    end = t0 + seconds
+    r.request()
+    while time.monotonic() < end:
+        if r.message() > 0:
+            n += 1
+            r.request()
+    dt = time.monotonic() - t0
+    stream.s.close()
+    return n / dt, (stream.nbytes - b0) / max(n, 1)
+
+
+def latency(stream, keys):
+    """Median ms from a key event to the update that shows its echo."""
+    r = RFB(stream, [0])
+    r.request(False)
+    while r.message() < 0:
+        pass
+    xs = []
+    stream.s.settimeout(5)
+    for i in range(keys):
+        ks = 0x61 + (i % 26) if i % 2 == 0 else 0xFF08  # a letter, then BackSpace
+        r.request()
+        time.sleep(0.05)
+        t0 = time.monotonic()
+        r.key(ks, True)
+        r.key(ks, False)
+        try:
+            while r.message() <= 0:
+                pass
+        except socket.timeout:
+            continue
+        xs.append((time.monotonic() - t0) * 1000)
+        time.sleep(0.1)
+        stream.s.settimeout(0.3)
+        try:  # drain what follows (cursor, echo's tail)
+            while True:
+                r.request()
+                r.message()
+        except (socket.timeout, BlockingIOError):
+            pass
+        stream.s.settimeout(5)
+    stream.s.close()
+    return xs
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=8)
+    ap.add_argument("--keys", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--churn", type=int, default=50)
+    ap.add_argument("--only-churn", action="store_true")
+    a = ap.parse_args()
+    with hostd() as h:
+        h.must("create", "db", "--memory", "256M")
+        mid = json.loads(h.must("show", "db", "--json").stdout)["id"]
+        vnc = os.path.join(h.state, "machines", mid, "vnc.sock")
+        procs = []
+
+        def bridge(fps):
+            port = free_port()
+            logdir = os.environ.get("BERTH_BENCH_LOGS", h.state)
+            log = open(os.path.join(logdir, f"desktop-{port}.log"), "w")
+            p = subprocess.Popen([os.path.join(BIN, "berth-desktop"), "--state", h.state,
+                                  "--listen", f"127.0.0.1:{port}", "--max-fps", str(fps)],
+                                 stdout=log, stderr=log)
+            procs.append(p)
+            for _ in range(100):
+                try:
+                    socket.create_connection(("127.0.0.1", port)).close()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            return port
+
+        def token():
+            return json.loads(h.must("desktop", "db", "--json").stdout)["token"]
+
+        try:
+            # desktop_url does not matter: the bench speaks to the bridge itself.
+            port = bridge(60)
+            # The guest redraws its whole console, two colours in turn.
+            redraw = ("echo $$ >/tmp/redraw.pid; exec >/dev/tty1; printf '\\033[?25l'; a=''; i=0; "
+                      "while [ $i -lt 2000 ]; do a=\"$a \"; i=$((i+1)); done; "
+                      "while :; do printf '\\033[H\\033[41m%s' \"$a\"; "
+                      "printf '\\033[H\\033[44m%s' \"$a\"; done")
+            loop = subprocess.Popen([os.path.join(BIN, "berth"), "--state", h.state, "exec",
+                                     "db", "--", "sh", "-c", redraw],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(3)
+            print(f"# guest redrawing its 720x400 text console continuously; "
+                  f"{a.seconds:.0f} s per measurement, medians of {a.rounds} rounds, "
+                  f"bridge --max-fps 60")
+            if a.churn:
+                t0 = time.monotonic()
+                for i in range(a.churn):
+                    st = bridged(port, "db", token())
+                    r = RFB(st, [0])
+                    r.request(False)
+                    while r.message() < 0:
+                        pass
+                    r.request()
+                    st.read(1 + i % 64)  # into the next update
+                    st.s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    st.s.close()
+                alive = procs[0].poll() is None
+                print(f"churn: {a.churn} viewers reset mid-update in "
+                      f"{time.monotonic() - t0:.1f} s; bridge {'alive' if alive else 'DIED'}")
+                if not alive or a.only_churn:
+                    return 0 if alive else 1
+            # Direct and bridge take turns, ROUNDS times: the machine is
+            # shared, so each ratio is of medians measured side by side.
+            res = {}
+            for enc_name, encs in (("raw", [0]), ("zrle", [16, 0])):
+                d_runs, b_runs = [], []
+                for _ in range(a.rounds):
+                    d_runs.append(measure(direct(vnc), encs, a.seconds))
+                    b_runs.append(measure(bridged(port, "db", token()), encs, a.seconds))
+                d = (statistics.median(x[0] for x in d_runs), statistics.median(x[1] for x in d_runs))
+                b = (statistics.median(x[0] for x in b_runs), statistics.median(x[1] for x in b_runs))
+                res[("direct", enc_name)], res[("bridge", enc_name)] = d, b
+                print(f"{enc_name:5s} direct {d[0]:6.1f} updates/s {d[1] / 1024:8.1f} KiB/update"
+                      f" | bridge {b[0]:6.1f} updates/s {b[1] / 1024:8.1f} KiB/update"
+                      f" | ratio {b[0] / d[0]:.2f}   (runs: direct "
+                      f"{' '.join(f'{x[0]:.1f}' for x in d_runs)}, bridge "
+                      f"{' '.join(f'{x[0]:.1f}' for x in b_runs)})")
+            # A stalled viewer next to a reading one, alternating with the
+            # reading one alone.
+            alone, beside = [], []
+            for _ in range(a.rounds):
+                alone.append(measure(bridged(port, "db", token()), [0], a.seconds)[0])
+                stalled = bridged(port, "db", token())
+                RFB(stalled, [0]).request(False)
+                beside.append(measure(bridged(port, "db", token()), [0], a.seconds)[0])
+                stalled.s.close()
+            print(f"raw   bridge with a stalled second viewer: {statistics.median(beside):6.1f} "
+                  f"updates/s, alone {statistics.median(alone):6.1f} (ratio "
+                  f"{statistics.median(beside) / statistics.median(alone):.2f})")
+            slow = bridge(10)
+            c = measure(bridged(slow, "db", token()), [0], a.seconds)
+            print(f"raw   bridge --max-fps 10: {c[0]:6.1f} updates/s")
+            loop.terminate()
+            loop.wait()
+            subprocess.run([os.path.join(BIN, "berth"), "--state", h.state, "exec", "db", "--",
+                            "sh", "-c", "kill $(cat /tmp/redraw.pid); printf '\\033[0m\\033[2J\\033[H' "
+                            ">/dev/tty1"], capture_output=True)
+            time.sleep(1)
+            ld = latency(direct(vnc), a.keys)
+            lb = latency(bridged(port, "db", token()), a.keys)
+            if ld and lb:
+                print(f"input-to-pixel: direct median {statistics.median(ld):6.1f} ms "
+                      f"(n={len(ld)}) | bridge median {statistics.median(lb):6.1f} ms "
+                      f"(n={len(lb)}) | added {statistics.median(lb) - statistics.median(ld):+.1f} ms")
+            else:
+                print("input-to-pixel: no echo seen")
+        finally:
+            for p in procs:
+                p.terminate()
+                p.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

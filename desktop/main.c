@@ -1,0 +1,605 @@
+/* berth-desktop: the machines' screens in the browser.  Usage:
+ *   berth-desktop --state DIR [--listen ADDR:PORT] [--user USER]
+ *                 [--max-fps N] [--page DIR] [--novnc DIR]
+ *                 [--log-level L] [--pidfile FILE]
+ *
+ * One TCP port for every machine (docs/desktop.md).  A connection's HTTP
+ * request is peeked at (MSG_PEEK) without being consumed:
+ *   GET /ws/USER/NAME?token=T (a WebSocket upgrade): hostd redeems the
+ *       one-time token T over DIR/desktop.sock (bound to USER and NAME,
+ *       unexpired, unused); the connection then goes, request unread, to
+ *       the machine's libvncserver screen, which does the WebSocket
+ *       handshake and serves RFB (desktop/screen.h).
+ *   GET /state?token=T: the viewer's state for the page, as JSON.
+ *   GET /novnc/...: noVNC's files; GET /page/...: the page's own files;
+ *   GET /USER/NAME/ (or anything else): the page.
+ * Started as root it binds, then drops to USER (default berth-gw) before
+ * it reads a byte from the network; it never opens libvirt.  One thread
+ * per connection until it is handed over.  Runs until SIGTERM or SIGINT. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <grp.h>
+#include <limits.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "common/hostapi.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "desktop/hostfd.h"
+#include "desktop/screen.h"
+#include "common/banned.h"
+
+#define REQ_MAX 8192
+
+static char desktop_sock[PATH_MAX], hostd_sock[PATH_MAX];
+static char page_dir[PATH_MAX], novnc_dir[PATH_MAX];
+static volatile sig_atomic_t stopping;
+static int wake_pipe[2] = { -1, -1 };
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: berth-desktop --state DIR [--listen ADDR:PORT] [--user USER]\n"
+		   "                     [--max-fps N] [--page DIR] [--novnc DIR]\n"
+		   "                     [--log-level LEVEL] [--pidfile FILE]\n");
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stopping = 1;
+	if (write(wake_pipe[1], "x", 1) < 0) {
+		/* nothing to do: poll's timeout ends the loop too */
+	}
+}
+
+static void reply(int fd, int status, const char *reason, const char *type,
+		  const char *body, size_t len)
+{
+	char head[1024];
+	int n = snprintf(head, sizeof(head),
+			 "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+			 "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+			 "Referrer-Policy: no-referrer\r\nX-Frame-Options: SAMEORIGIN\r\n"
+			 "Content-Security-Policy: default-src 'self'; connect-src 'self' ws: wss:; "
+			 "img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; "
+			 "object-src 'none'; base-uri 'none'\r\n"
+			 "Connection: close\r\n\r\n", status, reason, type, len);
+	if (send(fd, head, (size_t)n, MSG_NOSIGNAL) != n)
+		return;
+	while (len > 0) {
+		ssize_t w = send(fd, body, len, MSG_NOSIGNAL);
+		if (w <= 0)
+			return;
+		body += w;
+		len -= (size_t)w;
+	}
+}
+
+static void reply_error(int fd, int status, const char *reason, const char *code,
+			const char *msg)
+{
+	json_t *j = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
+	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+
+	if (s)
+		reply(fd, status, reason, "application/json", s, strlen(s));
+	free(s);
+	json_decref(j);
+}
+
+static const char *mime(const char *path)
+{
+	const char *dot = strrchr(path, '.');
+
+	if (!dot)
+		return "application/octet-stream";
+	if (!strcmp(dot, ".html"))
+		return "text/html; charset=utf-8";
+	if (!strcmp(dot, ".js") || !strcmp(dot, ".mjs"))
+		return "text/javascript; charset=utf-8";
+	if (!strcmp(dot, ".css"))
+		return "text/css; charset=utf-8";
+	if (!strcmp(dot, ".svg"))
+		return "image/svg+xml";
+	if (!strcmp(dot, ".png"))
+		return "image/png";
+	if (!strcmp(dot, ".json"))
+		return "application/json";
+	return "application/octet-stream";
+}
+
+/* Serve file REL (no "..", only [A-Za-z0-9._/-]) under DIR. */
+static void serve_file(int fd, const char *dir, const char *rel)
+{
+	char path[PATH_MAX];
+	struct err e = { 0 };
+	char *data;
+	struct stat st;
+
+	for (const char *p = rel; *p; p++)
+		if (!(*p == '/' || *p == '.' || *p == '-' || *p == '_' ||
+		      (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		      (*p >= '0' && *p <= '9'))) {
+			reply_error(fd, 400, "Bad Request", "invalid_path", "invalid path");
+			return;
+		}
+	if (strstr(rel, "..") || rel[0] == '/' || !rel[0]) {
+		reply_error(fd, 400, "Bad Request", "invalid_path", "invalid path");
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/%s", dir, rel);
+	if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > 16 << 20 ||
+	    !(data = file_read(path, 16 << 20, &e))) {
+		reply_error(fd, 404, "Not Found", "not_found", "no such file");
+		return;
+	}
+	reply(fd, 200, "OK", mime(path), data, (size_t)st.st_size);
+	free(data);
+}
+
+/* The value of query parameter KEY in QUERY ("a=1&b=2"), copied to OUT. */
+static bool query_get(const char *query, const char *key, char *out, size_t outlen)
+{
+	size_t kl = strlen(key);
+
+	for (const char *p = query; p && *p; p = strchr(p, '&') ? strchr(p, '&') + 1 : NULL) {
+		if (strncmp(p, key, kl) == 0 && p[kl] == '=') {
+			size_t n = strcspn(p + kl + 1, "&");
+			if (n >= outlen)
+				return false;
+			memcpy(out, p + kl + 1, n);
+			out[n] = '\0';
+			return true;
+		}
+	}
+	return false;
+}
+
+static bool token_ok(const char *t)
+{
+	if (!*t || strlen(t) > 60)
+		return false;
+	for (; *t; t++)
+		if (!((*t >= 'a' && *t <= 'z') || (*t >= 'A' && *t <= 'Z') ||
+		      (*t >= '0' && *t <= '9') || *t == '-' || *t == '_'))
+			return false;
+	return true;
+}
+
+/* Read and drop the N bytes of a request head that were only peeked at:
+ * closing a socket with unread data would reset it, losing the answer. */
+static int drain(int fd, size_t n)
+{
+	char sink[REQ_MAX];
+
+	while (n > 0) {
+		ssize_t r = read(fd, sink, n < sizeof(sink) ? n : sizeof(sink));
+		if (r <= 0)
+			return -1;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/* GET /ws/USER/NAME?token=T (HEAD bytes of request head): redeem, then
+ * hand FD to the screen. */
+static void viewer(int fd, char *rest, size_t head, const char *from)
+{
+	char token[64], err[512];
+	char *query = strchr(rest, '?'), *user = rest, *name;
+	json_t *req, *resp = NULL;
+	const char *code = NULL;
+
+	if (query)
+		*query++ = '\0';
+	name = strchr(user, '/');
+	if (name)
+		*name++ = '\0';
+	if (name && *user && name_valid(name) && query &&
+	    query_get(query, "resume", token, sizeof(token)) && token_ok(token)) {
+		/* A viewer coming back after its connection broke. */
+		char orig[64];
+		if (screen_resume(token, user, name, orig, sizeof(orig)) < 0) {
+			drain(fd, head);
+			reply_error(fd, 403, "Forbidden", "invalid_resume",
+				    "unknown or expired resume key: ask for a new URL");
+			close(fd);
+			return;
+		}
+		log_info("viewer from %s back on %s/%s", from, user, name);
+		screen_add_viewer(user, name, false, fd, orig, from);
+		return;
+	}
+	if (!name || !*user || !name_valid(name) || !query ||
+	    !query_get(query, "token", token, sizeof(token)) || !token_ok(token)) {
+		drain(fd, head);
+		reply_error(fd, 400, "Bad Request", "invalid_request",
+			    "expected /ws/USER/MACHINE?token=TOKEN");
+		close(fd);
+		return;
+	}
+	req = json_pack("{s:s, s:s, s:s, s:s}", "op", "redeem", "token", token, "user", user,
+			"machine", name);
+	if (!req || hostfd_call(desktop_sock, req, &resp, NULL, err, sizeof(err)) < 0) {
+		log_error("redeem a token: %s", err);
+		drain(fd, head);
+		reply_error(fd, 503, "Service Unavailable", "hostd_unavailable", err);
+		close(fd);
+		json_decref(req);
+		return;
+	}
+	json_decref(req);
+	const char *msg = hostfd_error(resp, &code);
+	if (*msg) {
+		log_info("viewer from %s for %s/%s refused: %s", from, user, name, msg);
+		screen_refused(token, name, msg);
+		drain(fd, head);
+		reply_error(fd, 403, "Forbidden", code ? code : "refused", msg);
+		close(fd);
+		json_decref(resp);
+		return;
+	}
+	const char *state = json_string_value(json_object_get(resp, "state"));
+	bool wake = !state || strcmp(state, "running") != 0;
+	screen_add_viewer(user, name, wake, fd, token, from);
+	json_decref(resp);
+}
+
+struct conn {
+	int fd;
+	char from[64];
+};
+
+static void *conn_main(void *arg)
+{
+	struct conn *c = arg;
+	int fd = c->fd;
+	char buf[REQ_MAX + 1], *end = NULL;
+	size_t len = 0;
+	int64_t t0 = mono_ms();
+
+	/* Peek until the whole request head is in: the WebSocket handshake
+	 * must still find it in the socket. */
+	while (!end) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int left = 10000 - (int)(mono_ms() - t0);
+		if (left <= 0 || poll(&p, 1, left) <= 0)
+			goto close;
+		ssize_t n = recv(fd, buf, REQ_MAX, MSG_PEEK);
+		if (n <= 0)
+			goto close;
+		len = (size_t)n;
+		buf[len] = '\0';
+		end = strstr(buf, "\r\n\r\n");
+		if (!end && len == REQ_MAX) {
+			reply_error(fd, 431, "Request Header Fields Too Large", "too_large",
+				    "request head over 8 KiB");
+			goto close;
+		}
+		if (!end)
+			usleep(10 * 1000);  /* more to come; MSG_PEEK returns at once */
+	}
+	char *sp1 = strchr(buf, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
+	if (!sp1 || !sp2 || strncmp(buf, "GET ", 4) != 0) {
+		drain(fd, (size_t)(end + 4 - buf));
+		reply_error(fd, 405, "Method Not Allowed", "method", "only GET");
+		goto close;
+	}
+	*sp2 = '\0';
+	char *path = sp1 + 1;
+	if (!strncmp(path, "/ws/", 4)) {
+		viewer(fd, path + 4, (size_t)(end + 4 - buf), c->from);
+		free(c);
+		return NULL;
+	}
+	/* A plain GET: consume the head (the answer closes the connection). */
+	if (drain(fd, (size_t)(end + 4 - buf)) < 0)
+		goto close;
+	if (!strncmp(path, "/state?", 7)) {
+		char token[64];
+		char *s = query_get(path + 7, "token", token, sizeof(token)) && token_ok(token) ?
+			  screen_state(token) : NULL;
+		if (s)
+			reply(fd, 200, "OK", "application/json", s, strlen(s));
+		else
+			reply_error(fd, 400, "Bad Request", "invalid_token", "token required");
+		free(s);
+	} else if (!strncmp(path, "/novnc/", 7)) {
+		serve_file(fd, novnc_dir, path + 7);
+	} else if (!strncmp(path, "/page/", 6)) {
+		serve_file(fd, page_dir, path + 6);
+	} else if (!strcmp(path, "/favicon.ico")) {
+		reply_error(fd, 404, "Not Found", "not_found", "no such file");
+	} else {
+		serve_file(fd, page_dir, "index.html");
+	}
+close:
+	close(fd);
+	free(c);
+	return NULL;
+}
+
+static int listen_on(const char *spec)
+{
+	char host[256];
+	const char *colon = strrchr(spec, ':');
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICHOST }, *res = NULL;
+	int fd = -1, one = 1;
+
+	if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof(host)) {
+		log_error("--listen %s: expected ADDR:PORT", spec);
+		return -1;
+	}
+	memcpy(host, spec, (size_t)(colon - spec));
+	host[colon - spec] = '\0';
+	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+		memmove(host, host + 1, strlen(host));
+		host[strlen(host) - 1] = '\0';
+	}
+	if (getaddrinfo(host, colon + 1, &hints, &res) != 0 || !res) {
+		log_error("--listen %s: not a numeric address and port", spec);
+		return -1;
+	}
+	fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 512) < 0) {
+		log_error("listen on %s: %s", spec, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	return fd;
+}
+
+static int drop_to(const char *user)
+{
+	struct passwd *pw = getpwnam(user);
+
+	if (!pw) {
+		log_error("user %s does not exist: create it (deploy/install-deps.sh does: "
+			  "useradd --system %s) or pass --user", user, user);
+		return -1;
+	}
+	if (pw->pw_uid == 0) {
+		log_error("--user %s is root: the bridge must not keep privilege", user);
+		return -1;
+	}
+	if (setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0) {
+		log_error("become %s: %s", user, strerror(errno));
+		return -1;
+	}
+	if (setuid(0) == 0) {
+		log_error("could regain root after dropping to %s", user);
+		return -1;
+	}
+	prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+	return 0;
+}
+
+static void peer_name(const struct sockaddr_storage *ss, char *out, size_t outlen)
+{
+	char host[INET6_ADDRSTRLEN] = "?";
+	int port = 0;
+
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *a = (const void *)ss;
+		inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+		port = ntohs(a->sin_port);
+	} else if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *a = (const void *)ss;
+		inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+		port = ntohs(a->sin6_port);
+	}
+	snprintf(out, outlen, "%s:%d", host, port);
+}
+
+/* REL next to the binary: BIN/../REL (bin/), else BIN/../../../REL
+ * (build/asan/bin/); the first that exists, else the first. */
+static void beside_exe(const char *rel, char *out, size_t outlen)
+{
+	static const char *const up[] = { "..", "../../..", NULL };
+	char dir[PATH_MAX];
+
+	out[0] = '\0';
+	if (exe_dir(dir, sizeof(dir)) < 0)
+		return;
+	for (int i = 0; up[i]; i++) {
+		snprintf(out, outlen, "%s/%s/%s", dir, up[i], rel);
+		if (access(out, F_OK) == 0)
+			return;
+	}
+	snprintf(out, outlen, "%s/../%s", dir, rel);
+}
+
+/* Every 5 s: which run of hostd is this?  A restarted hostd forgot the
+ * live sessions; the viewers' are opened again. */
+static void *watch_hostd(void *arg)
+{
+	char last[64] = "";
+
+	(void)arg;
+	while (!stopping) {
+		json_t *resp = NULL;
+		long status = 0;
+		char err[256];
+		if (hostapi_call(hostd_sock, "GET", "/v1/gateway/epoch", NULL, &status, &resp,
+				 err, sizeof(err)) == 0 && status == 200) {
+			const char *ep = json_string_value(json_object_get(resp, "epoch"));
+			if (ep && last[0] && strcmp(ep, last) != 0)
+				screen_reopen_sessions();
+			if (ep)
+				snprintf(last, sizeof(last), "%s", ep);
+		}
+		json_decref(resp);
+		sleep(5);
+	}
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "state", required_argument, NULL, 's' },
+		{ "listen", required_argument, NULL, 'l' },
+		{ "user", required_argument, NULL, 'u' },
+		{ "max-fps", required_argument, NULL, 'f' },
+		{ "page", required_argument, NULL, 'P' },
+		{ "novnc", required_argument, NULL, 'N' },
+		{ "log-level", required_argument, NULL, 'L' },
+		{ "pidfile", required_argument, NULL, 'p' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *state = NULL, *listen_spec = "127.0.0.1:6080", *user = "berth-gw";
+	const char *pidfile = NULL;
+	int c, lfd, max_fps = 60;
+	char *end;
+
+	log_init("berth-desktop");
+	beside_exe("desktop/page", page_dir, sizeof(page_dir));
+	beside_exe("build/node/node_modules/@novnc/novnc", novnc_dir, sizeof(novnc_dir));
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 's': state = optarg; break;
+		case 'l': listen_spec = optarg; break;
+		case 'u': user = optarg; break;
+		case 'p': pidfile = optarg; break;
+		case 'P': snprintf(page_dir, sizeof(page_dir), "%s", optarg); break;
+		case 'N': snprintf(novnc_dir, sizeof(novnc_dir), "%s", optarg); break;
+		case 'f':
+			max_fps = (int)strtol(optarg, &end, 10);
+			if (!*optarg || *end || max_fps < 1 || max_fps > 1000) {
+				log_error("--max-fps %s: expected a number from 1 to 1000", optarg);
+				return 2;
+			}
+			break;
+		case 'L':
+			if (log_level_parse(optarg, &log_threshold) < 0) {
+				log_error("--log-level %s: use error, warn, info or debug", optarg);
+				return 2;
+			}
+			break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!state || optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	char check[PATH_MAX + 32];
+	snprintf(check, sizeof(check), "%s/index.html", page_dir);
+	if (access(check, R_OK) < 0) {
+		log_error("the page is missing: %s (--page DIR)", check);
+		return 1;
+	}
+	snprintf(check, sizeof(check), "%s/core/rfb.js", novnc_dir);
+	if (access(check, R_OK) < 0) {
+		log_error("noVNC is missing: %s (make deps installs it; --novnc DIR)", check);
+		return 1;
+	}
+	snprintf(desktop_sock, sizeof(desktop_sock), "%s/desktop.sock", state);
+	snprintf(hostd_sock, sizeof(hostd_sock), "%s/hostd.sock", state);
+	signal(SIGPIPE, SIG_IGN);
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
+		log_error("cannot initialise libcurl");
+		return 1;
+	}
+	lfd = listen_on(listen_spec);
+	if (lfd < 0)
+		return 1;
+	if (pidfile) {
+		char pid[32];
+		int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+		if (file_write_atomic(pidfile, pid, (size_t)n, 0644, NULL) < 0) {
+			log_error("cannot write %s", pidfile);
+			return 1;
+		}
+	}
+	if (geteuid() == 0 && drop_to(user) < 0)
+		return 1;
+	if (pipe2(wake_pipe, O_CLOEXEC) < 0) {
+		log_error("pipe: %s", strerror(errno));
+		return 1;
+	}
+	struct sigaction sa = { .sa_handler = on_signal };
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	struct screen_cfg sc = { .desktop_sock = desktop_sock, .hostd_sock = hostd_sock,
+				 .max_fps = max_fps };
+	screen_init(&sc);
+	{
+		/* What an earlier run of the bridge left open is over. */
+		json_t *body = json_pack("{s:s}", "kind", "desktop"), *resp = NULL;
+		long status = 0;
+		char err[256];
+		if (hostapi_call(hostd_sock, "DELETE", "/v1/gateway/sessions", body, &status,
+				 &resp, err, sizeof(err)) < 0)
+			log_warn("forget old desktop sessions: %s", err);
+		json_decref(body);
+		json_decref(resp);
+	}
+	log_info("listening on %s as uid %u; hostd at %s; at most %d fps; page %s; noVNC %s",
+		 listen_spec, (unsigned)getuid(), desktop_sock, max_fps, page_dir, novnc_dir);
+
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, 512 * 1024);
+	pthread_t watcher;
+	if (pthread_create(&watcher, &attr, watch_hostd, NULL) != 0)
+		log_warn("cannot watch hostd's epoch: sessions are not reopened after its restart");
+	while (!stopping) {
+		struct pollfd pfd[2] = { { .fd = lfd, .events = POLLIN },
+					 { .fd = wake_pipe[0], .events = POLLIN } };
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		pthread_t t;
+
+		if (poll(pfd, 2, 5000) < 0 && errno != EINTR)
+			break;
+		if (stopping)
+			break;
+		if (!(pfd[0].revents & POLLIN))
+			continue;
+		int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+		if (fd < 0)
+			continue;
+		struct conn *cn = calloc(1, sizeof(*cn));
+		if (!cn) {
+			close(fd);
+			continue;
+		}
+		cn->fd = fd;
+		peer_name(&ss, cn->from, sizeof(cn->from));
+		if (pthread_create(&t, &attr, conn_main, cn) != 0) {
+			log_error("cannot start a thread for %s", cn->from);
+			close(fd);
+			free(cn);
+		}
+	}
+	uint64_t in, rects;
+	screen_stats(&in, &rects);
+	log_info("stopping (%llu upstream updates, %llu rectangles)", (unsigned long long)in,
+		 (unsigned long long)rects);
+	close(lfd);
+	return 0;
+}

@@ -1,0 +1,626 @@
+#include "desktop/screen.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <rfb/rfb.h>
+#include <rfb/rfbclient.h>
+
+#include "common/hostapi.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "desktop/font.h"
+#include "desktop/hostfd.h"
+#include "common/banned.h"
+
+#define REFUSED_SLOTS 64
+#define RESUME_SLOTS 256
+/* A viewer whose connection broke may come back this long after. */
+#define RESUME_MS (120 * 1000)
+
+struct mach;
+
+struct viewer {
+	char token[64];
+	char resume[64];       /* its key to come back with (screen_resume) */
+	bool resume_told;      /* screen_state gave it out (it does so once) */
+	char from[64];
+	struct mach *m;
+	int64_t session;       /* hostd's session id, -1 = none */
+	struct viewer *next;
+};
+
+struct mach {
+	char user[64], name[64];
+	char title[140];
+	rfbScreenInfoPtr scr;
+	char *fb, *oldfb;      /* the screen's frame buffer, and the one before
+				  a resize (output threads may still read it) */
+	int w, h;
+	pthread_mutex_t send_lock; /* writes upstream; guards up */
+	rfbClient *up;
+	char *upfb;            /* up's frame buffer (up_alloc's): libvncclient
+				  never frees it */
+	pthread_t thread;
+	/* Under g_lock: */
+	int viewers;
+	bool wake;
+	const char *state;     /* "waking", "connected", "stopped" */
+	char message[256];
+	pthread_cond_t cv;
+	struct mach *next;
+};
+
+static struct screen_cfg cfg;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mach *machs;
+static struct viewer *viewers;
+static struct {
+	char token[64], machine[64], message[256];
+} refused[REFUSED_SLOTS];
+static int refused_next;
+static struct {
+	char key[64], token[64], user[64], name[64];
+	int64_t until_ms;
+} resumes[RESUME_SLOTS];
+static int resume_next;
+static atomic_uint_fast64_t frames_in, rects_in;
+static int tag;  /* libvncclient client-data key */
+
+static void vnc_log(const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	if (log_threshold < LOG_DEBUG)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	msg[strcspn(msg, "\n")] = '\0';
+	log_debug("libvnc: %s", msg);
+}
+
+void screen_init(const struct screen_cfg *c)
+{
+	cfg = *c;
+	rfbLog = vnc_log;
+	rfbErr = vnc_log;
+	rfbClientLog = vnc_log;
+	rfbClientErr = vnc_log;
+}
+
+void screen_stats(uint64_t *in, uint64_t *rects)
+{
+	*in = atomic_load(&frames_in);
+	*rects = atomic_load(&rects_in);
+}
+
+static uint32_t rgb(const rfbPixelFormat *f, int r, int g, int b)
+{
+	return (uint32_t)r << f->redShift | (uint32_t)g << f->greenShift |
+	       (uint32_t)b << f->blueShift;
+}
+
+/* Fill M's frame with one colour and TEXT in the middle: the "waking" and
+ * "stopped" frames. */
+static void fill(struct mach *m, int r, int g, int b, const char *text)
+{
+	rfbPixelFormat *f = &m->scr->serverFormat;
+	uint32_t px = rgb(f, r, g, b);
+	uint32_t *p = (uint32_t *)m->fb;
+
+	for (size_t i = 0; i < (size_t)m->w * (size_t)m->h; i++)
+		p[i] = px;
+	font_draw_centred(p, m->w, m->h, text, m->w >= 1000 ? 4 : 3, rgb(f, 0xe0, 0xe0, 0xe0));
+	rfbMarkRectAsModified(m->scr, 0, 0, m->w, m->h);
+}
+
+static void set_state(struct mach *m, const char *state, const char *message)
+{
+	pthread_mutex_lock(&g_lock);
+	if (m->state != state)
+		log_info("%s: %s%s%s", m->title, state, message ? ": " : "",
+			 message ? message : "");
+	m->state = state;
+	snprintf(m->message, sizeof(m->message), "%s", message ? message : "");
+	pthread_mutex_unlock(&g_lock);
+	char text[100];
+	if (!strcmp(state, "waking")) {
+		snprintf(text, sizeof(text), "waking %s...", m->name);
+		fill(m, 0x20, 0x30, 0x60, text);
+	} else if (!strcmp(state, "stopped")) {
+		snprintf(text, sizeof(text), "%s stopped", m->name);
+		fill(m, 0x30, 0x30, 0x30, text);
+	}
+}
+
+/* Give M's screen a W x H frame buffer; viewers get the new size. */
+static int resize(struct mach *m, int w, int h)
+{
+	char *fb;
+
+	if (w == m->w && h == m->h)
+		return 0;
+	fb = calloc((size_t)w * (size_t)h, 4);
+	if (!fb)
+		return -1;
+	free(m->oldfb);
+	m->oldfb = m->fb;
+	m->fb = fb;
+	m->w = w;
+	m->h = h;
+	rfbNewFramebuffer(m->scr, fb, w, h, 8, 3, 4);
+	return 0;
+}
+
+/* ---- upstream (libvncclient) callbacks, on M's upstream thread ---------- */
+
+static rfbBool up_alloc(rfbClient *c)
+{
+	struct mach *m = rfbClientGetClientData(c, &tag);
+	size_t n = (size_t)c->width * (size_t)c->height * 4;
+
+	free(c->frameBuffer);
+	c->frameBuffer = malloc(n ? n : 4);
+	m->upfb = (char *)c->frameBuffer;
+	if (!c->frameBuffer || resize(m, c->width, c->height) < 0)
+		return FALSE;
+	return TRUE;
+}
+
+static void up_update(rfbClient *c, int x, int y, int w, int h)
+{
+	struct mach *m = rfbClientGetClientData(c, &tag);
+
+	if (x < 0 || y < 0 || w <= 0 || h <= 0 || x + w > m->w || y + h > m->h ||
+	    c->width != m->w)
+		return;
+	for (int row = y; row < y + h; row++)
+		memcpy(m->fb + ((size_t)row * m->w + x) * 4,
+		       c->frameBuffer + ((size_t)row * c->width + x) * 4, (size_t)w * 4);
+	rfbMarkRectAsModified(m->scr, x, y, x + w, y + h);
+	atomic_fetch_add(&rects_in, 1);
+}
+
+static void up_finished(rfbClient *c)
+{
+	(void)c;
+	atomic_fetch_add(&frames_in, 1);
+}
+
+static void up_cut(rfbClient *c, const char *text, int len)
+{
+	struct mach *m = rfbClientGetClientData(c, &tag);
+
+	rfbSendServerCutText(m->scr, (char *)text, len);
+}
+
+/* ---- viewers' input (libvncserver callbacks, on viewers' threads) ------- */
+
+static void v_key(rfbBool down, rfbKeySym key, rfbClientPtr cl)
+{
+	struct mach *m = cl->screen->screenData;
+
+	pthread_mutex_lock(&m->send_lock);
+	if (m->up)
+		SendKeyEvent(m->up, key, down);
+	pthread_mutex_unlock(&m->send_lock);
+}
+
+static void v_ptr(int mask, int x, int y, rfbClientPtr cl)
+{
+	struct mach *m = cl->screen->screenData;
+
+	pthread_mutex_lock(&m->send_lock);
+	if (m->up)
+		SendPointerEvent(m->up, x, y, mask);
+	pthread_mutex_unlock(&m->send_lock);
+}
+
+static void v_cut(char *text, int len, rfbClientPtr cl)
+{
+	struct mach *m = cl->screen->screenData;
+
+	pthread_mutex_lock(&m->send_lock);
+	if (m->up)
+		SendClientCutText(m->up, text, len);
+	pthread_mutex_unlock(&m->send_lock);
+}
+
+static void session_close(struct viewer *v, uint64_t bytes_out)
+{
+	char path[64], err[256];
+	long status = 0;
+	json_t *resp = NULL, *body;
+
+	if (v->session < 0)
+		return;
+	snprintf(path, sizeof(path), "/v1/gateway/sessions/%lld", (long long)v->session);
+	body = json_pack("{s:I}", "bytes_out", (json_int_t)bytes_out);
+	if (hostapi_call(cfg.hostd_sock, "DELETE", path, body, &status, &resp, err,
+			 sizeof(err)) < 0)
+		log_warn("close session %lld: %s", (long long)v->session, err);
+	json_decref(body);
+	json_decref(resp);
+}
+
+static void v_gone(rfbClientPtr cl)
+{
+	struct viewer *v = cl->clientData, **pp;
+
+	if (!v)
+		return;
+	pthread_mutex_lock(&g_lock);
+	for (pp = &viewers; *pp; pp = &(*pp)->next)
+		if (*pp == v) {
+			*pp = v->next;
+			break;
+		}
+	v->m->viewers--;
+	pthread_cond_broadcast(&v->m->cv);
+	{
+		int i = resume_next++ % RESUME_SLOTS;
+		snprintf(resumes[i].key, sizeof(resumes[i].key), "%s", v->resume);
+		snprintf(resumes[i].token, sizeof(resumes[i].token), "%s", v->token);
+		snprintf(resumes[i].user, sizeof(resumes[i].user), "%s", v->m->user);
+		snprintf(resumes[i].name, sizeof(resumes[i].name), "%s", v->m->name);
+		resumes[i].until_ms = mono_ms() + RESUME_MS;
+	}
+	pthread_mutex_unlock(&g_lock);
+	log_info("viewer from %s left %s (%u bytes sent)", v->from, v->m->title,
+		 (unsigned)rfbStatGetSentBytes(cl));
+	session_close(v, (uint64_t)rfbStatGetSentBytes(cl));
+	cl->clientData = NULL;
+	free(v);
+}
+
+/* ---- the upstream thread ------------------------------------------------ */
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+static void *upstream(void *arg)
+{
+	struct mach *m = arg;
+	char err[512];
+
+	for (;;) {
+		bool wake;
+		pthread_mutex_lock(&g_lock);
+		while (m->viewers == 0)
+			pthread_cond_wait(&m->cv, &g_lock);
+		wake = m->wake;
+		pthread_mutex_unlock(&g_lock);
+
+		if (wake)
+			set_state(m, "waking", NULL);
+		json_t *req = json_pack("{s:s, s:s, s:s, s:b}", "op", "attach", "user", m->user,
+					"machine", m->name, "wake", wake);
+		json_t *resp = NULL;
+		int fd = -1;
+		int rc = req ? hostfd_call(cfg.desktop_sock, req, &resp, &fd, err, sizeof(err)) : -1;
+		json_decref(req);
+		if (rc < 0 || fd < 0) {
+			const char *code = NULL;
+			const char *msg = rc < 0 ? err : hostfd_error(resp, &code);
+			/* A machine that is not running: the viewer waits for it. */
+			set_state(m, "stopped", code && !strcmp(code, "not_running") ? NULL : msg);
+			json_decref(resp);
+			if (fd >= 0)
+				close(fd);
+			pthread_mutex_lock(&g_lock);
+			m->wake = false;
+			pthread_mutex_unlock(&g_lock);
+			sleep_ms(1000);
+			continue;
+		}
+		if (wake)
+			log_info("%s: awake (hostd took %lld ms)", m->title,
+				 (long long)json_integer_value(json_object_get(resp, "woke_ms")));
+		json_decref(resp);
+		pthread_mutex_lock(&g_lock);
+		m->wake = false;
+		pthread_mutex_unlock(&g_lock);
+
+		rfbClient *c = rfbGetClient(8, 3, 4);
+		if (!c) {
+			close(fd);
+			sleep_ms(1000);
+			continue;
+		}
+		c->format = m->scr->serverFormat;
+		c->MallocFrameBuffer = up_alloc;
+		c->GotFrameBufferUpdate = up_update;
+		c->FinishedFrameBufferUpdate = up_finished;
+		c->GotXCutText = up_cut;
+		c->canHandleNewFBSize = TRUE;
+		c->appData.encodingsString = "copyrect raw";
+		c->listenSpecified = TRUE;  /* connected already: hostd's descriptor */
+		c->sock = fd;
+		rfbClientSetClientData(c, &tag, m);
+		if (!rfbInitClient(c, NULL, NULL)) {  /* frees c (and closes fd), not its frame */
+			free(m->upfb);
+			m->upfb = NULL;
+			set_state(m, "stopped", "the machine's screen did not answer");
+			sleep_ms(1000);
+			continue;
+		}
+		pthread_mutex_lock(&m->send_lock);
+		m->up = c;
+		pthread_mutex_unlock(&m->send_lock);
+		set_state(m, "connected", NULL);
+		for (;;) {
+			pthread_mutex_lock(&g_lock);
+			int n = m->viewers;
+			pthread_mutex_unlock(&g_lock);
+			if (n == 0)
+				break;
+			int r = WaitForMessage(c, 200000);
+			if (r < 0)
+				break;
+			if (r == 0)
+				continue;
+			pthread_mutex_lock(&m->send_lock);
+			rfbBool ok = HandleRFBServerMessage(c);
+			pthread_mutex_unlock(&m->send_lock);
+			if (!ok)
+				break;
+		}
+		pthread_mutex_lock(&m->send_lock);
+		m->up = NULL;
+		pthread_mutex_unlock(&m->send_lock);
+		rfbClientCleanup(c);
+		free(m->upfb);
+		m->upfb = NULL;
+		pthread_mutex_lock(&g_lock);
+		int left = m->viewers;
+		pthread_mutex_unlock(&g_lock);
+		if (left > 0) {
+			/* QEMU went away: stopped, restarting or suspended.  Keep
+			 * the viewers and attach again. */
+			set_state(m, "stopped", NULL);
+			sleep_ms(1000);
+		} else {
+			log_info("%s: no viewers, upstream closed", m->title);
+		}
+	}
+	return NULL;
+}
+
+/* USER's machine NAME's screen, made if need be (under g_lock). */
+static struct mach *mach_get(const char *user, const char *name)
+{
+	struct mach *m;
+
+	for (m = machs; m; m = m->next)
+		if (!strcmp(m->user, user) && !strcmp(m->name, name))
+			return m;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return NULL;
+	snprintf(m->user, sizeof(m->user), "%s", user);
+	snprintf(m->name, sizeof(m->name), "%s", name);
+	snprintf(m->title, sizeof(m->title), "%s/%s", user, name);
+	m->w = 720;
+	m->h = 400;
+	m->fb = calloc((size_t)m->w * m->h, 4);
+	m->scr = rfbGetScreen(NULL, NULL, m->w, m->h, 8, 3, 4);
+	if (!m->fb || !m->scr) {
+		free(m->fb);
+		free(m);
+		return NULL;
+	}
+	m->scr->frameBuffer = m->fb;
+	m->scr->desktopName = m->name;
+	m->scr->port = 0;          /* no listening socket: viewers come from us */
+	m->scr->ipv6port = 0;
+	m->scr->autoPort = FALSE;
+	m->scr->httpDir = NULL;
+	m->scr->alwaysShared = TRUE;
+	m->scr->backgroundLoop = TRUE;  /* a thread pair per viewer */
+	m->scr->deferUpdateTime = cfg.max_fps > 0 ? 1000 / cfg.max_fps : 0;
+	m->scr->cursor = NULL;
+	m->scr->kbdAddEvent = v_key;
+	m->scr->ptrAddEvent = v_ptr;
+	m->scr->setXCutText = v_cut;
+	m->scr->screenData = m;
+	rfbInitServer(m->scr);
+	pthread_mutex_init(&m->send_lock, NULL);
+	pthread_cond_init(&m->cv, NULL);
+	m->state = "connecting";
+	if (pthread_create(&m->thread, NULL, upstream, m) != 0) {
+		rfbScreenCleanup(m->scr);
+		free(m->fb);
+		free(m);
+		return NULL;
+	}
+	pthread_detach(m->thread);
+	m->next = machs;
+	machs = m;
+	return m;
+}
+
+static int64_t session_open(const char *user, const char *name, const char *from)
+{
+	char err[256];
+	long status = 0;
+	json_t *resp = NULL;
+	json_t *body = json_pack("{s:s, s:s, s:s, s:s}", "user", user, "machine", name,
+				 "kind", "desktop", "from", from);
+	int64_t id = -1;
+
+	if (body && hostapi_call(cfg.hostd_sock, "POST", "/v1/gateway/sessions", body,
+				 &status, &resp, err, sizeof(err)) < 0)
+		log_warn("open a session for %s/%s: %s", user, name, err);
+	else if (status != 201)
+		log_warn("open a session for %s/%s: %s", user, name,
+			 hostapi_message(resp, "refused"));
+	else
+		id = (int64_t)json_integer_value(json_object_get(resp, "session"));
+	json_decref(body);
+	json_decref(resp);
+	return id;
+}
+
+int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
+		      const char *token, const char *from)
+{
+	struct mach *m;
+	struct viewer *v = calloc(1, sizeof(*v));
+	rfbClientPtr cl;
+
+	pthread_mutex_lock(&g_lock);
+	m = v ? mach_get(user, name) : NULL;
+	if (m) {
+		m->viewers++;
+		if (wake) {
+			m->wake = true;
+			m->state = "waking";
+		}
+		pthread_cond_broadcast(&m->cv);
+	}
+	pthread_mutex_unlock(&g_lock);
+	if (!m) {
+		free(v);
+		close(fd);
+		return -1;
+	}
+	/* Reads the WebSocket request and answers it, then RFB's greeting. */
+	cl = rfbNewClient(m->scr, fd);
+	if (!cl) {
+		log_info("viewer from %s: WebSocket handshake failed", from);
+		pthread_mutex_lock(&g_lock);
+		m->viewers--;
+		pthread_mutex_unlock(&g_lock);
+		free(v);
+		return -1;
+	}
+	/* libvncserver 0.9.14 frees wspath in rfbCloseClient without clearing
+	 * it, and a viewer that goes away during an update is closed twice
+	 * (its input and its output thread): a double free that crashed the
+	 * bridge (fixed upstream in 5ea5fc30).  Nothing else reads it, and it
+	 * holds the token: drop it now. */
+	free(cl->wspath);
+	cl->wspath = NULL;
+	snprintf(v->token, sizeof(v->token), "%s", token);
+	snprintf(v->from, sizeof(v->from), "%s", from);
+	{
+		static const char alphabet[] =
+			"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+		unsigned char raw[32];
+		if (random_bytes(raw, sizeof(raw)) < 0) {
+			rfbCloseClient(cl);
+			rfbClientConnectionGone(cl);
+			pthread_mutex_lock(&g_lock);
+			m->viewers--;
+			pthread_mutex_unlock(&g_lock);
+			free(v);
+			return -1;
+		}
+		for (size_t i = 0; i < sizeof(raw); i++)
+			v->resume[i] = alphabet[raw[i] & 63];
+		v->resume[sizeof(raw)] = '\0';
+	}
+	v->m = m;
+	v->session = session_open(user, name, from);
+	pthread_mutex_lock(&g_lock);
+	v->next = viewers;
+	viewers = v;
+	pthread_mutex_unlock(&g_lock);
+	cl->clientData = v;
+	cl->clientGoneHook = v_gone;
+	log_info("viewer from %s on %s (session %lld)", from, m->title, (long long)v->session);
+	rfbStartOnHoldClient(cl);
+	return 0;
+}
+
+void screen_refused(const char *token, const char *machine, const char *message)
+{
+	pthread_mutex_lock(&g_lock);
+	int i = refused_next++ % REFUSED_SLOTS;
+	snprintf(refused[i].token, sizeof(refused[i].token), "%s", token);
+	snprintf(refused[i].machine, sizeof(refused[i].machine), "%s", machine);
+	snprintf(refused[i].message, sizeof(refused[i].message), "%s", message);
+	pthread_mutex_unlock(&g_lock);
+}
+
+char *screen_state(const char *token)
+{
+	json_t *j = NULL;
+	char *s;
+
+	pthread_mutex_lock(&g_lock);
+	for (struct viewer *v = viewers; v && !j; v = v->next)
+		if (!strcmp(v->token, token)) {
+			j = json_pack("{s:s, s:s, s:s, s:i, s:i}", "state", v->m->state,
+				      "machine", v->m->name, "message", v->m->message,
+				      "width", v->m->w, "height", v->m->h);
+			/* The resume key once: to the page, which asks at once.
+			 * Whoever learns the spent token later gets nothing. */
+			if (j && !v->resume_told) {
+				json_object_set_new(j, "resume", json_string(v->resume));
+				v->resume_told = true;
+			}
+		}
+	for (int k = 1; k <= REFUSED_SLOTS && !j; k++) {  /* newest first */
+		int i = ((refused_next - k) % REFUSED_SLOTS + REFUSED_SLOTS) % REFUSED_SLOTS;
+		if (refused[i].token[0] && !strcmp(refused[i].token, token))
+			j = json_pack("{s:s, s:s, s:s}", "state", "refused", "machine",
+				      refused[i].machine, "message", refused[i].message);
+	}
+	pthread_mutex_unlock(&g_lock);
+	if (!j)
+		j = json_pack("{s:s}", "state", "unknown");
+	s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	return s;
+}
+
+int screen_resume(const char *key, const char *user, const char *name, char *token,
+		  size_t toklen)
+{
+	int rc = -1;
+	int64_t now = mono_ms();
+
+	pthread_mutex_lock(&g_lock);
+	for (int i = 0; i < RESUME_SLOTS; i++) {
+		if (!resumes[i].key[0] || strcmp(resumes[i].key, key) != 0)
+			continue;
+		if (now <= resumes[i].until_ms && !strcmp(resumes[i].user, user) &&
+		    !strcmp(resumes[i].name, name)) {
+			snprintf(token, toklen, "%s", resumes[i].token);
+			rc = 0;
+		}
+		resumes[i].key[0] = '\0';  /* once */
+		break;
+	}
+	pthread_mutex_unlock(&g_lock);
+	return rc;
+}
+
+void screen_reopen_sessions(void)
+{
+	struct viewer *v;
+	int n = 0;
+
+	/* Viewers only leave on their own threads (v_gone, which takes
+	 * g_lock): hold it while asking hostd; the calls are local and short. */
+	pthread_mutex_lock(&g_lock);
+	for (v = viewers; v; v = v->next) {
+		v->session = session_open(v->m->user, v->m->name, v->from);
+		n++;
+	}
+	pthread_mutex_unlock(&g_lock);
+	log_info("hostd restarted: reopened %d desktop sessions", n);
+}

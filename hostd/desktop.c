@@ -1,0 +1,437 @@
+#include "hostd/desktop.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "hostd/hostd.h"
+#include "hostd/machine.h"
+#include "hostd/metrics.h"
+#include "common/banned.h"
+
+#define MAX_TOKENS 1024
+/* A spent or expired token is remembered this much longer, so that its
+ * second use is told "used" or "expired" rather than "unknown". */
+#define REMEMBER_MS (10 * 60 * 1000)
+#define LINE_MAX_BYTES 4096
+
+struct dtoken {
+	char token[44];       /* "" = free slot */
+	char owner[64];
+	char machine[64];
+	int64_t expires_ms;   /* wall clock, ms */
+	bool used;
+};
+
+struct desktop {
+	struct hostd *h;
+	int fd;
+	int stop_pipe[2];
+	pthread_t thread;
+	char path[108];
+	atomic_int inflight;
+	pthread_mutex_t lock;
+	struct dtoken tok[MAX_TOKENS];
+};
+
+static int64_t wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int desktop_mint(struct desktop *d, const char *owner, const char *name, char *token,
+		 size_t toklen, int64_t *expires, struct err *e)
+{
+	static const char alphabet[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+	unsigned char raw[32];
+	char t[44];
+	struct machine m;
+	int64_t now = wall_ms();
+	int slot = -1;
+
+	if (toklen < sizeof(t))
+		return err_set(e, 500, "internal", "token buffer too small");
+	if (db_machine_get(d->h->db, owner, name, &m, e) < 0)
+		return -1;
+	if (random_bytes(raw, sizeof(raw)) < 0)
+		return err_set(e, 500, "internal", "no randomness for a desktop token");
+	/* 32 random bytes, 6 bits a character: 43 characters (256 bits). */
+	for (size_t i = 0; i < 43; i++) {
+		size_t bit = i * 6, byte = bit / 8, sh = bit % 8;
+		unsigned v = raw[byte] | (byte + 1 < sizeof(raw) ? raw[byte + 1] << 8 : 0);
+		t[i] = alphabet[(v >> sh) & 63];
+	}
+	t[43] = '\0';
+	pthread_mutex_lock(&d->lock);
+	for (int i = 0; i < MAX_TOKENS; i++) {
+		struct dtoken *k = &d->tok[i];
+		if (!k->token[0] || now > k->expires_ms + REMEMBER_MS) {
+			slot = i;
+			break;
+		}
+	}
+	if (slot < 0) /* else the oldest spent or expired one */
+		for (int i = 0; i < MAX_TOKENS; i++)
+			if ((d->tok[i].used || now > d->tok[i].expires_ms) &&
+			    (slot < 0 || d->tok[i].expires_ms < d->tok[slot].expires_ms))
+				slot = i;
+	if (slot >= 0) {
+		struct dtoken *k = &d->tok[slot];
+		memcpy(k->token, t, sizeof(t));
+		snprintf(k->owner, sizeof(k->owner), "%s", owner);
+		snprintf(k->machine, sizeof(k->machine), "%s", name);
+		k->expires_ms = now + (int64_t)d->h->cfg.desktop_token_ttl_s * 1000;
+		k->used = false;
+		*expires = k->expires_ms / 1000;
+	}
+	pthread_mutex_unlock(&d->lock);
+	if (slot < 0)
+		return err_set(e, 503, "too_many_tokens", "%d desktop tokens are live: try again "
+			       "in a minute", MAX_TOKENS);
+	memcpy(token, t, sizeof(t));
+	log_info("desktop token for %s/%s, valid %d s", owner, name,
+		 d->h->cfg.desktop_token_ttl_s);
+	return 0;
+}
+
+/* Spend TOKEN for USER's MACHINE. */
+static int redeem(struct desktop *d, const char *token, const char *user,
+		  const char *machine, struct err *e)
+{
+	int64_t now = wall_ms();
+	int rc = -1;
+
+	pthread_mutex_lock(&d->lock);
+	for (int i = 0; i < MAX_TOKENS; i++) {
+		struct dtoken *k = &d->tok[i];
+		if (!k->token[0] || strcmp(k->token, token) != 0)
+			continue;
+		if (k->used)
+			err_set(e, 403, "token_used", "desktop token already used: ask for a "
+				"new one (berth desktop %s)", k->machine);
+		else if (now > k->expires_ms)
+			err_set(e, 403, "token_expired", "desktop token expired %lld s ago: ask "
+				"for a new one (berth desktop %s)",
+				(long long)((now - k->expires_ms) / 1000), k->machine);
+		else if (strcmp(k->owner, user) != 0 || strcmp(k->machine, machine) != 0)
+			err_set(e, 403, "wrong_machine", "desktop token is not for %s/%s",
+				user, machine);
+		else
+			rc = 0;
+		k->used = true;
+		goto out;
+	}
+	err_set(e, 403, "invalid_token", "unknown desktop token");
+out:
+	pthread_mutex_unlock(&d->lock);
+	return rc;
+}
+
+/* J as one line on FD, with PASS_FD (>= 0) passed along (SCM_RIGHTS). */
+static void send_json(int fd, json_t *j, int pass_fd)
+{
+	char *s = json_dumps(j, JSON_COMPACT);
+	struct iovec iov[2];
+	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+
+	if (!s)
+		return;
+	iov[0] = (struct iovec){ s, strlen(s) };
+	iov[1] = (struct iovec){ (char *)"\n", 1 };
+	if (pass_fd >= 0) {
+		memset(&u, 0, sizeof(u));
+		mh.msg_control = u.buf;
+		mh.msg_controllen = sizeof(u.buf);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+	}
+	if (sendmsg(fd, &mh, MSG_NOSIGNAL) < 0)
+		log_warn("desktop: answer to the bridge: %s", strerror(errno));
+	free(s);
+}
+
+static void send_err(int fd, const struct err *e)
+{
+	json_t *j = json_pack("{s:{s:i, s:s, s:s}}", "error", "status", e->status,
+			      "code", e->code, "message", e->msg);
+	if (j)
+		send_json(fd, j, -1);
+	json_decref(j);
+}
+
+/* A descriptor connected to PATH, trying for up to TIMEOUT_MS (QEMU binds
+ * it as it starts). */
+static int connect_unix(const char *path, int timeout_ms, struct err *e)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int64_t t0 = mono_ms();
+	int fd, saved;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return err_set(e, 500, "internal", "VNC socket path too long: %s", path);
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	for (;;) {
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return err_errno(e, errno, "socket");
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			return fd;
+		saved = errno;
+		close(fd);
+		if (mono_ms() - t0 >= timeout_ms)
+			return err_set(e, 503, "no_screen", "cannot connect to the machine's "
+				       "screen %s: %s", path, strerror(saved));
+		usleep(100 * 1000);
+	}
+}
+
+static void attach(struct desktop *d, int cfd, const char *user, const char *name,
+		   bool wake)
+{
+	struct err e = { 0 };
+	struct machine m;
+	char path[PATH_MAX];
+	int64_t woke = -1;
+	int vfd = -1;
+
+	if (db_machine_get(d->h->db, user, name, &m, &e) < 0)
+		goto out;
+	if (strcmp(m.state, "running") != 0) {
+		if (!wake || !strcmp(m.state, "creating") || !strcmp(m.state, "deleting")) {
+			err_set(&e, 409, "not_running", "machine %s is %s", name, m.state);
+			goto out;
+		}
+		struct act_opts o = { .wait = false };
+		int64_t t0 = mono_ms();
+		if (machine_act(d->h, user, name, ACT_START, &o, &m, NULL, &e) < 0)
+			goto out;
+		woke = mono_ms() - t0;
+		metrics_wake(woke);
+		log_info("desktop: woke %s/%s in %lld ms", user, name, (long long)woke);
+	}
+	machine_vnc_path(d->h, m.id, path, sizeof(path));
+	vfd = connect_unix(path, 5000, &e);
+	if (vfd < 0)
+		goto out;
+	json_t *j = json_pack("{s:s, s:I}", "state", m.state, "woke_ms", (json_int_t)woke);
+	if (j)
+		send_json(cfd, j, vfd);
+	json_decref(j);
+	close(vfd);
+out:
+	if (err_isset(&e)) {
+		log_info("desktop: attach %s/%s: %s", user, name, e.msg);
+		send_err(cfd, &e);
+	}
+}
+
+struct job {
+	struct desktop *d;
+	int fd;
+};
+
+static void *serve(void *arg)
+{
+	struct job *jb = arg;
+	struct desktop *d = jb->d;
+	int fd = jb->fd;
+	char line[LINE_MAX_BYTES + 1];
+	size_t len = 0;
+	struct ucred cr;
+	socklen_t crl = sizeof(cr);
+	struct err e = { 0 };
+	json_t *j = NULL;
+	const char *op = NULL, *user = NULL, *machine = NULL, *token = NULL;
+	int wake = 0;
+
+	free(jb);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) < 0 ||
+	    (cr.uid != 0 && !(d->h->has_gateway && cr.uid == d->h->gateway_uid))) {
+		err_set(&e, 403, "forbidden", "only root and the gateway user may use the "
+			"desktop socket");
+		goto out;
+	}
+	/* One line, within 10 s. */
+	while (len < LINE_MAX_BYTES && !memchr(line, '\n', len)) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, 10000) <= 0) {
+			err_set(&e, 408, "timeout", "no request line within 10 s");
+			goto out;
+		}
+		ssize_t n = read(fd, line + len, LINE_MAX_BYTES - len);
+		if (n <= 0)
+			goto out;
+		len += (size_t)n;
+	}
+	line[len] = '\0';
+	j = json_loads(line, JSON_DISABLE_EOF_CHECK, NULL);
+	if (!j || json_unpack(j, "{s:s, s?s, s?s, s?s, s?b}", "op", &op, "user", &user,
+			      "machine", &machine, "token", &token, "wake", &wake) < 0) {
+		err_set(&e, 400, "invalid_json", "a request is one JSON object with \"op\"");
+		goto out;
+	}
+	if (!user || !machine || !name_valid(machine)) {
+		err_set(&e, 400, "invalid_name", "user and machine are required");
+		goto out;
+	}
+	if (!strcmp(op, "redeem")) {
+		struct machine m;
+		if (!token) {
+			err_set(&e, 400, "invalid_token", "token is required");
+			goto out;
+		}
+		if (redeem(d, token, user, machine, &e) < 0 ||
+		    db_machine_get(d->h->db, user, machine, &m, &e) < 0)
+			goto out;
+		log_info("desktop: token for %s/%s redeemed", user, machine);
+		json_t *r = json_pack("{s:s, s:s, s:s}", "user", user, "machine", machine,
+				      "state", m.state);
+		if (r)
+			send_json(fd, r, -1);
+		json_decref(r);
+	} else if (!strcmp(op, "attach")) {
+		attach(d, fd, user, machine, wake);
+	} else {
+		err_set(&e, 400, "invalid_op", "unknown op '%.40s' (redeem, attach)", op);
+	}
+out:
+	if (err_isset(&e))
+		send_err(fd, &e);
+	json_decref(j);
+	close(fd);
+	atomic_fetch_sub(&d->inflight, 1);
+	return NULL;
+}
+
+static void *accept_loop(void *arg)
+{
+	struct desktop *d = arg;
+	pthread_attr_t attr;
+
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, 256 * 1024);
+	for (;;) {
+		struct pollfd p[2] = { { .fd = d->fd, .events = POLLIN },
+				       { .fd = d->stop_pipe[0], .events = POLLIN } };
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (p[1].revents)
+			break;
+		int fd = accept4(d->fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd < 0)
+			continue;
+		struct job *jb = malloc(sizeof(*jb));
+		pthread_t t;
+		if (!jb) {
+			close(fd);
+			continue;
+		}
+		jb->d = d;
+		jb->fd = fd;
+		atomic_fetch_add(&d->inflight, 1);
+		if (pthread_create(&t, &attr, serve, jb) != 0) {
+			atomic_fetch_sub(&d->inflight, 1);
+			close(fd);
+			free(jb);
+		}
+	}
+	pthread_attr_destroy(&attr);
+	return NULL;
+}
+
+struct desktop *desktop_start(struct hostd *h, const char *path, struct err *e)
+{
+	struct desktop *d = calloc(1, sizeof(*d));
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	if (!d) {
+		err_set(e, 500, "internal", "out of memory");
+		return NULL;
+	}
+	d->h = h;
+	d->fd = -1;
+	d->stop_pipe[0] = d->stop_pipe[1] = -1;
+	pthread_mutex_init(&d->lock, NULL);
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		err_set(e, 500, "internal", "desktop socket path too long: %s", path);
+		goto fail;
+	}
+	snprintf(d->path, sizeof(d->path), "%s", path);
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	unlink(path);
+	d->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (d->fd < 0 || bind(d->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    chmod(path, 0666) < 0 || listen(d->fd, 64) < 0 ||
+	    pipe2(d->stop_pipe, O_CLOEXEC) < 0) {
+		err_errno(e, errno, "listen on %s", path);
+		goto fail;
+	}
+	if (pthread_create(&d->thread, NULL, accept_loop, d) != 0) {
+		err_set(e, 500, "internal", "cannot start the desktop socket's thread");
+		goto fail;
+	}
+	log_info("desktop socket %s, tokens valid %d s, viewers at %s", path,
+		 h->cfg.desktop_token_ttl_s, h->cfg.desktop_url);
+	return d;
+fail:
+	if (d->fd >= 0) {
+		close(d->fd);
+		unlink(path);
+	}
+	if (d->stop_pipe[0] >= 0) {
+		close(d->stop_pipe[0]);
+		close(d->stop_pipe[1]);
+	}
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+	return NULL;
+}
+
+void desktop_stop(struct desktop *d)
+{
+	if (!d)
+		return;
+	if (write(d->stop_pipe[1], "x", 1) < 0)
+		log_warn("desktop: cannot stop the accept thread: %s", strerror(errno));
+	pthread_join(d->thread, NULL);
+	close(d->fd);
+	unlink(d->path);
+	close(d->stop_pipe[0]);
+	close(d->stop_pipe[1]);
+	/* Requests in flight use D: give them a moment (a wake may take
+	 * longer; then D is left to the process's exit). */
+	for (int i = 0; i < 100 && atomic_load(&d->inflight) > 0; i++)
+		usleep(50 * 1000);
+	if (atomic_load(&d->inflight) > 0)
+		return;
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+}

@@ -1,0 +1,122 @@
+// Drives headless Chromium (playwright-core, Debian's /usr/bin/chromium)
+// for tests/integration/t700-desktop.sh.  Reads one command a line on
+// stdin, answers one line on stdout ("ok ..." or "fail ..."):
+//   open ID URL [STATE]          a new page at URL; waits (45 s) until the
+//                                page's state is STATE (default connected)
+//   state ID                     the page's state and status text
+//   wait ID STATE [SECONDS]      until the page's state is STATE
+//   color ID X Y                 the canvas pixel at X,Y as R,G,B
+//   waitcolor ID X Y R G B [S]   until that pixel is within 60 of R,G,B
+//   size ID                      the canvas's size WxH
+//   light ID                     how many canvas pixels are near-white
+//   type ID TEXT...              click the screen, type TEXT and Enter
+//   shot ID FILE                 a screenshot
+//   close ID | quit
+import { createRequire } from 'node:module';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import readline from 'node:readline';
+
+const require = createRequire(import.meta.url);
+const root = new URL('../..', import.meta.url).pathname;
+const { chromium } = require(join(root, 'build/node/node_modules/playwright-core'));
+
+const profile = mkdtempSync(join(tmpdir(), 'berth-chromium-'));
+const ctx = await chromium.launchPersistentContext(profile, {
+  executablePath: '/usr/bin/chromium',
+  headless: true,
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
+         '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  viewport: { width: 1000, height: 600 },
+});
+const pages = new Map();
+const say = (s) => process.stdout.write(s + '\n');
+
+async function stateOf(p) {
+  return p.evaluate(() => [window.berthState ? window.berthState() : 'loading',
+                           document.getElementById('status').textContent]);
+}
+async function waitState(p, want, seconds) {
+  const end = Date.now() + seconds * 1000;
+  let last = [];
+  while (Date.now() < end) {
+    last = await stateOf(p).catch(() => ['loading', '']);
+    if (last[0] === want) return last;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`state stayed ${last[0]} (${last[1]}), wanted ${want}`);
+}
+async function color(p, x, y) {
+  return p.evaluate(([x, y]) => {
+    const c = document.querySelector('#screen canvas');
+    if (!c || c.width <= x || c.height <= y) return null;
+    const d = c.getContext('2d').getImageData(x, y, 1, 1).data;
+    return [d[0], d[1], d[2]];
+  }, [x, y]);
+}
+
+const rl = readline.createInterface({ input: process.stdin });
+for await (const line of rl) {
+  const [cmd, id, ...a] = line.trim().split(/\s+/);
+  const p = pages.get(id);
+  try {
+    if (cmd === 'quit') break;
+    if (cmd === 'open') {
+      const np = await ctx.newPage();
+      pages.set(id, np);
+      await np.goto(a[0]);
+      const st = await waitState(np, a[1] || 'connected', 45);
+      say(`ok ${st[0]} ${st[1]}`);
+    } else if (cmd === 'state') {
+      const st = await stateOf(p);
+      say(`ok ${st[0]} ${st[1]}`);
+    } else if (cmd === 'wait') {
+      const st = await waitState(p, a[0], Number(a[1] || 45));
+      say(`ok ${st[0]} ${st[1]}`);
+    } else if (cmd === 'color') {
+      say(`ok ${await color(p, Number(a[0]), Number(a[1]))}`);
+    } else if (cmd === 'waitcolor') {
+      const [x, y, r, g, b] = a.slice(0, 5).map(Number);
+      const end = Date.now() + Number(a[5] || 30) * 1000;
+      let c = null;
+      for (;;) {
+        c = await color(p, x, y);
+        if (c && Math.abs(c[0] - r) <= 60 && Math.abs(c[1] - g) <= 60 && Math.abs(c[2] - b) <= 60) break;
+        if (Date.now() > end) throw new Error(`pixel ${x},${y} is ${c}, wanted ${r},${g},${b}`);
+        await new Promise((res) => setTimeout(res, 100));
+      }
+      say(`ok ${c}`);
+    } else if (cmd === 'light') {
+      say(`ok ${await p.evaluate(() => {
+        const c = document.querySelector('#screen canvas');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4) if (d[i] > 200 && d[i + 1] > 200 && d[i + 2] > 200) n++;
+        return n;
+      })}`);
+    } else if (cmd === 'size') {
+      say(`ok ${await p.evaluate(() => { const c = document.querySelector('#screen canvas'); return `${c.width}x${c.height}`; })}`);
+    } else if (cmd === 'type') {
+      await p.click('#screen canvas');
+      await p.keyboard.type(a.join(' '), { delay: 30 });
+      await p.keyboard.press('Enter');
+      say('ok typed');
+    } else if (cmd === 'shot') {
+      await p.screenshot({ path: a[0] });
+      say(`ok ${a[0]}`);
+    } else if (cmd === 'close') {
+      await p.close();
+      pages.delete(id);
+      say('ok closed');
+    } else {
+      say(`fail unknown command ${cmd}`);
+    }
+  } catch (e) {
+    say(`fail ${String(e.message || e).split('\n')[0]}`);
+  }
+}
+rl.close();
+await ctx.close();
+rmSync(profile, { recursive: true, force: true });
+process.exit(0);

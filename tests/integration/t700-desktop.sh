@@ -1,0 +1,328 @@
+#!/bin/bash
+# The desktop (berth-desktop, hostd's tokens and descriptor passing, the
+# noVNC page) with headless Chromium against one real machine: the guest's
+# console pattern read from the canvas, typing that reaches the guest's
+# shell, two viewers seeing the same update, live desktop sessions in
+# hostd, refused tokens (reused, expired, another user's or machine's,
+# unknown), waking a suspended machine with a visible "waking" state, and
+# a viewer that stays across suspend/resume and a restart.
+. "$(dirname "$0")/../lib.sh"
+
+NODE_MODULES=$ROOT/build/node/node_modules
+missing=
+command -v node >/dev/null 2>&1 || missing="$missing node"
+[ -x /usr/bin/chromium ] || missing="$missing chromium"
+[ -d "$NODE_MODULES/playwright-core" ] || missing="$missing playwright-core"
+[ -f "$NODE_MODULES/@novnc/novnc/core/rfb.js" ] || missing="$missing @novnc/novnc"
+command -v curl >/dev/null 2>&1 || missing="$missing curl"
+[ -z "$missing" ] || { skip "not installed:$missing (make deps)"; finish; }
+
+chmod 711 "$T"
+ART=$ROOT/build/test-artifacts
+mkdir -p "$ART"
+BR_PID=
+BRW_PID=
+t700_cleanup() {
+	[ -n "$BRW_PID" ] && kill "$BRW_PID" 2>/dev/null
+	[ -n "$BR_PID" ] && kill "$BR_PID" 2>/dev/null
+	[ -n "$BRW_PID" ] && wait "$BRW_PID" 2>/dev/null
+	[ -n "$BR_PID" ] && wait "$BR_PID" 2>/dev/null
+	cleanup
+}
+trap t700_cleanup EXIT
+
+PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+TTL=15
+mkdir -p "$STATE"
+printf 'desktop_url = http://127.0.0.1:%s\ndesktop_token_ttl = %s\n' "$PORT" "$TTL" >"$STATE/berth.conf"
+start_hostd || { not_ok "hostd starts"; finish; }
+build_tiny || { not_ok "tiny image builds"; finish; }
+T0=$(date +%s)
+berth create dt --memory 256M >/dev/null 2>"$T/create.err" ||
+	{ not_ok "create dt"; cat "$T/create.err"; finish; }
+diag "dt up in $(($(date +%s) - T0)) s"
+
+"$BIN/berth-desktop" --state "$STATE" --listen "127.0.0.1:$PORT" --user berth-gw \
+	--max-fps 30 >>"$T/desktop.log" 2>&1 &
+BR_PID=$!
+for _ in $(seq 50); do
+	grep -q "listening on 127.0.0.1:$PORT" "$T/desktop.log" && break
+	sleep 0.1
+done
+check "berth-desktop listens" grep -q "listening on 127.0.0.1:$PORT as uid $(id -u berth-gw)" "$T/desktop.log"
+
+# A token minted now is expired by the end of the test.
+EXPIRED=$(berth desktop dt --json | json token)
+T_EXP=$(date +%s)
+
+# ws TOKEN [USER/MACHINE]: a WebSocket request straight to the bridge;
+# prints the status line's code and the error code.
+ws() {
+	python3 - "$PORT" "$1" "${2:-root/dt}" <<'EOF'
+import json, socket, sys
+port, token, path = sys.argv[1], sys.argv[2], sys.argv[3]
+s = socket.create_connection(("127.0.0.1", int(port)), timeout=60)
+s.sendall((f"GET /ws/{path}?token={token} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+           "Upgrade: websocket\r\nConnection: Upgrade\r\nOrigin: http://127.0.0.1\r\n"
+           "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+data = b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    data += b
+    if data.startswith(b"HTTP/1.1 101"):
+        break
+head, _, body = data.partition(b"\r\n\r\n")
+code = head.split(b" ")[1].decode() if head else "none"
+try:
+    print(code, json.loads(body)["error"]["code"])
+except Exception:
+    print(code, "-")
+EOF
+}
+
+# ---- the browser --------------------------------------------------------
+coproc NODE { exec node "$ROOT/tests/browser/desktop.mjs" 2>>"$T/node.err"; }
+BRW_PID=$NODE_PID
+# br COMMAND...: one command to the browser; its answer on stdout.
+br() {
+	local a
+	echo "$*" >&"${NODE[1]}"
+	if ! IFS= read -r -t 90 a <&"${NODE[0]}"; then
+		echo "fail no answer"
+		return
+	fi
+	echo "$a"
+}
+# brc DESC COMMAND...: passes when the browser answers "ok ...".
+brc() {
+	local desc=$1 a
+	shift
+	a=$(br "$@")
+	if [[ $a == ok* ]]; then ok "$desc"; else not_ok "$desc"; diag "$*: $a"; fi
+}
+
+# The guest draws a known pattern on its VGA text console: bands of red,
+# green and blue, 8 rows (128 pixels) each.
+draw() { # COLOUR...: ANSI background numbers, one band each
+	local script='exec >/dev/tty1; printf "\033[?25l\033[H\033[2J"'
+	for c in "$@"; do
+		script="$script; i=0; while [ \$i -lt 8 ]; do printf \"\033[${c}m%80s\" ''; i=\$((i+1)); done"
+	done
+	script="$script; printf '\033[0m'"
+	berth exec dt -- sh -c "$script"
+}
+draw 41 42 44 || not_ok "the guest draws its pattern"
+
+URL=$(berth desktop dt)
+check_match "berth desktop prints the URL with the token in its fragment" \
+	"^http://127\.0\.0\.1:$PORT/root/dt/#token=[A-Za-z0-9_-]{43}$" "$URL"
+TOK_A=${URL##*token=}
+T1=$(date +%s%N)
+brc "a viewer connects" open A "$URL"
+diag "page to connected: $((($(date +%s%N) - T1) / 1000000)) ms"
+check_eq "the screen is the guest's 720x400 text console" "ok 720x400" "$(br size A)"
+brc "canvas shows the red band" waitcolor A 360 64 170 0 0 20
+brc "canvas shows the green band" waitcolor A 360 192 0 170 0 5
+brc "canvas shows the blue band" waitcolor A 360 320 0 0 170 5
+br shot A "$ART/t700-desktop.png" >/dev/null
+
+# Typing in the browser reaches the guest's shell on tty1.
+brc "typing in the page" type A "touch /tmp/typed-in-browser"
+typed=no
+for _ in $(seq 30); do
+	berth exec dt -- test -f /tmp/typed-in-browser 2>/dev/null && { typed=yes; break; }
+	sleep 1
+done
+check_eq "a command typed in the browser ran in the guest" yes "$typed"
+
+# A second viewer; both see the next update.
+brc "a second viewer connects" open B "$(berth desktop dt)"
+sess=
+for _ in $(seq 30); do
+	sess=$(berth show dt --json | json sessions)
+	[ "$sess" = 2 ] && break
+	sleep 0.1
+done
+check_eq "hostd counts two desktop sessions" 2 "$sess"
+draw 45 45 45 || not_ok "the guest draws again"
+brc "viewer A sees the update" waitcolor A 360 200 170 0 170 20
+brc "viewer B sees the update" waitcolor B 360 200 170 0 170 20
+
+# Viewers that reset their connection in the middle of an update (each one
+# is closed by both of its libvncserver threads): the bridge lives on.
+churn() {
+	python3 - "$PORT" "$@" <<'EOF'
+import socket, struct, sys
+port, tokens = int(sys.argv[1]), sys.argv[2:]
+def frame(data):  # a masked binary WebSocket frame
+    mask = b"\x01\x02\x03\x04"
+    return bytes([0x82, 0x80 | len(data)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+done = 0
+for t in tokens:
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall((f"GET /ws/root/dt?token={t} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               "Upgrade: websocket\r\nConnection: Upgrade\r\nOrigin: http://127.0.0.1\r\n"
+               "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += s.recv(4096)
+    rest = data.split(b"\r\n\r\n", 1)[1]
+    while len(rest) < 2 + 12:  # the version, in a frame
+        rest += s.recv(4096)
+    s.sendall(frame(b"RFB 003.008\n"))
+    s.recv(4096)                              # security types
+    s.sendall(frame(b"\x01"))
+    s.recv(4096)                              # security result
+    s.sendall(frame(b"\x01"))                 # shared
+    s.recv(4096)                              # server init
+    s.sendall(frame(struct.pack(">BxH", 2, 1) + struct.pack(">i", 0)))  # raw
+    s.sendall(frame(struct.pack(">BBHHHH", 3, 0, 0, 0, 720, 400)))       # the whole screen
+    s.recv(1000)                              # a little of its 1.1 MB
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()                                 # reset, mid-update
+    done += 1
+print(done)
+EOF
+}
+toks=()
+for _ in $(seq 20); do toks+=("$(berth desktop dt --json | json token)"); done
+check_eq "20 viewers reset mid-update" 20 "$(churn "${toks[@]}")"
+sleep 1
+check "the bridge lives on" kill -0 "$BR_PID"
+
+# Refusals, straight at the bridge.
+check_eq "a used token is refused" "403 token_used" "$(ws "$TOK_A")"
+OTHER=$(berth desktop dt --json | json token)
+check_eq "a token for root/dt is refused for bob/dt" "403 wrong_machine" "$(ws "$OTHER" bob/dt)"
+check_eq "and is spent by that attempt" "403 token_used" "$(ws "$OTHER")"
+# A viewer whose connection broke comes back once with its resume key.
+resume_seq() {
+	python3 - "$PORT" "$1" <<'EOF'
+import json, socket, sys, time, urllib.request
+port, token = sys.argv[1], sys.argv[2]
+def ws(cred):
+    s = socket.create_connection(("127.0.0.1", int(port)), timeout=60)
+    s.sendall((f"GET /ws/root/dt?{cred} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               "Upgrade: websocket\r\nConnection: Upgrade\r\nOrigin: http://127.0.0.1\r\n"
+               "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        b = s.recv(65536)
+        if not b:
+            break
+        data += b
+    return s, data.split(b" ")[1].decode() if data else "none"
+def state():
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/state?token={token}") as r:
+        return json.load(r)
+out = []
+s, code = ws(f"token={token}")
+out.append(code)
+time.sleep(0.5)
+key = state().get("resume", "")
+out.append("once" if key and "resume" not in state() else "again")
+s.close()
+time.sleep(1)
+s, code = ws(f"resume={key}")
+out.append(code)
+time.sleep(0.5)
+s.close()
+time.sleep(1)
+s, code = ws(f"resume={key}")
+out.append(code)
+print(" ".join(out))
+EOF
+}
+check_eq "a broken viewer comes back with its resume key (told once), once" "101 once 101 403" \
+	"$(resume_seq "$(berth desktop dt --json | json token)")"
+check_eq "an unknown token is refused" "403 invalid_token" "$(ws AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA)"
+code=$(curl -s -o "$T/bob.json" -w '%{http_code}' --unix-socket "$STATE/hostd.sock" \
+	-H 'X-Berth-User: bob' -X POST http://berth/v1/machines/dt/desktop)
+check_eq "another user cannot mint a token for root's machine" 404 "$code"
+left=$((T_EXP + TTL + 1 - $(date +%s)))
+[ "$left" -gt 0 ] && sleep "$left"
+check_eq "an expired token is refused" "403 token_expired" "$(ws "$EXPIRED")"
+brc "a refused page says so" open R "http://127.0.0.1:$PORT/root/dt/#token=$OTHER" refused
+
+brc "viewer A leaves" close A
+brc "viewer B leaves" close B
+brc "page R closes" close R
+for _ in $(seq 50); do
+	sess=$(berth show dt --json | json sessions)
+	[ "$sess" = 0 ] && break
+	sleep 0.1
+done
+check_eq "their sessions are closed" 0 "$sess"
+
+# A viewer on a suspended machine wakes it: "waking dt…", then the screen
+# as it was (the memory came back).
+berth suspend dt >/dev/null || not_ok "suspend dt"
+check_eq "dt is suspended" suspended "$(berth show dt --json | json state)"
+a=$(br open C "$(berth desktop dt)" waking)
+if [[ $a == "ok waking waking dt…" ]]; then ok "the page shows 'waking dt…'"; else not_ok "the page shows 'waking dt…'"; diag "$a"; fi
+brc "the screen shows the blue waking frame" waitcolor C 5 5 32 48 96 10
+br shot C "$ART/t700-waking.png" >/dev/null
+a=$(br light C)
+if [[ $a =~ ^ok\ ([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -gt 200 ]; then
+	ok "with text on it"
+else
+	not_ok "with text on it"; diag "$a"
+fi
+brc "then the machine's screen" wait C connected 60
+check_eq "dt is running again" running "$(berth show dt --json | json state)"
+brc "with its console as it was" waitcolor C 360 200 170 0 170 20
+
+# The viewer stays across a suspend and resume of the machine.
+berth suspend dt >/dev/null || not_ok "suspend dt again"
+brc "the page shows 'machine stopped'" wait C stopped 30
+berth resume dt >/dev/null || not_ok "resume dt"
+brc "and reconnects by itself" wait C connected 60
+brc "to the same screen" waitcolor C 360 200 170 0 170 20
+
+# And across a restart (power off, boot): the bridge attaches again.
+before=$(grep -c "root/dt: connected" "$T/desktop.log")
+berth restart dt --no-wait >/dev/null || not_ok "restart dt"
+after=$before
+for _ in $(seq 600); do
+	after=$(grep -c "root/dt: connected" "$T/desktop.log")
+	[ "$after" -gt "$before" ] && break
+	sleep 0.1
+done
+check "the bridge reattached after the restart" [ "$after" -gt "$before" ]
+brc "the page is connected after the restart" wait C connected 30
+
+# A restarted hostd forgets live sessions; the bridge opens its viewer's
+# again (it checks hostd's epoch every 5 s).
+check_eq "one desktop session before hostd restarts" 1 "$(berth show dt --json | json sessions)"
+kill_hostd TERM
+start_hostd || not_ok "hostd starts again"
+sess=
+for _ in $(seq 120); do
+	sess=$(berth show dt --json | json sessions)
+	[ "$sess" = 1 ] && break
+	sleep 0.1
+done
+check_eq "the bridge reopened it after hostd's restart" 1 "$sess"
+echo quit >&"${NODE[1]}"
+for _ in $(seq 100); do kill -0 "$BRW_PID" 2>/dev/null || break; sleep 0.1; done
+kill "$BRW_PID" 2>/dev/null
+wait "$BRW_PID" 2>/dev/null
+BRW_PID=
+
+check "the bridge logged the wake" grep -q "root/dt: awake" "$T/desktop.log"
+kill "$BR_PID"
+wait "$BR_PID" 2>/dev/null
+BR_PID=
+reports=$(grep -h -E 'ERROR: AddressSanitizer|runtime error:' "$T/desktop.log" | head -5)
+if [ -n "$reports" ]; then
+	not_ok "no sanitizer reports in the bridge's log"
+	echo "$reports" | sed 's/^/# /'
+fi
+if [ "$nfail" -gt 0 ]; then
+	diag "berth-desktop log tail:"
+	tail -30 "$T/desktop.log" | sed 's/^/# /'
+	sed 's/^/# node: /' "$T/node.err" | tail -10
+fi
+finish

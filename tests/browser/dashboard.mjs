@@ -96,6 +96,9 @@ try {
   // The desktop: a tab opens at the click; it goes to the API's URL, or
   // closes and the API's error shows.
   const popupP = ctx.waitForEvent('page', { timeout: 10000 }).catch(() => null);
+  const asked = [];
+  const onReq = (r) => asked.push(r.url());
+  ctx.on('request', onReq);
   await page.click(`${card} button[data-action=desktop]`);
   const popup = await popupP;
   let desk = null;
@@ -106,6 +109,12 @@ try {
   }
   check(`the desktop action answers (${desk})`, desk && (desk.startsWith('opened') ||
     (desk.length > 7 && popup && popup.isClosed())), desk || 'nothing happened');
+  // The tab went to the one-time URL hostd minted (desktop_url/OWNER/NAME/,
+  // the token in the fragment, which a request does not carry).
+  ctx.off('request', onReq);
+  const went = asked.find((u) => /^http:\/\/127\.0\.0\.1:6080\/[a-z0-9-]+\/[a-z0-9-]+\/$/.test(u));
+  check(`the desktop tab goes to the machine's desktop URL (${went})`, !!went,
+    'requests: ' + asked.join(' '));
   if (popup && !popup.isClosed()) await popup.close();
   if (await page.isVisible('#error')) await page.click('#error-close');
 

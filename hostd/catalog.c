@@ -28,6 +28,10 @@
 #define BLOCK (64u << 10)
 #define STAGE (1u << 20)
 #define NCHUNK 8
+/* Writer threads when the sink takes writes from several at once (a raw
+ * file written with O_DIRECT: each waits for the disk, so two keep it
+ * busy while a write is in flight). */
+#define NWRITER 2
 /* The file's bytes are hashed on their own thread, from copies in these
  * buffers: sha256 costs about a sixth of the decompression, which would
  * otherwise wait for it. */
@@ -79,7 +83,8 @@ struct import {
 	struct chunk chunk[NCHUNK];
 	int cur;                    /* chunk being filled, -1: none */
 	uint64_t off;               /* disk offset of the next chunk */
-	pthread_t writer;
+	pthread_t writer[NWRITER];
+	int nwriters;               /* running; 0: none */
 	bool writer_on;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -88,6 +93,7 @@ struct import {
 	int freel[NCHUNK];          /* free chunks */
 	unsigned nfree;
 	bool stop;                  /* no more chunks will come */
+	int64_t waited_us;          /* the filler's time waiting for a free chunk */
 	bool wfailed;               /* the writer's failure, in werr */
 	struct err werr;
 
@@ -295,18 +301,18 @@ static void *writer_main(void *arg)
 		pthread_cond_broadcast(&im->cv);
 	}
 	pthread_mutex_unlock(&im->mu);
-	if (im->sink == SINK_VOLUME && !im->wfailed && volio_flush(im->vio, &e) < 0) {
-		im->wfailed = true;
-		im->werr = e;
-	}
 	return NULL;
 }
 
 /* The sink is open: start writing. */
 static void start_writer(struct import *im)
 {
-	if (pthread_create(&im->writer, NULL, writer_main, im) != 0)
-		abort();
+	int n = im->sink == SINK_FILE || volio_parallel(im->vio) ? NWRITER : 1;
+
+	for (int i = 0; i < n; i++)
+		if (pthread_create(&im->writer[i], NULL, writer_main, im) != 0)
+			abort();
+	im->nwriters = n;
 	im->writer_on = true;
 }
 
@@ -320,8 +326,19 @@ static void stop_writer(struct import *im)
 	im->stop = true;
 	pthread_cond_broadcast(&im->cv);
 	pthread_mutex_unlock(&im->mu);
-	pthread_join(im->writer, NULL);
+	for (int i = 0; i < im->nwriters; i++)
+		pthread_join(im->writer[i], NULL);
+	im->nwriters = 0;
 	im->writer_on = false;
+	/* Every write is done: to stable storage with them (not after a
+	 * failure, nor when import_free stopped the writers). */
+	if (!im->wfailed && im->sink == SINK_VOLUME) {
+		struct err e = { 0 };
+		if (volio_flush(im->vio, &e) < 0) {
+			im->wfailed = true;
+			im->werr = e;
+		}
+	}
 	if (im->wfailed)
 		fail(im, &im->werr);
 }
@@ -333,8 +350,12 @@ static struct chunk *cur_chunk(struct import *im)
 	if (im->cur >= 0)
 		return &im->chunk[im->cur];
 	pthread_mutex_lock(&im->mu);
-	while (!im->nfree && !im->wfailed)
-		pthread_cond_wait(&im->cv, &im->mu);
+	if (!im->nfree && !im->wfailed) {
+		int64_t t0 = mono_us();
+		while (!im->nfree && !im->wfailed)
+			pthread_cond_wait(&im->cv, &im->mu);
+		im->waited_us += mono_us() - t0;
+	}
 	bool failed = im->wfailed;
 	if (!failed)
 		im->cur = im->freel[--im->nfree];
@@ -852,9 +873,10 @@ int import_end(struct import *im, struct image *out, struct err *e)
 	if (db_image_insert(im->h->db, &img, e) < 0)
 		goto fail;
 	log_info("image %s imported from %s (%s, %llu bytes, disk %llu bytes, sha256 %s); "
-		 "finished in %lld ms", img.name, im->origin, img.source,
-		 (unsigned long long)img.source_size, (unsigned long long)img.virtual_size,
-		 img.sha256, (long long)(mono_ms() - t0));
+		 "waited %lld ms for the writer; finished in %lld ms", img.name, im->origin,
+		 img.source, (unsigned long long)img.source_size,
+		 (unsigned long long)img.virtual_size, img.sha256,
+		 (long long)(im->waited_us / 1000), (long long)(mono_ms() - t0));
 	*out = img;
 	import_free(im, true);
 	return 0;

@@ -35,6 +35,7 @@ struct volio {
 	 * through DFD (O_DIRECT, -1 when the file system refuses it) for
 	 * aligned writes and FD (the page cache) for the rest. */
 	int fd, dfd;
+	bool no_direct;           /* DFD refused a write: FD only (atomic) */
 	char path[4096];
 };
 
@@ -125,6 +126,11 @@ uint64_t volio_size(const struct volio *v)
 	return v->size;
 }
 
+bool volio_parallel(const struct volio *v)
+{
+	return v && !v->h;
+}
+
 /* Wait for slot S's write, freeing the slot. */
 static int slot_wait(struct volio *v, struct slot *s, struct err *e)
 {
@@ -169,7 +175,7 @@ static int direct_write(struct volio *v, uint64_t off, const char *p, size_t len
 {
 	size_t head = 0, mid = 0;
 
-	if (v->dfd >= 0) {
+	if (v->dfd >= 0 && !__atomic_load_n(&v->no_direct, __ATOMIC_RELAXED)) {
 		uintptr_t a = (uintptr_t)p;
 		/* Bytes up to the next aligned offset; the memory must be
 		 * aligned there too. */
@@ -188,8 +194,7 @@ static int direct_write(struct volio *v, uint64_t off, const char *p, size_t len
 		 * this write: the page cache from now on. */
 		if (errno != EINVAL || pwrite_all(v->fd, p + head, mid, off + head) < 0)
 			goto fail;
-		close(v->dfd);
-		v->dfd = -1;
+		__atomic_store_n(&v->no_direct, true, __ATOMIC_RELAXED);
 	}
 	if (head + mid < len &&
 	    pwrite_all(v->fd, p + head + mid, len - head - mid, off + head + mid) < 0)

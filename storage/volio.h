@@ -31,6 +31,9 @@ uint64_t volio_size(const struct volio *v);
  * where OFF is lets it bypass the page cache. */
 int volio_write(struct volio *v, uint64_t off, const void *data, size_t len,
 		struct err *e);
+/* Whether volio_write may be called from several threads at once, for
+ * different ranges (a raw file written directly); false over NBD. */
+bool volio_parallel(const struct volio *v);
 /* Wait for every write and flush them to stable storage. */
 int volio_flush(struct volio *v, struct err *e);
 /* Read LEN bytes at OFF into BUF. */

@@ -87,7 +87,8 @@ struct import {
 	int nwriters;               /* running; 0: none */
 	bool writer_on;
 	pthread_mutex_t mu;
-	pthread_cond_t cv;
+	pthread_cond_t work;         /* a chunk was queued, or stop */
+	pthread_cond_t freed;        /* a chunk was freed (or a writer failed) */
 	int queue[NCHUNK];          /* full chunks, in order */
 	unsigned qhead, qlen;
 	int freel[NCHUNK];          /* free chunks */
@@ -283,7 +284,7 @@ static void *writer_main(void *arg)
 	pthread_mutex_lock(&im->mu);
 	for (;;) {
 		while (!im->qlen && !im->stop)
-			pthread_cond_wait(&im->cv, &im->mu);
+			pthread_cond_wait(&im->work, &im->mu);
 		if (!im->qlen)
 			break;
 		int k = im->queue[im->qhead];
@@ -298,7 +299,7 @@ static void *writer_main(void *arg)
 			im->werr = e;
 		}
 		im->freel[im->nfree++] = k;
-		pthread_cond_broadcast(&im->cv);
+		pthread_cond_signal(&im->freed);
 	}
 	pthread_mutex_unlock(&im->mu);
 	return NULL;
@@ -324,7 +325,7 @@ static void stop_writer(struct import *im)
 		return;
 	pthread_mutex_lock(&im->mu);
 	im->stop = true;
-	pthread_cond_broadcast(&im->cv);
+	pthread_cond_broadcast(&im->work);
 	pthread_mutex_unlock(&im->mu);
 	for (int i = 0; i < im->nwriters; i++)
 		pthread_join(im->writer[i], NULL);
@@ -353,7 +354,7 @@ static struct chunk *cur_chunk(struct import *im)
 	if (!im->nfree && !im->wfailed) {
 		int64_t t0 = mono_us();
 		while (!im->nfree && !im->wfailed)
-			pthread_cond_wait(&im->cv, &im->mu);
+			pthread_cond_wait(&im->freed, &im->mu);
 		im->waited_us += mono_us() - t0;
 	}
 	bool failed = im->wfailed;
@@ -415,7 +416,7 @@ static void hand_off(struct import *im)
 		im->off += c->len;
 		im->queue[(im->qhead + im->qlen) % NCHUNK] = im->cur;
 		im->qlen++;
-		pthread_cond_broadcast(&im->cv);
+		pthread_cond_signal(&im->work);
 	}
 	pthread_mutex_unlock(&im->mu);
 	im->cur = -1;
@@ -659,7 +660,8 @@ struct import *import_begin(struct hostd *h, const struct import_opts *o, struct
 		abort();
 	im->cur = -1;
 	pthread_mutex_init(&im->mu, NULL);
-	pthread_cond_init(&im->cv, NULL);
+	pthread_cond_init(&im->work, NULL);
+	pthread_cond_init(&im->freed, NULL);
 	for (int i = 0; i < NCHUNK; i++)
 		im->freel[im->nfree++] = i;
 	im->hcur = -1;
@@ -694,7 +696,8 @@ static void import_free(struct import *im, bool keep_volume)
 	for (int i = 0; i < NHBUF; i++)
 		free(im->hbuf[i]);
 	pthread_mutex_destroy(&im->mu);
-	pthread_cond_destroy(&im->cv);
+	pthread_cond_destroy(&im->work);
+	pthread_cond_destroy(&im->freed);
 	pthread_mutex_destroy(&im->hmu);
 	pthread_cond_destroy(&im->hcv);
 	EVP_MD_CTX_free(im->md);

@@ -32,11 +32,12 @@
  * file written with O_DIRECT: each waits for the disk, so two keep it
  * busy while a write is in flight). */
 #define NWRITER 2
-/* The file's bytes are hashed on their own thread, from copies in these
- * buffers: sha256 costs about a sixth of the decompression, which would
- * otherwise wait for it. */
+/* The request's thread hashes the file's bytes (sha256) and copies them
+ * into these buffers, for a decoder thread that recognises, decompresses
+ * and hands chunks to the writers: the decompression, the longest part,
+ * then has a thread to itself (no receiving, no hashing). */
 #define HBUF (1u << 20)
-#define NHBUF 4
+#define NHBUF 8
 
 struct chunk {
 	unsigned char *data;  /* STAGE bytes */
@@ -98,13 +99,16 @@ struct import {
 	bool wfailed;               /* the writer's failure, in werr */
 	struct err werr;
 
-	/* The hasher thread: input copied into hbuf[hcur] (-1: none), full
-	 * buffers queued to it, hashed into md in order. */
+	/* The decoder thread: input copied into hbuf[hcur] (-1: none), full
+	 * buffers queued to it, decoded in order.  dead (atomic) tells the
+	 * request's thread that the import failed: no more copies. */
 	unsigned char *hbuf[NHBUF];
 	size_t hlen[NHBUF];
 	int hcur;
-	pthread_t hasher;
-	bool hasher_on;
+	pthread_t decoder;
+	bool decoder_on;
+	bool hdrop;                 /* drop what is queued (an abort) */
+	bool dead;
 	pthread_mutex_t hmu;
 	pthread_cond_t hcv;
 	int hq[NHBUF];
@@ -462,9 +466,11 @@ static void zstd_put(struct import *im, const unsigned char *p, size_t n)
 	}
 }
 
-/* ---- the file's sha256 ---------------------------------------------------- */
+/* ---- the decoder thread -------------------------------------------------- */
 
-static void *hasher_main(void *arg)
+static void feed_bytes(struct import *im, const unsigned char *p, size_t len);
+
+static void *decoder_main(void *arg)
 {
 	struct import *im = arg;
 
@@ -477,8 +483,13 @@ static void *hasher_main(void *arg)
 		int k = im->hq[im->hqhead];
 		im->hqhead = (im->hqhead + 1) % NHBUF;
 		im->hqlen--;
+		bool drop = im->hdrop;
 		pthread_mutex_unlock(&im->hmu);
-		EVP_DigestUpdate(im->md, im->hbuf[k], im->hlen[k]);
+		if (!drop && !im->failed) {
+			feed_bytes(im, im->hbuf[k], im->hlen[k]);
+			if (im->failed)
+				__atomic_store_n(&im->dead, true, __ATOMIC_RELAXED);
+		}
 		pthread_mutex_lock(&im->hmu);
 		im->hfree[im->hnfree++] = k;
 		pthread_cond_broadcast(&im->hcv);
@@ -487,8 +498,8 @@ static void *hasher_main(void *arg)
 	return NULL;
 }
 
-/* Queue the buffer being filled to the hasher. */
-static void hash_hand_off(struct import *im)
+/* Queue the buffer being filled to the decoder. */
+static void input_hand_off(struct import *im)
 {
 	pthread_mutex_lock(&im->hmu);
 	im->hq[(im->hqhead + im->hqlen) % NHBUF] = im->hcur;
@@ -498,13 +509,13 @@ static void hash_hand_off(struct import *im)
 	im->hcur = -1;
 }
 
-/* Hash N bytes at P (on the hasher thread, from a copy). */
-static void hash_put(struct import *im, const unsigned char *p, size_t n)
+/* Copy N bytes at P for the decoder (request's thread). */
+static void input_put(struct import *im, const unsigned char *p, size_t n)
 {
-	if (!im->hasher_on) {
-		if (pthread_create(&im->hasher, NULL, hasher_main, im) != 0)
+	if (!im->decoder_on) {
+		if (pthread_create(&im->decoder, NULL, decoder_main, im) != 0)
 			abort();
-		im->hasher_on = true;
+		im->decoder_on = true;
 	}
 	while (n) {
 		if (im->hcur < 0) {
@@ -523,23 +534,25 @@ static void hash_put(struct import *im, const unsigned char *p, size_t n)
 		p += k;
 		n -= k;
 		if (im->hlen[im->hcur] == HBUF)
-			hash_hand_off(im);
+			input_hand_off(im);
 	}
 }
 
-/* Hash what is left and wait for the hasher: md then holds every byte fed. */
-static void hash_finish(struct import *im)
+/* Decode what is left (or drop it: DROP) and wait for the decoder; the
+ * import's state is then the request thread's alone again. */
+static void input_finish(struct import *im, bool drop)
 {
-	if (!im->hasher_on)
+	if (!im->decoder_on)
 		return;
 	if (im->hcur >= 0)
-		hash_hand_off(im);
+		input_hand_off(im);
 	pthread_mutex_lock(&im->hmu);
 	im->hstop = true;
+	im->hdrop = im->hdrop || drop;
 	pthread_cond_broadcast(&im->hcv);
 	pthread_mutex_unlock(&im->hmu);
-	pthread_join(im->hasher, NULL);
-	im->hasher_on = false;
+	pthread_join(im->decoder, NULL);
+	im->decoder_on = false;
 }
 
 /* The file's first bytes are known: its format. */
@@ -566,14 +579,9 @@ static void outer_start(struct import *im, const unsigned char *p, size_t n)
 	zstd_put(im, p, n);
 }
 
-void import_feed(struct import *im, const void *data, size_t len)
+/* Decoder thread: the file's bytes, in order. */
+static void feed_bytes(struct import *im, const unsigned char *p, size_t len)
 {
-	const unsigned char *p = data;
-
-	if (im->failed || !len)
-		return;
-	hash_put(im, p, len);
-	im->in_bytes += len;
 	if (im->outer != K_UNKNOWN) {
 		if (im->outer == K_ZSTD)
 			zstd_put(im, p, len);
@@ -593,6 +601,15 @@ void import_feed(struct import *im, const void *data, size_t len)
 		zstd_put(im, p + k, len - k);
 	else
 		raw_put(im, p + k, len - k);
+}
+
+void import_feed(struct import *im, const void *data, size_t len)
+{
+	if (!len || __atomic_load_n(&im->dead, __ATOMIC_RELAXED))
+		return;
+	EVP_DigestUpdate(im->md, data, len);
+	im->in_bytes += len;
+	input_put(im, data, len);
 }
 
 /* ---- the catalog entry --------------------------------------------------- */
@@ -674,6 +691,7 @@ struct import *import_begin(struct hostd *h, const struct import_opts *o, struct
 
 static void import_free(struct import *im, bool keep_volume)
 {
+	input_finish(im, true);
 	if (im->writer_on) {
 		/* Nothing more gets written. */
 		pthread_mutex_lock(&im->mu);
@@ -681,7 +699,6 @@ static void import_free(struct import *im, bool keep_volume)
 		pthread_mutex_unlock(&im->mu);
 		stop_writer(im);
 	}
-	hash_finish(im);
 	if (im->vio)
 		volio_close(im->vio);
 	if (im->vol_made && !keep_volume)
@@ -786,6 +803,8 @@ int import_end(struct import *im, struct image *out, struct err *e)
 	int64_t t0 = mono_ms();
 
 	memset(&img, 0, sizeof(img));
+	/* Every byte fed is decoded (or dropped after a failure). */
+	input_finish(im, false);
 	if (!im->failed && im->outer == K_UNKNOWN) {
 		if (im->head_len == 0)
 			failf(im, 400, "invalid_image", "%s is empty", im->origin);
@@ -807,7 +826,6 @@ int import_end(struct import *im, struct image *out, struct err *e)
 	if (!im->failed && im->sink == SINK_VOLUME && im->off != im->expect)
 		failf(im, 400, "truncated", "%s is truncated: %llu bytes of a %llu-byte disk",
 		      im->origin, (unsigned long long)im->off, (unsigned long long)im->expect);
-	hash_finish(im);
 	EVP_DigestFinal_ex(im->md, md, &mdlen);
 	for (unsigned i = 0; i < mdlen && i < 32; i++)
 		snprintf(img.sha256 + 2 * i, 3, "%02x", md[i]);

@@ -79,8 +79,10 @@ struct import {
 	char tmp[PATH_MAX];
 
 	/* The disk's bytes are filled into chunks (decompressed in place);
-	 * a full chunk goes to the writer thread, which skips its zero
-	 * blocks and writes the rest, while this thread fills the next. */
+	 * a full chunk goes to a writer thread, which skips its zero
+	 * blocks and writes the rest, while the decoder thread fills the
+	 * next.  While the decoder runs, the import's state is its own
+	 * (until input_finish) except what mu guards. */
 	struct chunk chunk[NCHUNK];
 	int cur;                    /* chunk being filled, -1: none */
 	uint64_t off;               /* disk offset of the next chunk */
@@ -250,7 +252,7 @@ static int open_file(struct import *im)
 	return 0;
 }
 
-/* Write CHUNK, skipping zero blocks (writer thread). */
+/* Write CHUNK, skipping zero blocks (a writer thread; several may run). */
 static int write_chunk(struct import *im, const struct chunk *c, struct err *e)
 {
 	size_t i = 0;

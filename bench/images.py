@@ -11,7 +11,9 @@ same run.
 
 The disk: DISK_MIB MiB, of which the first half holds real files (a tar of
 /usr/lib and /usr/share, which compress like a system's disk) and the rest
-zeros, as on a machine's disk.  Rounds alternate the two sides.
+zeros, as on a machine's disk.  Rounds alternate the two sides; the
+import's ratio is given from the medians and, steadier on a shared
+machine, as the median of each round's own ratio.
 """
 import os
 import statistics
@@ -81,6 +83,11 @@ def main():
               f"(min {min(tofile):.2f}, max {max(tofile):.2f})")
         print(f"import throughput / zstd -dc > /dev/null: {r / m:.2f} (goal >= 0.9)")
         print(f"import throughput / zstd -d into a file:  {f / m:.2f}")
+        # Each import against the zstd run just before it: steadier than
+        # the ratio of medians when other work comes and goes.
+        paired = sorted(a / b for a, b in zip(ref, imp))
+        print(f"per round, import / zstd -dc of the same round: median "
+              f"{statistics.median(paired):.2f} (min {paired[0]:.2f}, max {paired[-1]:.2f})")
 
         # Export of a machine made from the image.
         h.must("image", "import", "src", zst)

@@ -28,6 +28,16 @@
 #define BLOCK (64u << 10)
 #define STAGE (1u << 20)
 #define NCHUNK 8
+/* Writer threads when the sink takes writes from several at once (a raw
+ * file written with O_DIRECT: each waits for the disk, so two keep it
+ * busy while a write is in flight). */
+#define NWRITER 2
+/* The request's thread hashes the file's bytes (sha256) and copies them
+ * into these buffers, for a decoder thread that recognises, decompresses
+ * and hands chunks to the writers: the decompression, the longest part,
+ * then has a thread to itself (no receiving, no hashing). */
+#define HBUF (1u << 20)
+#define NHBUF 8
 
 struct chunk {
 	unsigned char *data;  /* STAGE bytes */
@@ -69,22 +79,45 @@ struct import {
 	char tmp[PATH_MAX];
 
 	/* The disk's bytes are filled into chunks (decompressed in place);
-	 * a full chunk goes to the writer thread, which skips its zero
-	 * blocks and writes the rest, while this thread fills the next. */
+	 * a full chunk goes to a writer thread, which skips its zero
+	 * blocks and writes the rest, while the decoder thread fills the
+	 * next.  While the decoder runs, the import's state is its own
+	 * (until input_finish) except what mu guards. */
 	struct chunk chunk[NCHUNK];
 	int cur;                    /* chunk being filled, -1: none */
 	uint64_t off;               /* disk offset of the next chunk */
-	pthread_t writer;
+	pthread_t writer[NWRITER];
+	int nwriters;               /* running; 0: none */
 	bool writer_on;
 	pthread_mutex_t mu;
-	pthread_cond_t cv;
+	pthread_cond_t work;         /* a chunk was queued, or stop */
+	pthread_cond_t freed;        /* a chunk was freed (or a writer failed) */
 	int queue[NCHUNK];          /* full chunks, in order */
 	unsigned qhead, qlen;
 	int freel[NCHUNK];          /* free chunks */
 	unsigned nfree;
 	bool stop;                  /* no more chunks will come */
+	int64_t waited_us;          /* the filler's time waiting for a free chunk */
 	bool wfailed;               /* the writer's failure, in werr */
 	struct err werr;
+
+	/* The decoder thread: input copied into hbuf[hcur] (-1: none), full
+	 * buffers queued to it, decoded in order.  dead (atomic) tells the
+	 * request's thread that the import failed: no more copies. */
+	unsigned char *hbuf[NHBUF];
+	size_t hlen[NHBUF];
+	int hcur;
+	pthread_t decoder;
+	bool decoder_on;
+	bool hdrop;                 /* drop what is queued (an abort) */
+	bool dead;
+	pthread_mutex_t hmu;
+	pthread_cond_t hcv;
+	int hq[NHBUF];
+	unsigned hqhead, hqlen;
+	int hfree[NHBUF];
+	unsigned hnfree;
+	bool hstop;
 
 	bool failed;
 	struct err err;
@@ -219,7 +252,7 @@ static int open_file(struct import *im)
 	return 0;
 }
 
-/* Write CHUNK, skipping zero blocks (writer thread). */
+/* Write CHUNK, skipping zero blocks (a writer thread; several may run). */
 static int write_chunk(struct import *im, const struct chunk *c, struct err *e)
 {
 	size_t i = 0;
@@ -257,7 +290,7 @@ static void *writer_main(void *arg)
 	pthread_mutex_lock(&im->mu);
 	for (;;) {
 		while (!im->qlen && !im->stop)
-			pthread_cond_wait(&im->cv, &im->mu);
+			pthread_cond_wait(&im->work, &im->mu);
 		if (!im->qlen)
 			break;
 		int k = im->queue[im->qhead];
@@ -272,21 +305,21 @@ static void *writer_main(void *arg)
 			im->werr = e;
 		}
 		im->freel[im->nfree++] = k;
-		pthread_cond_broadcast(&im->cv);
+		pthread_cond_signal(&im->freed);
 	}
 	pthread_mutex_unlock(&im->mu);
-	if (im->sink == SINK_VOLUME && !im->wfailed && volio_flush(im->vio, &e) < 0) {
-		im->wfailed = true;
-		im->werr = e;
-	}
 	return NULL;
 }
 
 /* The sink is open: start writing. */
 static void start_writer(struct import *im)
 {
-	if (pthread_create(&im->writer, NULL, writer_main, im) != 0)
-		abort();
+	int n = im->sink == SINK_FILE || volio_parallel(im->vio) ? NWRITER : 1;
+
+	for (int i = 0; i < n; i++)
+		if (pthread_create(&im->writer[i], NULL, writer_main, im) != 0)
+			abort();
+	im->nwriters = n;
 	im->writer_on = true;
 }
 
@@ -298,10 +331,21 @@ static void stop_writer(struct import *im)
 		return;
 	pthread_mutex_lock(&im->mu);
 	im->stop = true;
-	pthread_cond_broadcast(&im->cv);
+	pthread_cond_broadcast(&im->work);
 	pthread_mutex_unlock(&im->mu);
-	pthread_join(im->writer, NULL);
+	for (int i = 0; i < im->nwriters; i++)
+		pthread_join(im->writer[i], NULL);
+	im->nwriters = 0;
 	im->writer_on = false;
+	/* Every write is done: to stable storage with them (not after a
+	 * failure, nor when import_free stopped the writers). */
+	if (!im->wfailed && im->sink == SINK_VOLUME) {
+		struct err e = { 0 };
+		if (volio_flush(im->vio, &e) < 0) {
+			im->wfailed = true;
+			im->werr = e;
+		}
+	}
 	if (im->wfailed)
 		fail(im, &im->werr);
 }
@@ -313,8 +357,12 @@ static struct chunk *cur_chunk(struct import *im)
 	if (im->cur >= 0)
 		return &im->chunk[im->cur];
 	pthread_mutex_lock(&im->mu);
-	while (!im->nfree && !im->wfailed)
-		pthread_cond_wait(&im->cv, &im->mu);
+	if (!im->nfree && !im->wfailed) {
+		int64_t t0 = mono_us();
+		while (!im->nfree && !im->wfailed)
+			pthread_cond_wait(&im->freed, &im->mu);
+		im->waited_us += mono_us() - t0;
+	}
 	bool failed = im->wfailed;
 	if (!failed)
 		im->cur = im->freel[--im->nfree];
@@ -324,7 +372,8 @@ static struct chunk *cur_chunk(struct import *im)
 		return NULL;
 	}
 	struct chunk *c = &im->chunk[im->cur];
-	if (!c->data && !(c->data = malloc(STAGE)))
+	/* Page-aligned: a raw base takes whole blocks with O_DIRECT. */
+	if (!c->data && posix_memalign((void **)&c->data, 4096, STAGE) != 0)
 		abort();
 	c->len = 0;
 	return c;
@@ -373,7 +422,7 @@ static void hand_off(struct import *im)
 		im->off += c->len;
 		im->queue[(im->qhead + im->qlen) % NCHUNK] = im->cur;
 		im->qlen++;
-		pthread_cond_broadcast(&im->cv);
+		pthread_cond_signal(&im->work);
 	}
 	pthread_mutex_unlock(&im->mu);
 	im->cur = -1;
@@ -419,6 +468,95 @@ static void zstd_put(struct import *im, const unsigned char *p, size_t n)
 	}
 }
 
+/* ---- the decoder thread -------------------------------------------------- */
+
+static void feed_bytes(struct import *im, const unsigned char *p, size_t len);
+
+static void *decoder_main(void *arg)
+{
+	struct import *im = arg;
+
+	pthread_mutex_lock(&im->hmu);
+	for (;;) {
+		while (!im->hqlen && !im->hstop)
+			pthread_cond_wait(&im->hcv, &im->hmu);
+		if (!im->hqlen)
+			break;
+		int k = im->hq[im->hqhead];
+		im->hqhead = (im->hqhead + 1) % NHBUF;
+		im->hqlen--;
+		bool drop = im->hdrop;
+		pthread_mutex_unlock(&im->hmu);
+		if (!drop && !im->failed) {
+			feed_bytes(im, im->hbuf[k], im->hlen[k]);
+			if (im->failed)
+				__atomic_store_n(&im->dead, true, __ATOMIC_RELAXED);
+		}
+		pthread_mutex_lock(&im->hmu);
+		im->hfree[im->hnfree++] = k;
+		pthread_cond_broadcast(&im->hcv);
+	}
+	pthread_mutex_unlock(&im->hmu);
+	return NULL;
+}
+
+/* Queue the buffer being filled to the decoder. */
+static void input_hand_off(struct import *im)
+{
+	pthread_mutex_lock(&im->hmu);
+	im->hq[(im->hqhead + im->hqlen) % NHBUF] = im->hcur;
+	im->hqlen++;
+	pthread_cond_broadcast(&im->hcv);
+	pthread_mutex_unlock(&im->hmu);
+	im->hcur = -1;
+}
+
+/* Copy N bytes at P for the decoder (request's thread). */
+static void input_put(struct import *im, const unsigned char *p, size_t n)
+{
+	if (!im->decoder_on) {
+		if (pthread_create(&im->decoder, NULL, decoder_main, im) != 0)
+			abort();
+		im->decoder_on = true;
+	}
+	while (n) {
+		if (im->hcur < 0) {
+			pthread_mutex_lock(&im->hmu);
+			while (!im->hnfree)
+				pthread_cond_wait(&im->hcv, &im->hmu);
+			im->hcur = im->hfree[--im->hnfree];
+			pthread_mutex_unlock(&im->hmu);
+			if (!im->hbuf[im->hcur] && !(im->hbuf[im->hcur] = malloc(HBUF)))
+				abort();
+			im->hlen[im->hcur] = 0;
+		}
+		size_t have = im->hlen[im->hcur], k = HBUF - have < n ? HBUF - have : n;
+		memcpy(im->hbuf[im->hcur] + have, p, k);
+		im->hlen[im->hcur] += k;
+		p += k;
+		n -= k;
+		if (im->hlen[im->hcur] == HBUF)
+			input_hand_off(im);
+	}
+}
+
+/* Decode what is left (or drop it: DROP) and wait for the decoder; the
+ * import's state is then the request thread's alone again. */
+static void input_finish(struct import *im, bool drop)
+{
+	if (!im->decoder_on)
+		return;
+	if (im->hcur >= 0)
+		input_hand_off(im);
+	pthread_mutex_lock(&im->hmu);
+	im->hstop = true;
+	im->hdrop = im->hdrop || drop;
+	pthread_cond_broadcast(&im->hcv);
+	pthread_mutex_unlock(&im->hmu);
+	pthread_join(im->decoder, NULL);
+	im->decoder_on = false;
+}
+
 /* The file's first bytes are known: its format. */
 static void outer_start(struct import *im, const unsigned char *p, size_t n)
 {
@@ -443,14 +581,9 @@ static void outer_start(struct import *im, const unsigned char *p, size_t n)
 	zstd_put(im, p, n);
 }
 
-void import_feed(struct import *im, const void *data, size_t len)
+/* Decoder thread: the file's bytes, in order. */
+static void feed_bytes(struct import *im, const unsigned char *p, size_t len)
 {
-	const unsigned char *p = data;
-
-	if (im->failed || !len)
-		return;
-	EVP_DigestUpdate(im->md, p, len);
-	im->in_bytes += len;
 	if (im->outer != K_UNKNOWN) {
 		if (im->outer == K_ZSTD)
 			zstd_put(im, p, len);
@@ -470,6 +603,15 @@ void import_feed(struct import *im, const void *data, size_t len)
 		zstd_put(im, p + k, len - k);
 	else
 		raw_put(im, p + k, len - k);
+}
+
+void import_feed(struct import *im, const void *data, size_t len)
+{
+	if (!len || __atomic_load_n(&im->dead, __ATOMIC_RELAXED))
+		return;
+	EVP_DigestUpdate(im->md, data, len);
+	im->in_bytes += len;
+	input_put(im, data, len);
 }
 
 /* ---- the catalog entry --------------------------------------------------- */
@@ -537,14 +679,21 @@ struct import *import_begin(struct hostd *h, const struct import_opts *o, struct
 		abort();
 	im->cur = -1;
 	pthread_mutex_init(&im->mu, NULL);
-	pthread_cond_init(&im->cv, NULL);
+	pthread_cond_init(&im->work, NULL);
+	pthread_cond_init(&im->freed, NULL);
 	for (int i = 0; i < NCHUNK; i++)
 		im->freel[im->nfree++] = i;
+	im->hcur = -1;
+	pthread_mutex_init(&im->hmu, NULL);
+	pthread_cond_init(&im->hcv, NULL);
+	for (int i = 0; i < NHBUF; i++)
+		im->hfree[im->hnfree++] = i;
 	return im;
 }
 
 static void import_free(struct import *im, bool keep_volume)
 {
+	input_finish(im, true);
 	if (im->writer_on) {
 		/* Nothing more gets written. */
 		pthread_mutex_lock(&im->mu);
@@ -563,8 +712,13 @@ static void import_free(struct import *im, bool keep_volume)
 	ZSTD_freeDCtx(im->dz);
 	for (int i = 0; i < NCHUNK; i++)
 		free(im->chunk[i].data);
+	for (int i = 0; i < NHBUF; i++)
+		free(im->hbuf[i]);
 	pthread_mutex_destroy(&im->mu);
-	pthread_cond_destroy(&im->cv);
+	pthread_cond_destroy(&im->work);
+	pthread_cond_destroy(&im->freed);
+	pthread_mutex_destroy(&im->hmu);
+	pthread_cond_destroy(&im->hcv);
 	EVP_MD_CTX_free(im->md);
 	hostd_busy_release(im->h, im->key);
 	free(im);
@@ -651,6 +805,8 @@ int import_end(struct import *im, struct image *out, struct err *e)
 	int64_t t0 = mono_ms();
 
 	memset(&img, 0, sizeof(img));
+	/* Every byte fed is decoded (or dropped after a failure). */
+	input_finish(im, false);
 	if (!im->failed && im->outer == K_UNKNOWN) {
 		if (im->head_len == 0)
 			failf(im, 400, "invalid_image", "%s is empty", im->origin);
@@ -740,9 +896,10 @@ int import_end(struct import *im, struct image *out, struct err *e)
 	if (db_image_insert(im->h->db, &img, e) < 0)
 		goto fail;
 	log_info("image %s imported from %s (%s, %llu bytes, disk %llu bytes, sha256 %s); "
-		 "finished in %lld ms", img.name, im->origin, img.source,
-		 (unsigned long long)img.source_size, (unsigned long long)img.virtual_size,
-		 img.sha256, (long long)(mono_ms() - t0));
+		 "waited %lld ms for the writer; finished in %lld ms", img.name, im->origin,
+		 img.source, (unsigned long long)img.source_size,
+		 (unsigned long long)img.virtual_size, img.sha256,
+		 (long long)(im->waited_us / 1000), (long long)(mono_ms() - t0));
 	*out = img;
 	import_free(im, true);
 	return 0;

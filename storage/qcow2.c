@@ -1,8 +1,13 @@
-/* The qcow2 backend: volumes are files VOL.qcow2 in the pool directory; a
- * machine disk is a qcow2 overlay whose backing file is its image's base
+/* The qcow2 backend: volumes are files in the pool directory; a machine
+ * disk is a qcow2 overlay VOL.qcow2 whose backing file is its image's base
  * (`qemu-img create -b`), so creation costs the same whatever the size.
- * Files are created under a ".part" name and renamed into place, so a crash
- * never leaves a half-written volume under a volume's name. */
+ * An image base streamed in (base_create) is a sparse raw file VOL.raw,
+ * which the import writes with plain pwrite() (no qemu-nbd, no qcow2
+ * mapping); overlays on it name their backing format (-F raw).  Bases made
+ * by base_import, and those stored before raw bases existed, are VOL.qcow2:
+ * every operation finds a volume under either name.  Files are created
+ * under a ".part" name and renamed into place, so a crash never leaves a
+ * half-written volume under a volume's name. */
 #include "storage/storage.h"
 
 #include <dirent.h>
@@ -26,12 +31,49 @@ struct qcow2_pool {
 	char dir[PATH_MAX];
 };
 
+/* POOL/VOL.EXT + SUFFIX into OUT; EXT is "qcow2" or "raw". */
+static int vol_file(struct qcow2_pool *p, const char *vol, const char *ext,
+		    const char *suffix, char *out, size_t outlen, struct err *e)
+{
+	if ((size_t)snprintf(out, outlen, "%s/%s.%s%s", p->dir, vol, ext, suffix) >= outlen)
+		return err_set(e, 500, "internal", "qcow2: path too long for %s", vol);
+	return 0;
+}
+
 static int vol_path(struct qcow2_pool *p, const char *vol, const char *suffix,
 		    char *out, size_t outlen, struct err *e)
 {
-	if ((size_t)snprintf(out, outlen, "%s/%s.qcow2%s", p->dir, vol, suffix) >= outlen)
-		return err_set(e, 500, "internal", "qcow2: path too long for %s", vol);
-	return 0;
+	return vol_file(p, vol, "qcow2", suffix, out, outlen, e);
+}
+
+/* The file of the existing volume VOL into OUT, and its format ("qcow2"
+ * or "raw") into *FMT; 404 "not_found" when VOL is under neither name. */
+static int vol_locate(struct qcow2_pool *p, const char *vol, char *out, size_t outlen,
+		      const char **fmt, struct err *e)
+{
+	static const char *const exts[] = { "qcow2", "raw" };
+
+	for (size_t i = 0; i < sizeof(exts) / sizeof(exts[0]); i++) {
+		if (vol_file(p, vol, exts[i], "", out, outlen, e) < 0)
+			return -1;
+		if (access(out, F_OK) == 0) {
+			*fmt = exts[i];
+			return 0;
+		}
+		if (errno != ENOENT)
+			return err_errno(e, errno, "volume %s: %s", vol, out);
+	}
+	vol_path(p, vol, "", out, outlen, NULL);
+	return err_set(e, 404, "not_found", "no volume %s", vol);
+}
+
+/* Whether VOL exists under either name. */
+static bool vol_there(struct qcow2_pool *p, const char *vol)
+{
+	char path[PATH_MAX];
+	const char *fmt;
+
+	return vol_locate(p, vol, path, sizeof(path), &fmt, NULL) == 0;
 }
 
 static int qcow2_open(const char *location, const struct storage_opts *o, void **priv,
@@ -116,14 +158,15 @@ static int publish(const char *part, const char *final, unsigned mode,
 }
 
 /* PART (VOL's ".part" name, where it is made) and FINAL (its name once
- * published); 409 when VOL exists. */
-static int new_vol_paths(struct qcow2_pool *p, const char *vol, char part[PATH_MAX],
-			 char final[PATH_MAX], struct err *e)
+ * published) for a volume of format EXT; 409 when VOL exists (under
+ * either name). */
+static int new_vol_paths(struct qcow2_pool *p, const char *vol, const char *ext,
+			 char part[PATH_MAX], char final[PATH_MAX], struct err *e)
 {
-	if (vol_path(p, vol, "", final, PATH_MAX, e) < 0 ||
-	    vol_path(p, vol, ".part", part, PATH_MAX, e) < 0)
+	if (vol_file(p, vol, ext, "", final, PATH_MAX, e) < 0 ||
+	    vol_file(p, vol, ext, ".part", part, PATH_MAX, e) < 0)
 		return -1;
-	if (access(final, F_OK) == 0)
+	if (vol_there(p, vol))
 		return err_set(e, 409, "exists", "volume %s exists", vol);
 	return 0;
 }
@@ -134,7 +177,7 @@ static int qcow2_base_import(void *priv, const char *vol, const char *src,
 	struct qcow2_pool *p = priv;
 	char part[PATH_MAX], final[PATH_MAX];
 
-	if (new_vol_paths(p, vol, part, final, e) < 0)
+	if (new_vol_paths(p, vol, "qcow2", part, final, e) < 0)
 		return -1;
 	if (strcmp(src_format, "qcow2") != 0 && strcmp(src_format, "raw") != 0)
 		return err_set(e, 400, "invalid_format",
@@ -148,25 +191,38 @@ static int qcow2_base_import(void *priv, const char *vol, const char *src,
 	return 0;
 }
 
-/* An empty qcow2 under VOL's ".part" name: open() removes it after a
- * crash, and base_seal publishes it. */
+/* An empty sparse raw file under VOL's ".part" name: open() removes it
+ * after a crash, and base_seal publishes it.  Raw, so that the import
+ * writes it with pwrite() at the speed of the page cache or the disk;
+ * holes read as zeros and cost nothing. */
 static int qcow2_base_create(void *priv, const char *vol, uint64_t bytes,
 			     struct storage_vol_info *info, struct err *e)
 {
 	struct qcow2_pool *p = priv;
-	char part[PATH_MAX], final[PATH_MAX], size[32];
+	char part[PATH_MAX], final[PATH_MAX];
+	int fd;
 
-	if (new_vol_paths(p, vol, part, final, e) < 0)
+	if (new_vol_paths(p, vol, "raw", part, final, e) < 0)
 		return -1;
-	snprintf(size, sizeof(size), "%llu", (unsigned long long)bytes);
-	char *const argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", part, size, NULL };
-	if (run_argv(argv, NULL, e) < 0) {
+	if (bytes > (uint64_t)INT64_MAX)
+		return err_set(e, 400, "invalid_disk", "disk size %llu is too large",
+			       (unsigned long long)bytes);
+	/* A .part of a creation that failed without removing it. */
+	unlink(part);
+	fd = open(part, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return err_errno(e, errno, "create %s", part);
+	if (ftruncate(fd, (off_t)bytes) < 0) {
+		int saved = errno;
+		close(fd);
 		unlink(part);
-		return -1;
+		return err_errno(e, saved, "size %s to %llu bytes", part,
+				 (unsigned long long)bytes);
 	}
+	close(fd);
 	memset(info, 0, sizeof(*info));
 	snprintf(info->path, sizeof(info->path), "%s", part);
-	info->format = "qcow2";
+	info->format = "raw";
 	info->virtual_bytes = bytes;
 	return 0;
 }
@@ -176,13 +232,14 @@ static int qcow2_base_seal(void *priv, const char *vol, struct err *e)
 	struct qcow2_pool *p = priv;
 	char part[PATH_MAX], final[PATH_MAX];
 
-	if (new_vol_paths(p, vol, part, final, e) < 0)
+	if (new_vol_paths(p, vol, "raw", part, final, e) < 0)
 		return -1;
 	return publish(part, final, 0444, e);
 }
 
 /* The parent of VOL: its qcow2 backing file (header: u64 offset at 8, u32
- * length at 16), when that file is a volume of this pool. */
+ * length at 16), when that file is a volume of this pool (NAME.qcow2 or
+ * NAME.raw).  A raw volume has none. */
 static int qcow2_vol_parent(void *priv, const char *vol, char *parent, size_t len,
 			    struct err *e)
 {
@@ -194,9 +251,13 @@ static int qcow2_vol_parent(void *priv, const char *vol, char *parent, size_t le
 	int fd, rc = -1;
 	size_t dlen = strlen(p->dir);
 
+	const char *fmt;
+
 	parent[0] = '\0';
-	if (vol_path(p, vol, "", path, sizeof(path), e) < 0)
+	if (vol_locate(p, vol, path, sizeof(path), &fmt, e) < 0)
 		return -1;
+	if (strcmp(fmt, "raw") == 0)
+		return 0;
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT ? err_set(e, 404, "not_found", "no volume %s", vol)
@@ -218,31 +279,48 @@ static int qcow2_vol_parent(void *priv, const char *vol, char *parent, size_t le
 		goto out;
 	}
 	backing[blen] = '\0';
-	/* POOL/NAME.qcow2 -> NAME; a backing file elsewhere is no volume.
-	 * Compared canonically when the file exists (the pool may have been
-	 * named another way when the overlay was made). */
+	/* POOL/NAME.qcow2 or POOL/NAME.raw -> NAME; a backing file elsewhere
+	 * is no volume.  Compared canonically when the file exists (the pool
+	 * may have been named another way when the overlay was made). */
 	char canon[PATH_MAX];
 	const char *b = realpath(backing, canon) ? canon : backing;
 	size_t n = strlen(b);
-	if (strncmp(b, p->dir, dlen) == 0 && b[dlen] == '/' && n > dlen + 7 &&
-	    strcmp(b + n - 6, ".qcow2") == 0 && !strchr(b + dlen + 1, '/'))
-		snprintf(parent, len, "%.*s", (int)(n - dlen - 7), b + dlen + 1);
+	if (strncmp(b, p->dir, dlen) == 0 && b[dlen] == '/' && !strchr(b + dlen + 1, '/')) {
+		size_t ext = 0;
+		if (n > dlen + 7 && strcmp(b + n - 6, ".qcow2") == 0)
+			ext = 6;
+		else if (n > dlen + 5 && strcmp(b + n - 4, ".raw") == 0)
+			ext = 4;
+		if (ext)
+			snprintf(parent, len, "%.*s", (int)(n - dlen - 1 - ext), b + dlen + 1);
+	}
 	rc = 0;
 out:
 	close(fd);
 	return rc;
 }
 
-/* Read the virtual size from a qcow2 header (big-endian u64 at offset 24). */
-static int header_size(const char *path, uint64_t *out, struct err *e)
+/* The virtual size of the volume file PATH of format FMT: from a qcow2
+ * header (big-endian u64 at offset 24), or a raw file's length. */
+static int header_size(const char *path, const char *fmt, uint64_t *out, struct err *e)
 {
 	unsigned char h[32];
+	struct stat st;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	ssize_t n;
 
 	if (fd < 0)
 		return errno == ENOENT ? err_set(e, 404, "not_found", "no volume %s", path)
 				       : err_errno(e, errno, "open %s", path);
+	if (strcmp(fmt, "raw") == 0) {
+		int rc = fstat(fd, &st);
+		int saved = errno;
+		close(fd);
+		if (rc < 0)
+			return err_errno(e, saved, "stat %s", path);
+		*out = (uint64_t)st.st_size;
+		return 0;
+	}
 	n = pread(fd, h, sizeof(h), 0);
 	close(fd);
 	if (n != (ssize_t)sizeof(h) || memcmp(h, "QFI\xfb", 4) != 0)
@@ -259,14 +337,12 @@ static int qcow2_vol_create(void *priv, const char *vol, const char *base,
 	struct qcow2_pool *p = priv;
 	char part[PATH_MAX], final[PATH_MAX], basepath[PATH_MAX], size[32];
 	uint64_t base_size;
+	const char *base_fmt;
 
-	if (vol_path(p, vol, "", final, sizeof(final), e) < 0 ||
-	    vol_path(p, vol, ".part", part, sizeof(part), e) < 0 ||
-	    vol_path(p, base, "", basepath, sizeof(basepath), e) < 0)
+	if (new_vol_paths(p, vol, "qcow2", part, final, e) < 0)
 		return -1;
-	if (access(final, F_OK) == 0)
-		return err_set(e, 409, "exists", "volume %s exists", vol);
-	if (header_size(basepath, &base_size, e) < 0)
+	if (vol_locate(p, base, basepath, sizeof(basepath), &base_fmt, e) < 0 ||
+	    header_size(basepath, base_fmt, &base_size, e) < 0)
 		return -1;
 	if (bytes % 512) {
 		return err_set(e, 400, "invalid_disk",
@@ -283,9 +359,10 @@ static int qcow2_vol_create(void *priv, const char *vol, const char *base,
 	snprintf(size, sizeof(size), "%llu", (unsigned long long)bytes);
 	/* -u: do not open the base, which may be the disk a running QEMU
 	 * holds locked (a checkpoint of a running machine); its size was read
-	 * from its header above. */
+	 * from its header above.  -F: the base's format is recorded, never
+	 * probed (a raw base holding a guest's bytes must stay raw). */
 	char *const argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-u",
-			       "-F", "qcow2", "-b", basepath, part, size, NULL };
+			       "-F", (char *)base_fmt, "-b", basepath, part, size, NULL };
 	if (run_argv(argv, NULL, e) < 0 || publish(part, final, 0600, e) < 0) {
 		unlink(part);
 		return -1;
@@ -296,28 +373,24 @@ static int qcow2_vol_create(void *priv, const char *vol, const char *base,
 static int qcow2_vol_remove(void *priv, const char *vol, struct err *e)
 {
 	struct qcow2_pool *p = priv;
+	static const char *const exts[] = { "qcow2", "raw" };
+	/* The volume, and a base that was being filled. */
+	static const char *const suffixes[] = { "", ".part" };
 	char path[PATH_MAX];
 
-	if (vol_path(p, vol, "", path, sizeof(path), e) < 0)
-		return -1;
-	if (unlink(path) < 0 && errno != ENOENT)
-		return err_errno(e, errno, "remove volume %s", vol);
-	/* A base that was being filled. */
-	if (vol_path(p, vol, ".part", path, sizeof(path), e) < 0)
-		return -1;
-	if (unlink(path) < 0 && errno != ENOENT)
-		return err_errno(e, errno, "remove volume %s", vol);
+	for (size_t i = 0; i < sizeof(exts) / sizeof(exts[0]); i++)
+		for (size_t j = 0; j < sizeof(suffixes) / sizeof(suffixes[0]); j++) {
+			if (vol_file(p, vol, exts[i], suffixes[j], path, sizeof(path), e) < 0)
+				return -1;
+			if (unlink(path) < 0 && errno != ENOENT)
+				return err_errno(e, errno, "remove volume %s", vol);
+		}
 	return 0;
 }
 
 static bool qcow2_vol_exists(void *priv, const char *vol)
 {
-	struct qcow2_pool *p = priv;
-	char path[PATH_MAX];
-
-	if (vol_path(p, vol, "", path, sizeof(path), NULL) < 0)
-		return false;
-	return access(path, F_OK) == 0;
+	return vol_there(priv, vol);
 }
 
 static int qcow2_vol_info(void *priv, const char *vol,
@@ -325,18 +398,20 @@ static int qcow2_vol_info(void *priv, const char *vol,
 {
 	struct qcow2_pool *p = priv;
 	struct stat st;
+	const char *fmt;
 
-	if (vol_path(p, vol, "", info->path, sizeof(info->path), e) < 0)
+	if (vol_locate(p, vol, info->path, sizeof(info->path), &fmt, e) < 0)
 		return -1;
 	if (stat(info->path, &st) < 0)
 		return errno == ENOENT ? err_set(e, 404, "not_found", "no volume %s", vol)
 				       : err_errno(e, errno, "stat %s", info->path);
-	if (header_size(info->path, &info->virtual_bytes, e) < 0)
+	if (header_size(info->path, fmt, &info->virtual_bytes, e) < 0)
 		return -1;
-	info->format = "qcow2";
+	info->format = fmt;
 	info->block = false;
-	/* What the overlay itself allocates; blocks shared with the base are
-	 * the base's.  This is qemu-img's "actual-size". */
+	/* What the file itself allocates (a raw base's holes cost nothing;
+	 * an overlay's blocks shared with the base are the base's).  This is
+	 * qemu-img's "actual-size". */
 	info->allocated_bytes = (uint64_t)st.st_blocks * 512;
 	return 0;
 }
@@ -352,10 +427,14 @@ static int qcow2_vol_list(void *priv, void (*fn)(const char *vol, void *data),
 		return err_errno(e, errno, "open %s", p->dir);
 	while ((de = readdir(d))) {
 		char name[256];
-		size_t n = strlen(de->d_name);
-		if (n <= 6 || strcmp(de->d_name + n - 6, ".qcow2") != 0)
+		size_t n = strlen(de->d_name), ext;
+		if (n > 6 && strcmp(de->d_name + n - 6, ".qcow2") == 0)
+			ext = 6;
+		else if (n > 4 && strcmp(de->d_name + n - 4, ".raw") == 0)
+			ext = 4;
+		else
 			continue;
-		snprintf(name, sizeof(name), "%.*s", (int)(n - 6), de->d_name);
+		snprintf(name, sizeof(name), "%.*s", (int)(n - ext), de->d_name);
 		fn(name, data);
 	}
 	closedir(d);

@@ -57,7 +57,9 @@ struct storage_ops {
 	 * be filled through INFO's path (in INFO's format) and then sealed.
 	 * Until base_seal it is not a volume a restart keeps: a crash leaves
 	 * nothing under VOL's name that start-up would not collect.  The
-	 * caller removes it with vol_remove when filling fails. */
+	 * caller removes it with vol_remove when filling fails.  qcow2: a
+	 * sparse raw file (format "raw"); lvm-thin: a thin LV (a block
+	 * device, "raw"). */
 	int (*base_create)(void *priv, const char *vol, uint64_t bytes,
 			   struct storage_vol_info *info, struct err *e);
 	/* Required.  Make the filled VOL a read-only base. */

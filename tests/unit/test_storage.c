@@ -4,13 +4,16 @@
  * command lines and the refusals that happen before any tool runs; then for
  * real with qemu-img (skipped when it is not installed): import a raw base,
  * make O(1) overlays of 1 GiB and 100 GiB, read their sizes back, list and
- * remove volumes.  Everything lives in one mkdtemp directory under /tmp that
- * is removed at the end, whatever failed.
+ * remove volumes; a raw base streamed in (base_create, volio's direct
+ * writes, base_seal) with an overlay on it that reads its bytes back
+ * through qemu-nbd.  Everything lives in one mkdtemp directory under /tmp
+ * that is removed at the end, whatever failed.
  *
  * Built by the Makefile as build/default/tests/test_storage.  Prints TAP
  * lines and a closing count; exits 1 when a test failed.
  */
 #include "storage/storage.h"
+#include "storage/volio.h"
 
 #include <endian.h>
 #include <stdint.h>
@@ -482,6 +485,155 @@ static void test_real(void)
 	storage_close(st);
 }
 
+/* A base streamed in: base_create makes a sparse raw VOL.raw.part, volio
+ * writes it directly (O_DIRECT for aligned blocks, the page cache for the
+ * rest), base_seal publishes it read-only; an overlay names it with
+ * backing format raw and reads its bytes; a qcow2 base of the same pool
+ * (one stored before raw bases) keeps working beside it. */
+static void test_raw_base(void)
+{
+	char tool[4096], pool[4096], p[4096], src[4096], parent[256], list[1024];
+	struct storage_vol_info vi;
+	struct storage *st;
+	struct volio *v = NULL;
+	struct err e;
+	unsigned char *blk = NULL, *odd = NULL, got[256];
+	int rc;
+
+	if (!tool_find("qemu-img", tool, sizeof(tool)) || !tool_find("qemu-nbd", p, sizeof(p))) {
+		skip("raw base", "qemu-img or qemu-nbd not installed");
+		return;
+	}
+	at(pool, sizeof(pool), "rawpool");
+	err_clear(&e);
+	st = storage_open("qcow2", pool, &e);
+	if (!check(st != NULL, "raw base: open a pool")) {
+		diag("%s", e.msg);
+		return;
+	}
+	err_clear(&e);
+	rc = storage_base_create(st, "base-r", 4 * MIB, &vi, &e);
+	snprintf(p, sizeof(p), "%s/base-r.raw.part", pool);
+	if (!check(rc == 0 && strcmp(vi.path, p) == 0 && vi.format &&
+		   strcmp(vi.format, "raw") == 0 && vi.virtual_bytes == 4 * MIB,
+		   "raw base: base_create makes POOL/base-r.raw.part, raw, 4 MiB"))
+		diag("rc %d path '%s' format '%s': %s", rc, vi.path, vi.format ? vi.format : "",
+		     e.msg);
+	check(!storage_vol_exists(st, "base-r"), "raw base: not a volume before base_seal");
+
+	/* An aligned 64 KiB block at 0, an unaligned write from unaligned
+	 * memory at 1 MiB + 7, and one past the end. */
+	if (posix_memalign((void **)&blk, 4096, 64 << 10) != 0 || !(odd = malloc(300)))
+		abort();
+	memset(blk, 0xab, 64 << 10);
+	memcpy(blk, "BERTH-RAW", 9);
+	for (int i = 0; i < 300; i++)
+		odd[i] = (unsigned char)i;
+	err_clear(&e);
+	v = volio_open(vi.path, "raw", true, &e);
+	rc = v ? 0 : -1;
+	if (!rc)
+		rc = volio_write(v, 0, blk, 64 << 10, &e);
+	if (!rc)
+		rc = volio_write(v, MIB + 7, odd + 1, 299, &e);
+	if (!rc)
+		rc = volio_flush(v, &e);
+	if (!check(rc == 0, "raw base: volio writes an aligned and an unaligned block, flushes"))
+		diag("%s", e.msg);
+	err_clear(&e);
+	rc = v ? volio_write(v, 4 * MIB - 512, blk, 4096, &e) : -1;
+	check(rc == -1 && e.status == 400, "raw base: a write past the end is refused");
+	volio_close(v);
+
+	err_clear(&e);
+	rc = storage_base_seal(st, "base-r", &e);
+	snprintf(p, sizeof(p), "%s/base-r.raw", pool);
+	if (!check(rc == 0 && exists(p) && mode_of(p) == 0444,
+		   "raw base: base_seal publishes base-r.raw, mode 0444"))
+		diag("%s", e.msg);
+	err_clear(&e);
+	rc = storage_vol_info(st, "base-r", &vi, &e);
+	if (!check(rc == 0 && strcmp(vi.path, p) == 0 && strcmp(vi.format, "raw") == 0 &&
+		   vi.virtual_bytes == 4 * MIB && vi.allocated_bytes < 2 * MIB,
+		   "raw base: info: raw, 4 MiB virtual, sparse (holes not allocated)"))
+		diag("rc %d format %s virtual %llu allocated %llu: %s", rc, vi.format,
+		     (unsigned long long)vi.virtual_bytes, (unsigned long long)vi.allocated_bytes,
+		     e.msg);
+	err_clear(&e);
+	rc = storage_base_create(st, "base-r", MIB, &vi, &e);
+	check(rc == -1 && e.status == 409, "raw base: base_create of an existing base: 409");
+
+	/* A qcow2 base beside it, as stored before raw bases. */
+	at(src, sizeof(src), "q.raw");
+	write_file(src, "BERTH-QCOW2", 11);
+	truncate(src, (off_t)MIB);
+	err_clear(&e);
+	rc = storage_base_import(st, "base-q", src, "raw", &e);
+	check(rc == 0, "raw base: a qcow2 base in the same pool");
+	err_clear(&e);
+	rc = storage_base_create(st, "base-q", MIB, &vi, &e);
+	snprintf(p, sizeof(p), "%s/base-q.raw.part", pool);
+	check(rc == -1 && e.status == 409 && !exists(p),
+	      "raw base: base_create of a name a qcow2 base holds: 409, nothing made");
+
+	err_clear(&e);
+	rc = storage_vol_create(st, "m-r", "base-r", GIB, &e);
+	if (!check(rc == 0, "raw base: a 1 GiB overlay on it"))
+		diag("%s", e.msg);
+	err_clear(&e);
+	rc = storage_vol_create(st, "m-q", "base-q", GIB, &e);
+	check(rc == 0, "raw base: an overlay on the qcow2 base");
+	{
+		char *out = NULL, want[4200], m[4200];
+		snprintf(m, sizeof(m), "%s/m-r.qcow2", pool);
+		char *argv[] = { tool, "info", "--output=json", m, NULL };
+		rc = tool_run(argv, NULL, &out);
+		snprintf(want, sizeof(want), "\"backing-filename\": \"%s/base-r.raw\"", pool);
+		if (!check(rc == 0 && out && strstr(out, want) &&
+			   strstr(out, "\"backing-filename-format\": \"raw\""),
+			   "raw base: qemu-img info: the overlay's backing file is base-r.raw, raw"))
+			diag("qemu-img info: %s", out ? out : "");
+		free(out);
+	}
+	err_clear(&e);
+	rc = storage_vol_parent(st, "m-r", parent, sizeof(parent), &e);
+	check_str(rc == 0 ? parent : "(failed)", "base-r", "raw base: m-r's parent is base-r");
+	err_clear(&e);
+	rc = storage_vol_parent(st, "base-r", parent, sizeof(parent), &e);
+	check_str(rc == 0 ? parent : "(failed)", "", "raw base: base-r has no parent");
+	err_clear(&e);
+	check(storage_vol_dependents(st, "base-r", &e) == 1, "raw base: base-r has one dependent");
+	err_clear(&e);
+	rc = list_joined(st, list, sizeof(list), &e);
+	check_str(list, "base-q,base-r,m-q,m-r", "raw base: list has both bases and overlays");
+
+	/* The overlay reads the base's bytes (qemu-nbd, backing format raw). */
+	err_clear(&e);
+	rc = storage_vol_info(st, "m-r", &vi, &e);
+	v = rc == 0 ? volio_open(vi.path, vi.format, false, &e) : NULL;
+	bool same = false;
+	if (v && volio_read(v, 0, got, 16, &e) == 0 && memcmp(got, blk, 16) == 0 &&
+	    volio_read(v, MIB + 7, got, 256, &e) == 0 && memcmp(got, odd + 1, 256) == 0 &&
+	    volio_read(v, 2 * MIB, got, 256, &e) == 0) {
+		same = true;
+		for (int i = 0; i < 256; i++)
+			same = same && got[i] == 0;
+	}
+	if (!check(same, "raw base: the overlay reads the base's data and zeros in its holes"))
+		diag("%s", e.msg);
+	volio_close(v);
+
+	err_clear(&e);
+	rc = storage_vol_remove(st, "m-r", &e) | storage_vol_remove(st, "m-q", &e) |
+	     storage_vol_remove(st, "base-q", &e) | storage_vol_remove(st, "base-r", &e);
+	snprintf(p, sizeof(p), "%s/base-r.raw", pool);
+	check(rc == 0 && !storage_vol_exists(st, "base-r") && !exists(p),
+	      "raw base: removed, file gone");
+	free(blk);
+	free(odd);
+	storage_close(st);
+}
+
 /* A relative pool location: hostd does not make storage_location absolute,
  * so the backend must either refuse it or work with it (libvirt needs an
  * absolute disk path, and qemu resolves a relative backing file against
@@ -540,6 +692,7 @@ int main(void)
 	test_open();
 	test_dry();
 	test_real();
+	test_raw_base();
 	test_relative();
 	rc = tap_done("test_storage");
 	if (tmpdir_remove(root) < 0)

@@ -56,12 +56,20 @@ keyline() { awk '{print $1 " " $2}' "$1"; }
 # --- the state directory is private, the socket open ---
 check_eq "state directory is 0711" 711 "$(stat -c %a "$STATE")"
 check_eq "socket is 0666" 666 "$(stat -c %a "$STATE/hostd.sock")"
+# The desktop socket is open too: it answers root and the gateway user
+# only, by SO_PEERCRED.
+check_eq "desktop socket is 0666" 666 "$(stat -c %a "$STATE/desktop.sock")"
+out=$(as nobody /usr/bin/python3 -c 'import socket,sys
+s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+s.sendall(b"{\"op\":\"redeem\",\"user\":\"root\",\"machine\":\"x\",\"token\":\"t\"}\n")
+print(s.recv(4096).decode())' "$STATE/desktop.sock" 2>&1)
+check_match "  but refuses anyone else (nobody)" "only root and the gateway user" "$out"
 # Files may keep a mode of their own (a public key, a read-only base
 # volume) inside directories no one else may enter.
 private() {
 	find "$STATE" -mindepth 1 -type d -perm /077
 	find "$STATE" -mindepth 1 -maxdepth 1 ! -type d -perm /077 ! -name hostd.sock \
-		! -name berth.conf
+		! -name desktop.sock ! -name berth.conf
 }
 check_eq "what hostd made is private (umask 077)" "" "$(private)"
 check "  nobody cannot list the state directory" not as nobody ls "$STATE"

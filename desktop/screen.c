@@ -314,14 +314,28 @@ static void *upstream(void *arg)
 		if (rc < 0 || fd < 0) {
 			const char *code = NULL;
 			const char *msg = rc < 0 ? err : hostfd_error(resp, &code);
+			/* hostd unreachable, the machine busy (being suspended,
+			 * say), hostd's trouble: the wake is asked for again.
+			 * A final refusal (no such machine, being deleted)
+			 * clears it. */
+			json_int_t status = json_integer_value(json_object_get(
+				json_object_get(resp, "error"), "status"));
+			bool transient = rc < 0 || (code && !strcmp(code, "busy")) ||
+					 status >= 500;
 			/* A machine that is not running: the viewer waits for it. */
-			set_state(m, "stopped", code && !strcmp(code, "not_running") ? NULL : msg);
+			if (wake && transient)
+				set_state(m, "waking", msg);
+			else
+				set_state(m, "stopped", code && !strcmp(code, "not_running") ?
+					  NULL : msg);
 			json_decref(resp);
 			if (fd >= 0)
 				close(fd);
-			pthread_mutex_lock(&g_lock);
-			m->wake = false;
-			pthread_mutex_unlock(&g_lock);
+			if (!transient) {
+				pthread_mutex_lock(&g_lock);
+				m->wake = false;
+				pthread_mutex_unlock(&g_lock);
+			}
 			sleep_ms(1000);
 			continue;
 		}

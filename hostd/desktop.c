@@ -227,8 +227,16 @@ static void attach(struct desktop *d, int cfd, const char *user, const char *nam
 		}
 		struct act_opts o = { .wait = false };
 		int64_t t0 = mono_ms();
-		if (machine_act(d->h, user, name, ACT_START, &o, &m, NULL, &e) < 0)
-			goto out;
+		/* Another operation on it (the idle policy suspending it, say)
+		 * is waited for, up to a minute, then the wake goes on (as
+		 * api.c's ssh_credential does). */
+		while (machine_act(d->h, user, name, ACT_START, &o, &m, NULL, &e) < 0) {
+			if (e.status != 409 || strcmp(e.code, "busy") != 0 ||
+			    mono_ms() - t0 > 60000)
+				goto out;
+			err_clear(&e);
+			usleep(200 * 1000);
+		}
 		woke = mono_ms() - t0;
 		metrics_wake(woke);
 		log_info("desktop: woke %s/%s in %lld ms", user, name, (long long)woke);

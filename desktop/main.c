@@ -10,7 +10,9 @@
  *       unexpired, unused); the connection then goes, request unread, to
  *       the machine's libvncserver screen, which does the WebSocket
  *       handshake and serves RFB (desktop/screen.h).
- *   GET /state?token=T: the viewer's state for the page, as JSON.
+ *   GET /ws/USER/NAME?resume=K: a viewer coming back (desktop/screen.h).
+ *   GET /state?token=T[&resume=K]: the viewer's state for the page, as
+ *       JSON (K: the resume key the page came back with).
  *   GET /novnc/...: noVNC's files; GET /page/...: the page's own files;
  *   GET /USER/NAME/ (or anything else): the page.
  * Started as root it binds, then drops to USER (default berth-gw) before
@@ -216,6 +218,9 @@ static void viewer(int fd, char *rest, size_t head, const char *from)
 		/* A viewer coming back after its connection broke. */
 		char orig[64];
 		if (screen_resume(token, user, name, orig, sizeof(orig)) < 0) {
+			/* The page asks /state with this key, and stops. */
+			screen_refused(token, name, "unknown or expired resume key: ask "
+				       "for a new URL");
 			drain(fd, head);
 			reply_error(fd, 403, "Forbidden", "invalid_resume",
 				    "unknown or expired resume key: ask for a new URL");
@@ -223,7 +228,7 @@ static void viewer(int fd, char *rest, size_t head, const char *from)
 			return;
 		}
 		log_info("viewer from %s back on %s/%s", from, user, name);
-		screen_add_viewer(user, name, false, fd, orig, from);
+		screen_add_viewer(user, name, false, fd, orig, token, from);
 		return;
 	}
 	if (!name || !*user || !name_valid(name) || !query ||
@@ -257,7 +262,7 @@ static void viewer(int fd, char *rest, size_t head, const char *from)
 	}
 	const char *state = json_string_value(json_object_get(resp, "state"));
 	bool wake = !state || strcmp(state, "running") != 0;
-	screen_add_viewer(user, name, wake, fd, token, from);
+	screen_add_viewer(user, name, wake, fd, token, NULL, from);
 	json_decref(resp);
 }
 
@@ -312,9 +317,10 @@ static void *conn_main(void *arg)
 	if (drain(fd, (size_t)(end + 4 - buf)) < 0)
 		goto close;
 	if (!strncmp(path, "/state?", 7)) {
-		char token[64];
+		char token[64], key[64];
+		bool has_key = query_get(path + 7, "resume", key, sizeof(key)) && token_ok(key);
 		char *s = query_get(path + 7, "token", token, sizeof(token)) && token_ok(token) ?
-			  screen_state(token) : NULL;
+			  screen_state(token, has_key ? key : NULL) : NULL;
 		if (s)
 			reply(fd, 200, "OK", "application/json", s, strlen(s));
 		else

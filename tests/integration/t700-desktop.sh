@@ -186,9 +186,14 @@ for t in tokens:
 print(done)
 EOF
 }
-toks=()
-for _ in $(seq 20); do toks+=("$(berth desktop dt --json | json token)"); done
-check_eq "20 viewers reset mid-update" 20 "$(churn "${toks[@]}")"
+# (Two batches of 10: an owner holds at most 16 live tokens.)
+churned=0
+for _ in 1 2; do
+	toks=()
+	for _ in $(seq 10); do toks+=("$(berth desktop dt --json | json token)"); done
+	churned=$((churned + $(churn "${toks[@]}")))
+done
+check_eq "20 viewers reset mid-update" 20 "$churned"
 sleep 1
 check "the bridge lives on" kill -0 "$BR_PID"
 
@@ -214,8 +219,9 @@ def ws(cred):
             break
         data += b
     return s, data.split(b" ")[1].decode() if data else "none"
-def state():
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/state?token={token}") as r:
+def state(key=None):
+    shown = f"&resume={key}" if key else ""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/state?token={token}{shown}") as r:
         return json.load(r)
 out = []
 s, code = ws(f"token={token}")
@@ -228,16 +234,36 @@ time.sleep(1)
 s, code = ws(f"resume={key}")
 out.append(code)
 time.sleep(0.5)
+# The next key: not to whoever knows the spent token, only to whoever
+# shows the key this viewer came back with.
+out.append("nokey" if "resume" not in state() else "leaked")
+out.append("newkey" if state(key).get("resume", key) != key else "none")
 s.close()
 time.sleep(1)
 s, code = ws(f"resume={key}")
 out.append(code)
+out.append(state(key).get("state", "?"))
 print(" ".join(out))
 EOF
 }
-check_eq "a broken viewer comes back with its resume key (told once), once" "101 once 101 403" \
+check_eq "a broken viewer comes back with its resume key (told once), once" \
+	"101 once 101 nokey newkey 403 refused" \
 	"$(resume_seq "$(berth desktop dt --json | json token)")"
 check_eq "an unknown token is refused" "403 invalid_token" "$(ws AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA)"
+
+# One owner holds at most 16 live tokens: minting 20 evicts the oldest, and
+# another user can still mint (the table is not full).
+toks=()
+for _ in $(seq 20); do toks+=("$(berth desktop dt --json | json token)"); done
+check_eq "the 1st of 20 tokens minted at once is evicted" "403 token_expired" "$(ws "${toks[0]}")"
+check_eq "the 20th is good" "101 -" "$(ws "${toks[19]}")"
+code=$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$STATE/hostd.sock" \
+	-H 'X-Berth-User: bob' -H 'Content-Type: application/json' -X POST \
+	-d '{"name":"bd","image":"tiny","start":false}' http://berth/v1/machines)
+check_eq "bob creates a stopped machine" 201 "$code"
+code=$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$STATE/hostd.sock" \
+	-H 'X-Berth-User: bob' -X POST http://berth/v1/machines/bd/desktop)
+check_eq "bob can still mint a token" 200 "$code"
 code=$(curl -s -o "$T/bob.json" -w '%{http_code}' --unix-socket "$STATE/hostd.sock" \
 	-H 'X-Berth-User: bob' -X POST http://berth/v1/machines/dt/desktop)
 check_eq "another user cannot mint a token for root's machine" 404 "$code"

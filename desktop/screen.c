@@ -75,6 +75,7 @@ static struct {
 } resumes[RESUME_SLOTS];
 static int resume_next;
 static uint64_t viewer_ids;  /* under g_lock */
+static atomic_int nviewers;  /* screen_add_viewer to v_gone (or its failure) */
 static atomic_uint_fast64_t frames_in, rects_in;
 static int tag;  /* libvncclient client-data key */
 
@@ -99,6 +100,11 @@ void screen_init(const struct screen_cfg *c)
 	rfbErr = vnc_log;
 	rfbClientLog = vnc_log;
 	rfbClientErr = vnc_log;
+}
+
+int screen_viewer_count(void)
+{
+	return atomic_load(&nviewers);
 }
 
 void screen_stats(uint64_t *in, uint64_t *rects)
@@ -284,6 +290,7 @@ static void v_gone(rfbClientPtr cl)
 	session_close(v, (uint64_t)rfbStatGetSentBytes(cl));
 	cl->clientData = NULL;
 	free(v);
+	atomic_fetch_sub(&nviewers, 1);
 }
 
 /* ---- the upstream thread ------------------------------------------------ */
@@ -509,6 +516,7 @@ int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
 	struct viewer *v = calloc(1, sizeof(*v));
 	rfbClientPtr cl;
 
+	atomic_fetch_add(&nviewers, 1);
 	pthread_mutex_lock(&g_lock);
 	m = v ? mach_get(user, name) : NULL;
 	if (m) {
@@ -522,6 +530,7 @@ int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
 	pthread_mutex_unlock(&g_lock);
 	if (!m) {
 		free(v);
+		atomic_fetch_sub(&nviewers, 1);
 		close(fd);
 		return -1;
 	}
@@ -533,6 +542,7 @@ int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
 		m->viewers--;
 		pthread_mutex_unlock(&g_lock);
 		free(v);
+		atomic_fetch_sub(&nviewers, 1);
 		return -1;
 	}
 	/* libvncserver 0.9.14 frees wspath in rfbCloseClient without clearing
@@ -556,6 +566,7 @@ int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
 			m->viewers--;
 			pthread_mutex_unlock(&g_lock);
 			free(v);
+			atomic_fetch_sub(&nviewers, 1);
 			return -1;
 		}
 		for (size_t i = 0; i < sizeof(raw); i++)

@@ -54,6 +54,9 @@ void screen_refused(const char *token, const char *machine, const char *message)
 int screen_resume(const char *key, const char *user, const char *name, char *token,
 		  size_t toklen);
 
+/* Viewers being handed over or served, on all screens. */
+int screen_viewer_count(void);
+
 /* hostd restarted and forgot the live sessions: open them again. */
 void screen_reopen_sessions(void);
 

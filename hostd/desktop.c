@@ -347,8 +347,8 @@ static void *serve(void *arg)
 		err_set(&e, 400, "invalid_json", "a request is one JSON object with \"op\"");
 		goto out;
 	}
-	if (!user || !machine || !name_valid(machine)) {
-		err_set(&e, 400, "invalid_name", "user and machine are required");
+	if (!user || !machine || !user_name_valid(user) || !name_valid(machine)) {
+		err_set(&e, 400, "invalid_name", "a valid user and machine are required");
 		goto out;
 	}
 	if (!strcmp(op, "redeem")) {
@@ -399,8 +399,15 @@ static void *accept_loop(void *arg)
 		if (p[1].revents)
 			break;
 		int fd = accept4(d->fd, NULL, NULL, SOCK_CLOEXEC);
-		if (fd < 0)
+		if (fd < 0) {
+			/* Out of descriptors: the pending connection stays
+			 * readable, so poll would spin; give them time. */
+			if (errno == EMFILE || errno == ENFILE) {
+				log_warn("desktop socket: accept: %s", strerror(errno));
+				usleep(100 * 1000);
+			}
 			continue;
+		}
 		struct job *jb = malloc(sizeof(*jb));
 		pthread_t t;
 		if (!jb) {

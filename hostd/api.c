@@ -303,14 +303,15 @@ static struct reply do_info(struct api *a)
 		json_object_set_new(st, "total", json_integer((json_int_t)pi.total_bytes));
 		json_object_set_new(st, "used", json_integer((json_int_t)pi.used_bytes));
 	}
-	return ok(200, json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:s, s:I, s:s, s:s?}",
+	return ok(200, json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:s, s:I, s:s, s:s?, s:s}",
 				 "version", VERSION, "hypervisor", virt_hypervisor(h->virt),
 				 "libvirt", virt_version(h->virt), "storage", st,
 				 "network", h->cfg.network, "instance", h->instance,
 				 "state_dir", h->cfg.state_dir,
 				 "uptime_ms", (json_int_t)(mono_ms() - h->started_ms),
 				 "hypervisor_note", virt_why_tcg(h->virt),
-				 "dashboard", h->dashboard_url[0] ? h->dashboard_url : NULL));
+				 "dashboard", h->dashboard_url[0] ? h->dashboard_url : NULL,
+				 "desktop_url", h->cfg.desktop_url));
 }
 
 static json_t *machine_out(struct api *a, const struct machine *m)

@@ -367,8 +367,10 @@ static void *conn_main(void *arg)
 				    "a WebSocket request head over 4 KiB");
 			goto close;
 		}
-		atomic_fetch_sub(&reading, 1);
 		viewer(fd, path + 4, head, c->from);
+		/* Counted until then (a viewer handed over is counted twice
+		 * for a moment, never not at all). */
+		atomic_fetch_sub(&reading, 1);
 		free(c);
 		return NULL;
 	}

@@ -136,13 +136,20 @@ static int spawn_daemon(const char *name, char *const argv[], const char *log)
 	return 0;
 }
 
-static int ensure_hostd(struct client *c)
+/* berth-hostd for this state, unless one answers.  DESKTOP_URL (NULL: the
+ * configuration's) is where its desktop URLs point. */
+static int ensure_hostd(struct client *c, const char *desktop_url)
 {
-	char log[PATH_MAX];
-	char *const argv[] = { "berth-hostd", "--state", c->state, NULL };
+	char log[PATH_MAX], url[256];
+	char *argv[] = { "berth-hostd", "--state", c->state, NULL, NULL, NULL };
 
 	if (client_alive(c))
 		return 0;
+	if (desktop_url) {
+		snprintf(url, sizeof(url), "%s", desktop_url);
+		argv[3] = "--desktop-url";
+		argv[4] = url;
+	}
 	snprintf(log, sizeof(log), "%s/hostd.log", c->state);
 	if (mkdir_p(c->state, 0700) < 0) {
 		fprintf(stderr, "berth up: create %s: %s\n", c->state, strerror(errno));
@@ -248,6 +255,40 @@ static int ensure_desktop(struct client *c, int port)
 	return -1;
 }
 
+/* Whether hostd's desktop URLs reach the bridge on 127.0.0.1:PORT.  A
+ * loopback URL with another port does not (hostd already running with
+ * another desktop_url, or berth.conf naming one); any other URL is taken
+ * as the operator's (a proxy in front, say).  0, or -1 with a message. */
+static int check_desktop_url(struct client *c, int port)
+{
+	static const char *const loopback[] = { "http://127.0.0.1:", "http://localhost:",
+						"http://[::1]:", NULL };
+	json_t *info = NULL;
+	const char *url;
+	int rc = 0;
+
+	if (cli_call(c, "GET", "/v1/info", NULL, &info) < 0)
+		return -1;
+	url = json_string_value(json_object_get(info, "desktop_url"));
+	for (int i = 0; url && loopback[i]; i++) {
+		size_t n = strlen(loopback[i]);
+		if (strncmp(url, loopback[i], n) != 0)
+			continue;
+		char *end;
+		long p = strtol(url + n, &end, 10);
+		if (p != port || (*end && *end != '/')) {
+			fprintf(stderr, "berth up: hostd's desktop URLs point at %s but the "
+				"desktop is on port %d: stop hostd (berth down) and run berth up "
+				"again, or set desktop_url in %s/berth.conf\n", url, port,
+				c->state);
+			rc = -1;
+		}
+		break;
+	}
+	json_decref(info);
+	return rc;
+}
+
 static int ensure_image(struct client *c)
 {
 	json_t *r;
@@ -315,6 +356,8 @@ int cmd_up(struct client *c, int argc, char **argv)
 	json_t *m = NULL, *info = NULL;
 	char pidfile[PATH_MAX], listen[64];
 	int ssh_port = 2222, desktop_port = 6080;
+	bool desktop_port_set = false;
+	char desktop_url[64];
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--detach") || !strcmp(argv[i], "-d")) {
@@ -337,6 +380,7 @@ int cmd_up(struct client *c, int argc, char **argv)
 				return 2;
 			}
 			desktop_port = (int)v;
+			desktop_port_set = true;
 		} else {
 			fprintf(stderr, "usage: berth up [--state DIR] [--detach] [--ssh-port N] "
 				"[--desktop-port N]\n");
@@ -348,8 +392,12 @@ int cmd_up(struct client *c, int argc, char **argv)
 		fprintf(stderr, "berth up: run as root (it starts libvirtd and the privileged hostd)\n");
 		return 1;
 	}
-	if (ensure_libvirtd(c) < 0 || ensure_hostd(c) < 0 ||
-	    ensure_sshgw(c, listen, ssh_port) < 0)
+	/* --desktop-port names the port hostd's desktop URLs point at too
+	 * (without it, berth.conf's desktop_url holds, default port 6080). */
+	snprintf(desktop_url, sizeof(desktop_url), "http://127.0.0.1:%d", desktop_port);
+	if (ensure_libvirtd(c) < 0 ||
+	    ensure_hostd(c, desktop_port_set ? desktop_url : NULL) < 0 ||
+	    check_desktop_url(c, desktop_port) < 0 || ensure_sshgw(c, listen, ssh_port) < 0)
 		return 1;
 	/* The desktop is not needed for the rest: without it (noVNC not
 	 * installed, its port taken) berth runs on, and says so. */

@@ -32,6 +32,18 @@ bool name_valid(const char *s)
 	return true;
 }
 
+bool user_name_valid(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n < 1 || n > 63 || s[0] == '-')
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (s[i] <= 0x20 || s[i] >= 0x7f || s[i] == '/')
+			return false;
+	return true;
+}
+
 int duration_parse(const char *s, int64_t *out)
 {
 	int64_t v = 0, mul = 1;

@@ -11,6 +11,10 @@
 /* True when S is a DNS label: [a-z0-9-]{1,63}, no leading or trailing '-'.
  * Machine, image and checkpoint names must be. */
 bool name_valid(const char *s);
+/* True when S can be an owner's name: a local user name (or "uidN"), so
+ * more than a DNS label: 1 to 63 printable ASCII characters, no space,
+ * no '/', not starting with '-'. */
+bool user_name_valid(const char *s);
 
 /* Parse a size: digits with an optional binary suffix K, M, G or T
  * (optionally followed by "i", "iB" or "B"); a bare number is in UNIT

@@ -10,7 +10,9 @@
  *       unexpired, unused); the connection then goes, request unread, to
  *       the machine's libvncserver screen, which does the WebSocket
  *       handshake and serves RFB (desktop/screen.h).
- *   GET /state?token=T: the viewer's state for the page, as JSON.
+ *   GET /ws/USER/NAME?resume=K: a viewer coming back (desktop/screen.h).
+ *   GET /state?token=T[&resume=K]: the viewer's state for the page, as
+ *       JSON (K: the resume key the page came back with).
  *   GET /novnc/...: noVNC's files; GET /page/...: the page's own files;
  *   GET /USER/NAME/ (or anything else): the page.
  * Started as root it binds, then drops to USER (default berth-gw) before
@@ -31,9 +33,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <linux/openat2.h>
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -46,11 +52,18 @@
 #include "common/banned.h"
 
 #define REQ_MAX 8192
+/* libvncserver 0.9.14 reads a WebSocket handshake of at most 4095 bytes:
+ * a longer /ws/ request would spend its token and then fail. */
+#define WS_HEAD_MAX 4095
+/* Connections at once: those being read and the viewers handed over. */
+#define CONN_MAX 256
+#define FILE_MAX (16 << 20)
 
 static char desktop_sock[PATH_MAX], hostd_sock[PATH_MAX];
 static char page_dir[PATH_MAX], novnc_dir[PATH_MAX];
 static volatile sig_atomic_t stopping;
 static int wake_pipe[2] = { -1, -1 };
+static atomic_int reading;  /* connections whose request is being read */
 
 static void usage(FILE *f)
 {
@@ -124,13 +137,33 @@ static const char *mime(const char *path)
 	return "application/octet-stream";
 }
 
+/* REL under DIR, opened for reading: no symbolic link on the way and
+ * nothing outside DIR (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
+ * where the kernel has no openat2, O_NOFOLLOW for the last component,
+ * REL having no ".." already).  A descriptor or -1. */
+static int open_beneath(const char *dir, const char *rel)
+{
+	struct open_how how = { .flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW,
+				.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS };
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), fd;
+
+	if (dfd < 0)
+		return -1;
+	fd = (int)syscall(SYS_openat2, dfd, rel, &how, sizeof(how));
+	if (fd < 0 && errno == ENOSYS)
+		fd = openat(dfd, rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	close(dfd);
+	return fd;
+}
+
 /* Serve file REL (no "..", only [A-Za-z0-9._/-]) under DIR. */
 static void serve_file(int fd, const char *dir, const char *rel)
 {
 	char path[PATH_MAX];
-	struct err e = { 0 };
-	char *data;
+	char *data = NULL;
+	size_t len = 0;
 	struct stat st;
+	int ffd;
 
 	for (const char *p = rel; *p; p++)
 		if (!(*p == '/' || *p == '.' || *p == '-' || *p == '_' ||
@@ -144,13 +177,26 @@ static void serve_file(int fd, const char *dir, const char *rel)
 		return;
 	}
 	snprintf(path, sizeof(path), "%s/%s", dir, rel);
-	if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > 16 << 20 ||
-	    !(data = file_read(path, 16 << 20, &e))) {
+	ffd = open_beneath(dir, rel);
+	if (ffd < 0 || fstat(ffd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > FILE_MAX ||
+	    !(data = malloc((size_t)st.st_size + 1))) {
 		reply_error(fd, 404, "Not Found", "not_found", "no such file");
-		return;
+		goto out;
 	}
-	reply(fd, 200, "OK", mime(path), data, (size_t)st.st_size);
+	/* What is read is what is sent, should the file change meanwhile. */
+	while (len < (size_t)st.st_size) {
+		ssize_t n = read(ffd, data + len, (size_t)st.st_size - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	reply(fd, 200, "OK", mime(path), data, len);
+out:
 	free(data);
+	if (ffd >= 0)
+		close(ffd);
 }
 
 /* The value of query parameter KEY in QUERY ("a=1&b=2"), copied to OUT. */
@@ -211,11 +257,21 @@ static void viewer(int fd, char *rest, size_t head, const char *from)
 	name = strchr(user, '/');
 	if (name)
 		*name++ = '\0';
-	if (name && *user && name_valid(name) && query &&
-	    query_get(query, "resume", token, sizeof(token)) && token_ok(token)) {
+	if (!name || !user_name_valid(user) || !name_valid(name)) {
+		/* Nothing of it is logged or redeemed. */
+		drain(fd, head);
+		reply_error(fd, 400, "Bad Request", "invalid_name",
+			    "expected /ws/USER/MACHINE with a valid user and machine name");
+		close(fd);
+		return;
+	}
+	if (query && query_get(query, "resume", token, sizeof(token)) && token_ok(token)) {
 		/* A viewer coming back after its connection broke. */
 		char orig[64];
 		if (screen_resume(token, user, name, orig, sizeof(orig)) < 0) {
+			/* The page asks /state with this key, and stops. */
+			screen_refused(token, name, "unknown or expired resume key: ask "
+				       "for a new URL");
 			drain(fd, head);
 			reply_error(fd, 403, "Forbidden", "invalid_resume",
 				    "unknown or expired resume key: ask for a new URL");
@@ -223,11 +279,10 @@ static void viewer(int fd, char *rest, size_t head, const char *from)
 			return;
 		}
 		log_info("viewer from %s back on %s/%s", from, user, name);
-		screen_add_viewer(user, name, false, fd, orig, from);
+		screen_add_viewer(user, name, false, fd, orig, token, from);
 		return;
 	}
-	if (!name || !*user || !name_valid(name) || !query ||
-	    !query_get(query, "token", token, sizeof(token)) || !token_ok(token)) {
+	if (!query || !query_get(query, "token", token, sizeof(token)) || !token_ok(token)) {
 		drain(fd, head);
 		reply_error(fd, 400, "Bad Request", "invalid_request",
 			    "expected /ws/USER/MACHINE?token=TOKEN");
@@ -257,7 +312,7 @@ static void viewer(int fd, char *rest, size_t head, const char *from)
 	}
 	const char *state = json_string_value(json_object_get(resp, "state"));
 	bool wake = !state || strcmp(state, "running") != 0;
-	screen_add_viewer(user, name, wake, fd, token, from);
+	screen_add_viewer(user, name, wake, fd, token, NULL, from);
 	json_decref(resp);
 }
 
@@ -304,7 +359,18 @@ static void *conn_main(void *arg)
 	*sp2 = '\0';
 	char *path = sp1 + 1;
 	if (!strncmp(path, "/ws/", 4)) {
-		viewer(fd, path + 4, (size_t)(end + 4 - buf), c->from);
+		size_t head = (size_t)(end + 4 - buf);
+		if (head > WS_HEAD_MAX) {
+			/* Refused before the token is spent. */
+			drain(fd, head);
+			reply_error(fd, 431, "Request Header Fields Too Large", "too_large",
+				    "a WebSocket request head over 4 KiB");
+			goto close;
+		}
+		viewer(fd, path + 4, head, c->from);
+		/* Counted until then (a viewer handed over is counted twice
+		 * for a moment, never not at all). */
+		atomic_fetch_sub(&reading, 1);
 		free(c);
 		return NULL;
 	}
@@ -312,9 +378,10 @@ static void *conn_main(void *arg)
 	if (drain(fd, (size_t)(end + 4 - buf)) < 0)
 		goto close;
 	if (!strncmp(path, "/state?", 7)) {
-		char token[64];
+		char token[64], key[64];
+		bool has_key = query_get(path + 7, "resume", key, sizeof(key)) && token_ok(key);
 		char *s = query_get(path + 7, "token", token, sizeof(token)) && token_ok(token) ?
-			  screen_state(token) : NULL;
+			  screen_state(token, has_key ? key : NULL) : NULL;
 		if (s)
 			reply(fd, 200, "OK", "application/json", s, strlen(s));
 		else
@@ -330,6 +397,7 @@ static void *conn_main(void *arg)
 		serve_file(fd, page_dir, "index.html");
 	}
 close:
+	atomic_fetch_sub(&reading, 1);
 	close(fd);
 	free(c);
 	return NULL;
@@ -390,7 +458,10 @@ static int drop_to(const char *user)
 		log_error("could regain root after dropping to %s", user);
 		return -1;
 	}
-	prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+		log_error("prctl(PR_SET_NO_NEW_PRIVS): %s", strerror(errno));
+		return -1;
+	}
 	return 0;
 }
 
@@ -581,8 +652,24 @@ int main(int argc, char **argv)
 		if (!(pfd[0].revents & POLLIN))
 			continue;
 		int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
-		if (fd < 0)
+		if (fd < 0) {
+			/* Out of descriptors: the pending connection stays
+			 * readable, so poll would spin; give them time. */
+			if (errno == EMFILE || errno == ENFILE) {
+				log_warn("accept: %s", strerror(errno));
+				usleep(100 * 1000);
+			}
 			continue;
+		}
+		int busy = atomic_load(&reading) + screen_viewer_count();
+		if (busy >= CONN_MAX) {
+			char from[64];
+			peer_name(&ss, from, sizeof(from));
+			log_warn("%d connections at once, at most %d: %s is turned away", busy,
+				 CONN_MAX, from);
+			close(fd);
+			continue;
+		}
 		struct conn *cn = calloc(1, sizeof(*cn));
 		if (!cn) {
 			close(fd);
@@ -590,7 +677,9 @@ int main(int argc, char **argv)
 		}
 		cn->fd = fd;
 		peer_name(&ss, cn->from, sizeof(cn->from));
+		atomic_fetch_add(&reading, 1);
 		if (pthread_create(&t, &attr, conn_main, cn) != 0) {
+			atomic_fetch_sub(&reading, 1);
 			log_error("cannot start a thread for %s", cn->from);
 			close(fd);
 			free(cn);

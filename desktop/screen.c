@@ -30,7 +30,10 @@ struct mach;
 struct viewer {
 	char token[64];
 	char resume[64];       /* its key to come back with (screen_resume) */
+	char prev[64];         /* the key it came back with, "" = it came with
+				  its token */
 	bool resume_told;      /* screen_state gave it out (it does so once) */
+	uint64_t id;           /* names it for screen_reopen_sessions */
 	char from[64];
 	struct mach *m;
 	int64_t session;       /* hostd's session id, -1 = none */
@@ -71,6 +74,8 @@ static struct {
 	int64_t until_ms;
 } resumes[RESUME_SLOTS];
 static int resume_next;
+static uint64_t viewer_ids;  /* under g_lock */
+static atomic_int nviewers;  /* screen_add_viewer to v_gone (or its failure) */
 static atomic_uint_fast64_t frames_in, rects_in;
 static int tag;  /* libvncclient client-data key */
 
@@ -95,6 +100,11 @@ void screen_init(const struct screen_cfg *c)
 	rfbErr = vnc_log;
 	rfbClientLog = vnc_log;
 	rfbClientErr = vnc_log;
+}
+
+int screen_viewer_count(void)
+{
+	return atomic_load(&nviewers);
 }
 
 void screen_stats(uint64_t *in, uint64_t *rects)
@@ -280,6 +290,7 @@ static void v_gone(rfbClientPtr cl)
 	session_close(v, (uint64_t)rfbStatGetSentBytes(cl));
 	cl->clientData = NULL;
 	free(v);
+	atomic_fetch_sub(&nviewers, 1);
 }
 
 /* ---- the upstream thread ------------------------------------------------ */
@@ -314,14 +325,28 @@ static void *upstream(void *arg)
 		if (rc < 0 || fd < 0) {
 			const char *code = NULL;
 			const char *msg = rc < 0 ? err : hostfd_error(resp, &code);
+			/* hostd unreachable, the machine busy (being suspended,
+			 * say), hostd's trouble: the wake is asked for again.
+			 * A final refusal (no such machine, being deleted)
+			 * clears it. */
+			json_int_t status = json_integer_value(json_object_get(
+				json_object_get(resp, "error"), "status"));
+			bool transient = rc < 0 || (code && !strcmp(code, "busy")) ||
+					 status >= 500;
 			/* A machine that is not running: the viewer waits for it. */
-			set_state(m, "stopped", code && !strcmp(code, "not_running") ? NULL : msg);
+			if (wake && transient)
+				set_state(m, "waking", msg);
+			else
+				set_state(m, "stopped", code && !strcmp(code, "not_running") ?
+					  NULL : msg);
 			json_decref(resp);
 			if (fd >= 0)
 				close(fd);
-			pthread_mutex_lock(&g_lock);
-			m->wake = false;
-			pthread_mutex_unlock(&g_lock);
+			if (!transient) {
+				pthread_mutex_lock(&g_lock);
+				m->wake = false;
+				pthread_mutex_unlock(&g_lock);
+			}
 			sleep_ms(1000);
 			continue;
 		}
@@ -473,13 +498,25 @@ static int64_t session_open(const char *user, const char *name, const char *from
 	return id;
 }
 
+/* Whether A equals B, in a time that depends on their lengths only. */
+static bool key_eq(const char *a, const char *b)
+{
+	size_t al = strlen(a), bl = strlen(b);
+	unsigned char diff = al != bl;
+
+	for (size_t i = 0; i < al && i < bl; i++)
+		diff |= (unsigned char)(a[i] ^ b[i]);
+	return diff == 0;
+}
+
 int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
-		      const char *token, const char *from)
+		      const char *token, const char *prev, const char *from)
 {
 	struct mach *m;
 	struct viewer *v = calloc(1, sizeof(*v));
 	rfbClientPtr cl;
 
+	atomic_fetch_add(&nviewers, 1);
 	pthread_mutex_lock(&g_lock);
 	m = v ? mach_get(user, name) : NULL;
 	if (m) {
@@ -493,6 +530,7 @@ int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
 	pthread_mutex_unlock(&g_lock);
 	if (!m) {
 		free(v);
+		atomic_fetch_sub(&nviewers, 1);
 		close(fd);
 		return -1;
 	}
@@ -504,6 +542,7 @@ int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
 		m->viewers--;
 		pthread_mutex_unlock(&g_lock);
 		free(v);
+		atomic_fetch_sub(&nviewers, 1);
 		return -1;
 	}
 	/* libvncserver 0.9.14 frees wspath in rfbCloseClient without clearing
@@ -514,6 +553,7 @@ int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
 	free(cl->wspath);
 	cl->wspath = NULL;
 	snprintf(v->token, sizeof(v->token), "%s", token);
+	snprintf(v->prev, sizeof(v->prev), "%s", prev ? prev : "");
 	snprintf(v->from, sizeof(v->from), "%s", from);
 	{
 		static const char alphabet[] =
@@ -526,6 +566,7 @@ int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
 			m->viewers--;
 			pthread_mutex_unlock(&g_lock);
 			free(v);
+			atomic_fetch_sub(&nviewers, 1);
 			return -1;
 		}
 		for (size_t i = 0; i < sizeof(raw); i++)
@@ -535,6 +576,7 @@ int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
 	v->m = m;
 	v->session = session_open(user, name, from);
 	pthread_mutex_lock(&g_lock);
+	v->id = ++viewer_ids;
 	v->next = viewers;
 	viewers = v;
 	pthread_mutex_unlock(&g_lock);
@@ -555,7 +597,7 @@ void screen_refused(const char *token, const char *machine, const char *message)
 	pthread_mutex_unlock(&g_lock);
 }
 
-char *screen_state(const char *token)
+char *screen_state(const char *token, const char *presented)
 {
 	json_t *j = NULL;
 	char *s;
@@ -567,15 +609,19 @@ char *screen_state(const char *token)
 				      "machine", v->m->name, "message", v->m->message,
 				      "width", v->m->w, "height", v->m->h);
 			/* The resume key once: to the page, which asks at once.
-			 * Whoever learns the spent token later gets nothing. */
-			if (j && !v->resume_told) {
+			 * A viewer that came back with a key gives its next
+			 * one only to whoever shows that key: whoever learns
+			 * the spent token later gets nothing. */
+			if (j && !v->resume_told &&
+			    (!v->prev[0] || (presented && key_eq(v->prev, presented)))) {
 				json_object_set_new(j, "resume", json_string(v->resume));
 				v->resume_told = true;
 			}
 		}
 	for (int k = 1; k <= REFUSED_SLOTS && !j; k++) {  /* newest first */
 		int i = ((refused_next - k) % REFUSED_SLOTS + REFUSED_SLOTS) % REFUSED_SLOTS;
-		if (refused[i].token[0] && !strcmp(refused[i].token, token))
+		if (refused[i].token[0] && (!strcmp(refused[i].token, token) ||
+					    (presented && !strcmp(refused[i].token, presented))))
 			j = json_pack("{s:s, s:s, s:s}", "state", "refused", "machine",
 				      refused[i].machine, "message", refused[i].message);
 	}
@@ -611,16 +657,50 @@ int screen_resume(const char *key, const char *user, const char *name, char *tok
 
 void screen_reopen_sessions(void)
 {
+	struct again {
+		uint64_t id;
+		char user[64], name[64], from[64];
+		int64_t session;
+	} *a = NULL;
 	struct viewer *v;
-	int n = 0;
+	size_t n = 0, cap = 0, opened = 0;
 
-	/* Viewers only leave on their own threads (v_gone, which takes
-	 * g_lock): hold it while asking hostd; the calls are local and short. */
+	/* What the calls need, copied out: hostd is not asked under g_lock. */
 	pthread_mutex_lock(&g_lock);
 	for (v = viewers; v; v = v->next) {
-		v->session = session_open(v->m->user, v->m->name, v->from);
+		if (n == cap) {
+			struct again *b = realloc(a, (cap ? cap * 2 : 16) * sizeof(*a));
+			if (!b)
+				break;
+			a = b;
+			cap = cap ? cap * 2 : 16;
+		}
+		a[n].id = v->id;
+		snprintf(a[n].user, sizeof(a[n].user), "%s", v->m->user);
+		snprintf(a[n].name, sizeof(a[n].name), "%s", v->m->name);
+		snprintf(a[n].from, sizeof(a[n].from), "%s", v->from);
 		n++;
 	}
 	pthread_mutex_unlock(&g_lock);
-	log_info("hostd restarted: reopened %d desktop sessions", n);
+	for (size_t i = 0; i < n; i++)
+		a[i].session = session_open(a[i].user, a[i].name, a[i].from);
+	/* Back to the viewers still here; a session of one that left
+	 * meanwhile is closed again. */
+	pthread_mutex_lock(&g_lock);
+	for (size_t i = 0; i < n; i++) {
+		for (v = viewers; v && v->id != a[i].id; v = v->next)
+			;
+		if (v) {
+			v->session = a[i].session;
+			a[i].session = -1;
+			opened++;
+		}
+	}
+	pthread_mutex_unlock(&g_lock);
+	for (size_t i = 0; i < n; i++) {
+		struct viewer gone = { .session = a[i].session };
+		session_close(&gone, 0);
+	}
+	free(a);
+	log_info("hostd restarted: reopened %zu desktop sessions", opened);
 }

@@ -27,19 +27,24 @@ void screen_init(const struct screen_cfg *cfg);
 /* Hand the viewer on FD (a TCP socket whose WebSocket request has not been
  * read yet) to USER's machine NAME, making its screen if need be.  WAKE:
  * the machine was not running when the token was redeemed (the screen shows
- * "waking" until it runs).  TOKEN names the viewer for screen_state; FROM
- * is its address, for hostd's session log.  FD is the screen's afterwards
- * (closed on failure).  Returns 0 or -1. */
+ * "waking" until it runs).  TOKEN names the viewer for screen_state; PREV
+ * is the resume key it came back with (screen_resume), NULL for a viewer
+ * that came with its token; FROM is its address, for hostd's session log.
+ * FD is the screen's afterwards (closed on failure).  Returns 0 or -1. */
 int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
-		      const char *token, const char *from);
+		      const char *token, const char *prev, const char *from);
 
 /* The state of the viewer TOKEN as JSON text (malloc'd) for the page:
  * {"state": "waking"|"connected"|"stopped"|"refused"|"unknown", "machine",
  *  "message"?, "resume"?}; "resume", the viewer's key to come back with
- *  (screen_resume), is in the first answer for a viewer only. */
-char *screen_state(const char *token);
+ *  (screen_resume), is in one answer for a viewer only: the first, for a
+ *  viewer that came with its token; the first whose PRESENTED (NULL: none)
+ *  is the key it came back with, for one that came back.  "refused" also
+ *  when PRESENTED is a resume key that was refused. */
+char *screen_state(const char *token, const char *presented);
 
-/* Remember that TOKEN was refused, with MESSAGE, for screen_state. */
+/* Remember that TOKEN (or a resume key) was refused, with MESSAGE, for
+ * screen_state. */
 void screen_refused(const char *token, const char *machine, const char *message);
 
 /* A viewer of USER's machine NAME that left (its connection broke) comes
@@ -48,6 +53,9 @@ void screen_refused(const char *token, const char *machine, const char *message)
  * for screen_state), or -1. */
 int screen_resume(const char *key, const char *user, const char *name, char *token,
 		  size_t toklen);
+
+/* Viewers being handed over or served, on all screens. */
+int screen_viewer_count(void);
 
 /* hostd restarted and forgot the live sessions: open them again. */
 void screen_reopen_sessions(void);

@@ -303,14 +303,15 @@ static struct reply do_info(struct api *a)
 		json_object_set_new(st, "total", json_integer((json_int_t)pi.total_bytes));
 		json_object_set_new(st, "used", json_integer((json_int_t)pi.used_bytes));
 	}
-	return ok(200, json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:s, s:I, s:s, s:s?}",
+	return ok(200, json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:s, s:I, s:s, s:s?, s:s}",
 				 "version", VERSION, "hypervisor", virt_hypervisor(h->virt),
 				 "libvirt", virt_version(h->virt), "storage", st,
 				 "network", h->cfg.network, "instance", h->instance,
 				 "state_dir", h->cfg.state_dir,
 				 "uptime_ms", (json_int_t)(mono_ms() - h->started_ms),
 				 "hypervisor_note", virt_why_tcg(h->virt),
-				 "dashboard", h->dashboard_url[0] ? h->dashboard_url : NULL));
+				 "dashboard", h->dashboard_url[0] ? h->dashboard_url : NULL,
+				 "desktop_url", h->cfg.desktop_url));
 }
 
 static json_t *machine_out(struct api *a, const struct machine *m)
@@ -1044,28 +1045,13 @@ static struct reply do_token_delete(struct api *a, const char *owner, const char
 	return ok(200, json_pack("{s:I}", "deleted", (json_int_t)id));
 }
 
-/* A user name from a gateway's request: the owner a key maps to.  Owners
- * are local user names (or "uidN"), so more than DNS labels: 1 to 63
- * printable ASCII characters, no '/', not starting with '-'. */
-static bool user_valid(const char *s)
-{
-	size_t n = strlen(s);
-
-	if (n < 1 || n > 63 || s[0] == '-')
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (s[i] <= 0x20 || s[i] >= 0x7f || s[i] == '/')
-			return false;
-	return true;
-}
-
 /* The "user" and "machine" fields every gateway request but auth has. */
 static int get_user_machine(json_t *j, const char **user, const char **machine,
 			    struct err *e)
 {
 	json_t *u = json_object_get(j, "user"), *m = json_object_get(j, "machine");
 
-	if (!json_is_string(u) || !user_valid(json_string_value(u)))
+	if (!json_is_string(u) || !user_name_valid(json_string_value(u)))
 		return err_set(e, 400, "invalid_user", "user is required: the user name a key "
 			       "maps to");
 	if (!json_is_string(m))

@@ -27,13 +27,18 @@
  * second use is told "used" or "expired" rather than "unknown". */
 #define REMEMBER_MS (10 * 60 * 1000)
 #define LINE_MAX_BYTES 4096
+/* Live (unspent, unexpired) tokens one owner may hold; minting another
+ * evicts that owner's oldest, so that no one fills the table. */
+#define PER_OWNER 16
 
 struct dtoken {
 	char token[44];       /* "" = free slot */
 	char owner[64];
 	char machine[64];
-	int64_t expires_ms;   /* wall clock, ms */
+	int64_t minted_ms;    /* monotonic clock, ms */
+	int64_t expires_ms;   /* monotonic clock, ms */
 	bool used;
+	bool evicted;         /* by PER_OWNER newer ones of its owner */
 };
 
 struct desktop {
@@ -55,6 +60,23 @@ static int64_t wall_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Whether A and B (NUL-terminated, B at most 43 characters) are equal, in
+ * a time that does not depend on where they differ. */
+static bool token_eq(const char a[44], const char *b)
+{
+	size_t bl = strnlen(b, 44);
+	unsigned char diff = bl == 43 ? 0 : 1;
+
+	for (size_t i = 0; i < 43; i++)
+		diff |= (unsigned char)(a[i] ^ (i < bl ? b[i] : 0));
+	return diff == 0;
+}
+
+static bool live(const struct dtoken *k, int64_t now)
+{
+	return k->token[0] && !k->used && !k->evicted && now <= k->expires_ms;
+}
+
 int desktop_mint(struct desktop *d, const char *owner, const char *name, char *token,
 		 size_t toklen, int64_t *expires, struct err *e)
 {
@@ -63,8 +85,9 @@ int desktop_mint(struct desktop *d, const char *owner, const char *name, char *t
 	unsigned char raw[32];
 	char t[44];
 	struct machine m;
-	int64_t now = wall_ms();
-	int slot = -1;
+	int64_t now = mono_ms();
+	int64_t ttl_ms = (int64_t)d->h->cfg.desktop_token_ttl_s * 1000;
+	int slot = -1, mine = 0, oldest = -1;
 
 	if (toklen < sizeof(t))
 		return err_set(e, 500, "internal", "token buffer too small");
@@ -82,14 +105,29 @@ int desktop_mint(struct desktop *d, const char *owner, const char *name, char *t
 	pthread_mutex_lock(&d->lock);
 	for (int i = 0; i < MAX_TOKENS; i++) {
 		struct dtoken *k = &d->tok[i];
+		if (live(k, now) && !strcmp(k->owner, owner)) {
+			mine++;
+			if (oldest < 0 || k->minted_ms < d->tok[oldest].minted_ms)
+				oldest = i;
+		}
+	}
+	if (mine >= PER_OWNER) {
+		/* Its slot stays as it is (remembered as evicted), so that its
+		 * use is told why. */
+		d->tok[oldest].evicted = true;
+		log_info("desktop: %s holds %d live tokens: the oldest is evicted", owner,
+			 mine);
+	}
+	for (int i = 0; i < MAX_TOKENS; i++) {
+		struct dtoken *k = &d->tok[i];
 		if (!k->token[0] || now > k->expires_ms + REMEMBER_MS) {
 			slot = i;
 			break;
 		}
 	}
-	if (slot < 0) /* else the oldest spent or expired one */
+	if (slot < 0) /* else the oldest spent, evicted or expired one */
 		for (int i = 0; i < MAX_TOKENS; i++)
-			if ((d->tok[i].used || now > d->tok[i].expires_ms) &&
+			if (!live(&d->tok[i], now) &&
 			    (slot < 0 || d->tok[i].expires_ms < d->tok[slot].expires_ms))
 				slot = i;
 	if (slot >= 0) {
@@ -97,9 +135,12 @@ int desktop_mint(struct desktop *d, const char *owner, const char *name, char *t
 		memcpy(k->token, t, sizeof(t));
 		snprintf(k->owner, sizeof(k->owner), "%s", owner);
 		snprintf(k->machine, sizeof(k->machine), "%s", name);
-		k->expires_ms = now + (int64_t)d->h->cfg.desktop_token_ttl_s * 1000;
+		k->minted_ms = now;
+		k->expires_ms = now + ttl_ms;
 		k->used = false;
-		*expires = k->expires_ms / 1000;
+		k->evicted = false;
+		/* The wall clock only for the answer. */
+		*expires = (wall_ms() + ttl_ms) / 1000;
 	}
 	pthread_mutex_unlock(&d->lock);
 	if (slot < 0)
@@ -115,17 +156,21 @@ int desktop_mint(struct desktop *d, const char *owner, const char *name, char *t
 static int redeem(struct desktop *d, const char *token, const char *user,
 		  const char *machine, struct err *e)
 {
-	int64_t now = wall_ms();
+	int64_t now = mono_ms();
 	int rc = -1;
 
 	pthread_mutex_lock(&d->lock);
 	for (int i = 0; i < MAX_TOKENS; i++) {
 		struct dtoken *k = &d->tok[i];
-		if (!k->token[0] || strcmp(k->token, token) != 0)
+		if (!k->token[0] || !token_eq(k->token, token))
 			continue;
 		if (k->used)
 			err_set(e, 403, "token_used", "desktop token already used: ask for a "
 				"new one (berth desktop %s)", k->machine);
+		else if (k->evicted)
+			err_set(e, 403, "token_expired", "desktop token expired: %d newer ones "
+				"were asked for: ask for a new one (berth desktop %s)",
+				PER_OWNER, k->machine);
 		else if (now > k->expires_ms)
 			err_set(e, 403, "token_expired", "desktop token expired %lld s ago: ask "
 				"for a new one (berth desktop %s)",
@@ -227,8 +272,16 @@ static void attach(struct desktop *d, int cfd, const char *user, const char *nam
 		}
 		struct act_opts o = { .wait = false };
 		int64_t t0 = mono_ms();
-		if (machine_act(d->h, user, name, ACT_START, &o, &m, NULL, &e) < 0)
-			goto out;
+		/* Another operation on it (the idle policy suspending it, say)
+		 * is waited for, up to a minute, then the wake goes on (as
+		 * api.c's ssh_credential does). */
+		while (machine_act(d->h, user, name, ACT_START, &o, &m, NULL, &e) < 0) {
+			if (e.status != 409 || strcmp(e.code, "busy") != 0 ||
+			    mono_ms() - t0 > 60000)
+				goto out;
+			err_clear(&e);
+			usleep(200 * 1000);
+		}
 		woke = mono_ms() - t0;
 		metrics_wake(woke);
 		log_info("desktop: woke %s/%s in %lld ms", user, name, (long long)woke);
@@ -294,8 +347,8 @@ static void *serve(void *arg)
 		err_set(&e, 400, "invalid_json", "a request is one JSON object with \"op\"");
 		goto out;
 	}
-	if (!user || !machine || !name_valid(machine)) {
-		err_set(&e, 400, "invalid_name", "user and machine are required");
+	if (!user || !machine || !user_name_valid(user) || !name_valid(machine)) {
+		err_set(&e, 400, "invalid_name", "a valid user and machine are required");
 		goto out;
 	}
 	if (!strcmp(op, "redeem")) {
@@ -346,8 +399,15 @@ static void *accept_loop(void *arg)
 		if (p[1].revents)
 			break;
 		int fd = accept4(d->fd, NULL, NULL, SOCK_CLOEXEC);
-		if (fd < 0)
+		if (fd < 0) {
+			/* Out of descriptors: the pending connection stays
+			 * readable, so poll would spin; give them time. */
+			if (errno == EMFILE || errno == ENFILE) {
+				log_warn("desktop socket: accept: %s", strerror(errno));
+				usleep(100 * 1000);
+			}
 			continue;
+		}
 		struct job *jb = malloc(sizeof(*jb));
 		pthread_t t;
 		if (!jb) {

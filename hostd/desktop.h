@@ -3,8 +3,9 @@
  * QEMU's VNC sockets, which are root's.
  *
  * Tokens live in memory only: a token is bound to a user and one of that
- * user's machines, must be redeemed within cfg.desktop_token_ttl_s seconds,
- * and only once.
+ * user's machines, must be redeemed within cfg.desktop_token_ttl_s seconds
+ * (monotonic clock), and only once.  An owner holds at most 16 live ones:
+ * a 17th evicts that owner's oldest (refused as token_expired).
  *
  * STATE/desktop.sock (mode 0666; only root and the gateway user are
  * answered, by SO_PEERCRED) takes one request per connection, one JSON
@@ -37,7 +38,8 @@ void desktop_stop(struct desktop *d);
 
 /* Mint a token for OWNER's machine NAME: TOKEN (TOKLEN >= 44 bytes) and
  * *EXPIRES (seconds since the epoch).  404 when OWNER has no such machine,
- * 503 "too_many_tokens" when the table is full of live tokens. */
+ * 503 "too_many_tokens" when the table is full of live tokens (each owner
+ * holds at most 16 of them: minting evicts OWNER's oldest beyond that). */
 int desktop_mint(struct desktop *d, const char *owner, const char *name, char *token,
 		 size_t toklen, int64_t *expires, struct err *e);
 

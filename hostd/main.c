@@ -35,7 +35,8 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: berth-hostd --state DIR [--config FILE] [--log-level LEVEL]\n");
+	fprintf(f, "usage: berth-hostd --state DIR [--config FILE] [--log-level LEVEL]\n"
+		   "                   [--desktop-url URL]\n");
 }
 
 /* The instance id: random, made once per state directory. */
@@ -130,11 +131,12 @@ int main(int argc, char **argv)
 		{ "state", required_argument, NULL, 's' },
 		{ "config", required_argument, NULL, 'c' },
 		{ "log-level", required_argument, NULL, 'l' },
+		{ "desktop-url", required_argument, NULL, 'd' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	static struct hostd h;
-	const char *state = NULL, *config = NULL, *level = NULL;
+	const char *state = NULL, *config = NULL, *level = NULL, *desktop_url = NULL;
 	char path[PATH_MAX], vols[PATH_MAX];
 	struct err e = { 0 };
 	struct api *api = NULL;
@@ -150,6 +152,7 @@ int main(int argc, char **argv)
 		case 's': state = optarg; break;
 		case 'c': config = optarg; break;
 		case 'l': level = optarg; break;
+		case 'd': desktop_url = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -174,6 +177,10 @@ int main(int argc, char **argv)
 	if (config_load(&h.cfg, config ? config : path, config != NULL, &e) < 0)
 		goto fail;
 	if (level && config_set(&h.cfg, "log_level", level, "--log-level", &e) < 0)
+		goto fail;
+	/* berth up --desktop-port: the URLs must name the bridge's port. */
+	if (desktop_url &&
+	    config_set(&h.cfg, "desktop_url", desktop_url, "--desktop-url", &e) < 0)
 		goto fail;
 	if (log_level_parse(h.cfg.log_level, &lvl) == 0)
 		log_threshold = lvl;

@@ -15,7 +15,8 @@ document.getElementById('machine').textContent = machine || 'berth';
 document.title = `${machine} — berth desktop`;
 
 let rfb = null;
-let resume = '';
+let resume = '';   // the key to come back with next
+let cameWith = ''; // the key this connection came back with
 let state = 'connecting';
 let connected = false;
 
@@ -26,21 +27,28 @@ function show(s, text) {
 }
 
 // What the bridge says about this viewer: waking, connected (to the
-// machine's screen), stopped, refused.
+// machine's screen), stopped, refused.  After a comeback the next key is
+// given only to a request showing the key this connection came back with.
 async function poll() {
   try {
-    const r = await fetch(`/state?token=${encodeURIComponent(token)}`, { cache: 'no-store' });
+    const shown = cameWith ? `&resume=${encodeURIComponent(cameWith)}` : '';
+    const r = await fetch(`/state?token=${encodeURIComponent(token)}${shown}`, { cache: 'no-store' });
     const j = await r.json();
     if (j.resume) resume = j.resume;
     if (j.state === 'waking') show('waking', `waking ${machine}…`);
     else if (j.state === 'connected' && connected) show('connected', 'connected');
     else if (j.state === 'stopped') show('stopped', 'machine stopped' + (j.message ? `: ${j.message}` : ''));
-    else if (j.state === 'refused') show('refused', `refused: ${j.message}`);
+    else if (j.state === 'refused') {
+      // A refused resume key is not tried again.
+      resume = '';
+      show('refused', `refused: ${j.message}`);
+    }
   } catch (e) { /* the bridge is away: the disconnect handler says so */ }
 }
 
 function connect() {
   const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
+  cameWith = resume;
   const cred = resume ? `resume=${encodeURIComponent(resume)}` : `token=${encodeURIComponent(token)}`;
   const url = `${proto}//${location.host}/ws/${encodeURIComponent(user)}/${encodeURIComponent(machine)}?${cred}`;
   rfb = new RFB(document.getElementById('screen'), url, { shared: true });

@@ -34,10 +34,15 @@ check_match "hostd runs" '^[0-9]+$' "$HOSTD_PID"
 berth info > "$T/info"
 check_match "berth info says KVM or TCG" 'hypervisor: (kvm|tcg)' "$(head -1 "$T/info")"
 check_match "berth info names the storage backend" 'storage: +qcow2' "$(cat "$T/info")"
+check_match "berth desktop's URL names --desktop-port" \
+	"^http://127\.0\.0\.1:$DPORT/root/demo/#token=" "$(berth desktop demo)"
 
 out=$("$BIN/berth" up --state "$STATE" --detach --ssh-port "$PORT" --desktop-port "$DPORT" 2>&1)
 check_eq "a second up is harmless" 0 "$?"
 check_eq "and keeps the same gateway" "$GW_PID" "$(cat "$STATE/sshgw.pid" 2>/dev/null)"
+out=$("$BIN/berth" up --state "$STATE" --detach --ssh-port "$PORT" --desktop-port $((DPORT + 1)) 2>&1)
+check_eq "up with another --desktop-port than the running hostd's is refused" 1 "$?"
+check_match "  saying why" "desktop URLs point at http://127\.0\.0\.1:$DPORT but the desktop is on port $((DPORT + 1))" "$out"
 
 dom=$(dom_of demo)
 out=$("$BIN/berth" down --state "$STATE" 2>&1)

@@ -22,7 +22,9 @@ ART=$ROOT/build/test-artifacts
 mkdir -p "$ART"
 BR_PID=
 BRW_PID=
+BR2_PID=
 t700_cleanup() {
+	[ -n "$BR2_PID" ] && kill "$BR2_PID" 2>/dev/null && wait "$BR2_PID" 2>/dev/null
 	[ -n "$BRW_PID" ] && kill "$BRW_PID" 2>/dev/null
 	[ -n "$BR_PID" ] && kill "$BR_PID" 2>/dev/null
 	[ -n "$BRW_PID" ] && wait "$BRW_PID" 2>/dev/null
@@ -42,6 +44,28 @@ berth create dt --memory 256M >/dev/null 2>"$T/create.err" ||
 	{ not_ok "create dt"; cat "$T/create.err"; finish; }
 diag "dt up in $(($(date +%s) - T0)) s"
 
+# Static files: a symbolic link in the page's directory is not followed.
+# (A bridge of its own, before the main one: a bridge that starts drops
+# the desktop sessions an earlier one left.)
+mkdir -p "$T/page"
+cp "$ROOT/desktop/page/index.html" "$ROOT/desktop/page/desktop.css" "$T/page/"
+ln -s /etc/hostname "$T/page/link.css"
+PORT2=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$BIN/berth-desktop" --state "$STATE" --listen "127.0.0.1:$PORT2" --user berth-gw \
+	--page "$T/page" >>"$T/desktop2.log" 2>&1 &
+BR2_PID=$!
+for _ in $(seq 50); do
+	grep -q "listening on" "$T/desktop2.log" && break
+	sleep 0.1
+done
+check_eq "a page file is served whole" "200 $(stat -c %s "$T/page/desktop.css")" \
+	"$(curl -s -o /dev/null -w '%{http_code} %{size_download}' "http://127.0.0.1:$PORT2/page/desktop.css")"
+check_eq "a symbolic link under the page's directory is not followed" 404 \
+	"$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT2/page/link.css")"
+kill "$BR2_PID"
+wait "$BR2_PID" 2>/dev/null
+BR2_PID=
+
 "$BIN/berth-desktop" --state "$STATE" --listen "127.0.0.1:$PORT" --user berth-gw \
 	--max-fps 30 >>"$T/desktop.log" 2>&1 &
 BR_PID=$!
@@ -55,14 +79,16 @@ check "berth-desktop listens" grep -q "listening on 127.0.0.1:$PORT as uid $(id 
 EXPIRED=$(berth desktop dt --json | json token)
 T_EXP=$(date +%s)
 
-# ws TOKEN [USER/MACHINE]: a WebSocket request straight to the bridge;
-# prints the status line's code and the error code.
+# ws TOKEN [USER/MACHINE [PAD]]: a WebSocket request straight to the
+# bridge (with a PAD-byte header); prints the status line's code and the
+# error code.
 ws() {
-	python3 - "$PORT" "$1" "${2:-root/dt}" <<'EOF'
+	python3 - "$PORT" "$1" "${2:-root/dt}" "${3:-0}" <<'EOF'
 import json, socket, sys
-port, token, path = sys.argv[1], sys.argv[2], sys.argv[3]
+port, token, path, pad = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 s = socket.create_connection(("127.0.0.1", int(port)), timeout=60)
-s.sendall((f"GET /ws/{path}?token={token} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+padding = f"X-Pad: {'p' * pad}\r\n" if pad else ""
+s.sendall((f"GET /ws/{path}?token={token} HTTP/1.1\r\nHost: 127.0.0.1\r\n{padding}"
            "Upgrade: websocket\r\nConnection: Upgrade\r\nOrigin: http://127.0.0.1\r\n"
            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
 data = b""
@@ -186,9 +212,14 @@ for t in tokens:
 print(done)
 EOF
 }
-toks=()
-for _ in $(seq 20); do toks+=("$(berth desktop dt --json | json token)"); done
-check_eq "20 viewers reset mid-update" 20 "$(churn "${toks[@]}")"
+# (Two batches of 10: an owner holds at most 16 live tokens.)
+churned=0
+for _ in 1 2; do
+	toks=()
+	for _ in $(seq 10); do toks+=("$(berth desktop dt --json | json token)"); done
+	churned=$((churned + $(churn "${toks[@]}")))
+done
+check_eq "20 viewers reset mid-update" 20 "$churned"
 sleep 1
 check "the bridge lives on" kill -0 "$BR_PID"
 
@@ -214,8 +245,9 @@ def ws(cred):
             break
         data += b
     return s, data.split(b" ")[1].decode() if data else "none"
-def state():
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/state?token={token}") as r:
+def state(key=None):
+    shown = f"&resume={key}" if key else ""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/state?token={token}{shown}") as r:
         return json.load(r)
 out = []
 s, code = ws(f"token={token}")
@@ -228,16 +260,46 @@ time.sleep(1)
 s, code = ws(f"resume={key}")
 out.append(code)
 time.sleep(0.5)
+# The next key: not to whoever knows the spent token, only to whoever
+# shows the key this viewer came back with.
+out.append("nokey" if "resume" not in state() else "leaked")
+out.append("newkey" if state(key).get("resume", key) != key else "none")
 s.close()
 time.sleep(1)
 s, code = ws(f"resume={key}")
 out.append(code)
+out.append(state(key).get("state", "?"))
 print(" ".join(out))
 EOF
 }
-check_eq "a broken viewer comes back with its resume key (told once), once" "101 once 101 403" \
+check_eq "a broken viewer comes back with its resume key (told once), once" \
+	"101 once 101 nokey newkey 403 refused" \
 	"$(resume_seq "$(berth desktop dt --json | json token)")"
 check_eq "an unknown token is refused" "403 invalid_token" "$(ws AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA)"
+
+# Refused before the token is spent: a user name that is not one (here
+# with a CR in it), a request head libvncserver would not take (over 4 KiB).
+GOOD=$(berth desktop dt --json | json token)
+check_eq "a bad user name in the URL is refused" "400 invalid_name" \
+	"$(ws "$GOOD" "$(printf 'ro\rot/dt')")"
+check_eq "a WebSocket request head over 4 KiB is refused" "431 too_large" \
+	"$(ws "$GOOD" root/dt 5000)"
+check_eq "neither spent the token" "101 -" "$(ws "$GOOD")"
+check_eq "no CR reached the bridge's log" 0 "$(grep -c $'\r' "$T/desktop.log")"
+
+# One owner holds at most 16 live tokens: minting 20 evicts the oldest, and
+# another user can still mint (the table is not full).
+toks=()
+for _ in $(seq 20); do toks+=("$(berth desktop dt --json | json token)"); done
+check_eq "the 1st of 20 tokens minted at once is evicted" "403 token_expired" "$(ws "${toks[0]}")"
+check_eq "the 20th is good" "101 -" "$(ws "${toks[19]}")"
+code=$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$STATE/hostd.sock" \
+	-H 'X-Berth-User: bob' -H 'Content-Type: application/json' -X POST \
+	-d '{"name":"bd","image":"tiny","start":false}' http://berth/v1/machines)
+check_eq "bob creates a stopped machine" 201 "$code"
+code=$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$STATE/hostd.sock" \
+	-H 'X-Berth-User: bob' -X POST http://berth/v1/machines/bd/desktop)
+check_eq "bob can still mint a token" 200 "$code"
 code=$(curl -s -o "$T/bob.json" -w '%{http_code}' --unix-socket "$STATE/hostd.sock" \
 	-H 'X-Berth-User: bob' -X POST http://berth/v1/machines/dt/desktop)
 check_eq "another user cannot mint a token for root's machine" 404 "$code"

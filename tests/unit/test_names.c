@@ -1,6 +1,6 @@
 /*
  * Unit tests for the pure string helpers every request goes through:
- * name_valid, size_parse and size_format (common/util.h), buf_add_xml and
+ * name_valid, user_name_valid, size_parse and size_format (common/util.h), buf_add_xml and
  * buf_add_shquoted (common/buf.h; the quoting is also checked against the
  * real /bin/sh).
  *
@@ -297,9 +297,33 @@ static void test_shquoted(void)
 	sh_roundtrip(nasty, "buf_add_shquoted: /bin/sh reads back every argument");
 }
 
+/* ---- user_name_valid --------------------------------------------------- */
+
+static void test_user_name_valid(void)
+{
+	static const struct {
+		const char *s;
+		bool want;
+	} cases[] = {
+		{ "root", true }, { "Alice.B_c", true }, { "uid1000", true },
+		{ "a", true }, { "", false }, { "-x", false }, { "a/b", false },
+		{ "a b", false }, { "ro\rot", false }, { "ro\not", false },
+		{ "\x7f", false }, { "\xc3\xa9", false },
+		{ "0123456789012345678901234567890123456789012345678901234567890123", false },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		bool got = user_name_valid(cases[i].s);
+		if (!check(got == cases[i].want, "user_name_valid: case %zu is %s", i,
+			   cases[i].want ? "valid" : "refused"))
+			diag("user_name_valid(\"%s\") = %s", cases[i].s, got ? "true" : "false");
+	}
+}
+
 int main(void)
 {
 	test_name_valid();
+	test_user_name_valid();
 	test_size_parse();
 	test_size_format();
 	test_xml();

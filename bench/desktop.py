@@ -296,7 +296,7 @@ def main():
                 if rc is not None:
                     return rc
             if a.part in ("fb", "all"):
-                fb_part(h, a, port)
+                fb_part(h, a, port, procs[0].pid)
         finally:
             for p in procs:
                 p.terminate()
@@ -411,7 +411,27 @@ def guest_rate(c0, c1):
     return (c1[0] - c0[0]) / max(c1[1] - c0[1], 0.01)
 
 
-def fb_part(h, a, port):
+def cpu_s(pid):
+    """CPU seconds (user + system) a process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def qemu_pid(vnc):
+    """The QEMU process serving the VNC socket VNC (it is on its command line)."""
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    if vnc.encode() in f.read():
+                        return int(d)
+            except OSError:
+                pass
+    sys.exit(f"bench: no process serves {vnc}")
+
+
+def fb_part(h, a, port, bridge_pid):
     """1280x800: the guest writes whole frames to /dev/fb0, alternately
     black and white; direct vs bridge (raw, zrle), and the guest alone."""
     h.must("image", "build", "tiny-fb")
@@ -421,6 +441,7 @@ def fb_part(h, a, port):
     if geo != [f"{FB_W},{FB_H}", "32"]:
         sys.exit(f"bench: tiny-fb's /dev/fb0 is {geo}, not {FB_W},{FB_H} 32 bpp")
     vnc = vnc_socket(h, "fb")
+    qpid = qemu_pid(vnc)
     size = FB_W * FB_H * 4
     # Two whole frames in tmpfs; no blinking fbcon cursor on top.
     h.must("exec", "fb", "--", "sh", "-c",
@@ -436,7 +457,8 @@ def fb_part(h, a, port):
         time.sleep(3)
         print(f"# guest (tiny-fb, bochs-drm) writing whole {FB_W}x{FB_H}x32 frames to /dev/fb0, "
               f"black and white in turn; {a.seconds:.0f} s per measurement, medians of "
-              f"{a.rounds} rounds, bridge --max-fps 60")
+              f"{a.rounds} rounds, bridge --max-fps 60; host load average "
+              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         alone = []
         res = {}
         for enc_name, encs in (("raw", [0]), ("zrle", [16, 0])):
@@ -449,10 +471,14 @@ def fb_part(h, a, port):
                 for path in ("direct", "bridge"):
                     st = direct(vnc) if path == "direct" else bridged(port, "fb", token(h, "fb"))
                     c0 = guest_count(h, "fb")
+                    cpu0 = (cpu_s(qpid), cpu_s(bridge_pid), time.process_time(), time.monotonic())
                     m = measure(st, encs, a.seconds)
-                    runs[path].append(m + (guest_rate(c0, guest_count(h, "fb")),))
+                    cpu1 = (cpu_s(qpid), cpu_s(bridge_pid), time.process_time(), time.monotonic())
+                    dt = cpu1[3] - cpu0[3]
+                    runs[path].append(m + (guest_rate(c0, guest_count(h, "fb")),) +
+                                      tuple(100 * (cpu1[k] - cpu0[k]) / dt for k in range(3)))
             for path in ("direct", "bridge"):
-                res[path] = [statistics.median(x[k] for x in runs[path]) for k in range(4)]
+                res[path] = [statistics.median(x[k] for x in runs[path]) for k in range(7)]
             d, b = res["direct"], res["bridge"]
             if enc_name == "raw":
                 print(f"guest alone (no viewer): {statistics.median(alone):6.1f} frames/s written "
@@ -461,8 +487,9 @@ def fb_part(h, a, port):
                 x = res[path]
                 print(f"{enc_name:5s} {path:6s} {x[2]:6.1f} screens/s {x[0]:6.1f} updates/s "
                       f"{x[1] / 1024:8.1f} KiB/update, guest writing {x[3]:6.1f} frames/s "
-                      f"(screens/s runs {' '.join(f'{r[2]:.1f}' for r in runs[path])})")
-            print(f"{enc_name:5s} ratio bridge/direct: screens/s {b[2] / d[2]:.2f}, updates/s "
+                      f"(screens/s runs {' '.join(f'{r[2]:.1f}' for r in runs[path])}); "
+                      f"CPU % of a core: qemu {x[4]:.0f}, bridge {x[5]:.0f}, client {x[6]:.0f}")
+            print(f"{enc_name:5s} load average {os.getloadavg()[0]:.1f}; ratio bridge/direct: screens/s {b[2] / d[2]:.2f}, updates/s "
                   f"{b[0] / d[0]:.2f}; >= 30 screens/s: direct "
                   f"{'yes' if d[2] >= 30 else 'no'}, bridge {'yes' if b[2] >= 30 else 'no'}")
     finally:

@@ -266,6 +266,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--churn", type=int, default=50)
     ap.add_argument("--only-churn", action="store_true")
+    ap.add_argument("--max-fps", type=int, default=60,
+                    help="the bridge's --max-fps (its pacing: 1000/N ms after damage)")
     ap.add_argument("--part", choices=("text", "fb", "all"), default="all",
                     help="text: the 720x400 console (and churn, latency); fb: 1280x800")
     a = ap.parse_args()
@@ -290,7 +292,7 @@ def main():
 
         try:
             # desktop_url does not matter: the bench speaks to the bridge itself.
-            port = bridge(60)
+            port = bridge(a.max_fps)
             if a.part in ("text", "all"):
                 rc = text_part(h, a, port, bridge, procs)
                 if rc is not None:
@@ -329,7 +331,7 @@ def text_part(h, a, port, bridge, procs):
     time.sleep(3)
     print(f"# guest redrawing its 720x400 text console continuously; "
           f"{a.seconds:.0f} s per measurement, medians of {a.rounds} rounds, "
-          f"bridge --max-fps 60")
+          f"bridge --max-fps {a.max_fps}")
     if a.churn:
         t0 = time.monotonic()
         for i in range(a.churn):
@@ -457,7 +459,7 @@ def fb_part(h, a, port, bridge_pid):
         time.sleep(3)
         print(f"# guest (tiny-fb, bochs-drm) writing whole {FB_W}x{FB_H}x32 frames to /dev/fb0, "
               f"black and white in turn; {a.seconds:.0f} s per measurement, medians of "
-              f"{a.rounds} rounds, bridge --max-fps 60; host load average "
+              f"{a.rounds} rounds, bridge --max-fps {a.max_fps}; host load average "
               f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         alone = []
         res = {}

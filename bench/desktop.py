@@ -404,9 +404,13 @@ FB_W, FB_H = 1280, 800
 
 def guest_count(h, name):
     """(frames the guest's redraw loop has written, guest uptime in s)."""
-    out = h.must("exec", name, "--", "sh", "-c",
-                 "cat /tmp/redraw.n 2>/dev/null || echo 0; cat /proc/uptime").stdout.split()
-    return int(out[0]), float(out[1])
+    for _ in range(5):
+        # The loop rewrites the file: a read can find it empty.
+        out = h.must("exec", name, "--", "sh", "-c",
+                     "echo n $(cat /tmp/redraw.n 2>/dev/null); cat /proc/uptime").stdout.split()
+        if len(out) >= 3 and out[0] == "n" and out[1].isdigit():
+            return int(out[1]), float(out[2])
+    sys.exit(f"bench: cannot read the guest's frame counter: {out}")
 
 
 def guest_rate(c0, c1):

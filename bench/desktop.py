@@ -14,19 +14,20 @@ colours, so every pixel changes each redraw).
   - input-to-pixel latency: a key event to the first update that shows
     the echoed character (redraw stopped), median of N.
 
+  - churn: N viewers that each take one update and reset their connection
+    in the middle of the next (the bridge must live on).
+
 The same at 1280x800 (--part fb, or all): the tiny-fb image (tiny with
 bochs-drm, /dev/fb0 1280x800x32) writes two prepared whole frames (black,
 white) to /dev/fb0 in turn; besides updates/s it prints whole screens/s
 (pixels received / 1280x800: the frame rate a viewer sees), the guest's
 own rate of frames written (a counter it keeps, read before and after each
 measurement) and that rate with no viewer at all, to tell the guest from
-QEMU and from the bridge; the goal is >= 30 whole screens/s.
-
-  - churn: N viewers that each take one update and reset their connection
-    in the middle of the next (the bridge must live on).
+QEMU and from the bridge, and the CPU used by QEMU, the bridge and the
+client; the goal is >= 30 whole screens/s.
 
 Usage: bench/run desktop [--seconds S] [--rounds N] [--keys N] [--churn N]
-                         [--part text|fb|all]
+                         [--part text|fb|all] [--max-fps N]
 """
 import argparse
 import base64

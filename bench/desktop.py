@@ -14,13 +14,20 @@ colours, so every pixel changes each redraw).
   - input-to-pixel latency: a key event to the first update that shows
     the echoed character (redraw stopped), median of N.
 
-The 1280x800 framebuffer goal needs a guest with a graphical framebuffer
-(bochs-drm or vesafb); the tiny test image has the text console only.
-
   - churn: N viewers that each take one update and reset their connection
     in the middle of the next (the bridge must live on).
 
+The same at 1280x800 (--part fb, or all): the tiny-fb image (tiny with
+bochs-drm, /dev/fb0 1280x800x32) writes two prepared whole frames (black,
+white) to /dev/fb0 in turn; besides updates/s it prints whole screens/s
+(pixels received / 1280x800: the frame rate a viewer sees), the guest's
+own rate of frames written (a counter it keeps, read before and after each
+measurement) and that rate with no viewer at all, to tell the guest from
+QEMU and from the bridge, and the CPU used by QEMU, the bridge and the
+client; the goal is >= 30 whole screens/s.
+
 Usage: bench/run desktop [--seconds S] [--rounds N] [--keys N] [--churn N]
+                         [--part text|fb|all] [--max-fps N]
 """
 import argparse
 import base64
@@ -108,6 +115,7 @@ class Stream:
 class RFB:
     def __init__(self, stream, encodings):
         self.st = stream
+        self.pixels = 0  # pixels received (raw and zrle rectangles)
         st = stream
         ver = st.read(12)
         if not ver.startswith(b"RFB "):
@@ -147,8 +155,10 @@ class RFB:
                 x, y, w, h, enc = struct.unpack(">HHHHi", st.read(12))
                 if enc == 0:
                     st.read(w * h * 4)
+                    self.pixels += w * h
                 elif enc == 16:
                     st.read(struct.unpack(">I", st.read(4))[0])
+                    self.pixels += w * h
                 elif enc == 1:
                     st.read(4)
                 elif enc in (-223, -308):
@@ -197,13 +207,14 @@ def bridged(port, machine, token):
 
 
 def measure(stream, encodings, seconds):
-    """Updates per second and bytes per update over SECONDS."""
+    """Updates per second, bytes per update and whole screens per second
+    (pixels received / (width x height)) over SECONDS."""
     r = RFB(stream, encodings)
     r.request(False)
     # Settle: the first full update.
     while r.message() < 0:
         pass
-    n, t0, b0 = 0, time.monotonic(), stream.nbytes
+    n, t0, b0, p0 = 0, time.monotonic(), stream.nbytes, r.pixels
     end = t0 + seconds
     r.request()
     while time.monotonic() < end:
@@ -212,7 +223,7 @@ def measure(stream, encodings, seconds):
             r.request()
     dt = time.monotonic() - t0
     stream.s.close()
-    return n / dt, (stream.nbytes - b0) / max(n, 1)
+    return n / dt, (stream.nbytes - b0) / max(n, 1), (r.pixels - p0) / (r.w * r.h) / dt
 
 
 def latency(stream, keys):
@@ -256,11 +267,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--churn", type=int, default=50)
     ap.add_argument("--only-churn", action="store_true")
+    ap.add_argument("--max-fps", type=int, default=60,
+                    help="the bridge's --max-fps (its pacing: 1000/N ms after damage)")
+    ap.add_argument("--part", choices=("text", "fb", "all"), default="all",
+                    help="text: the 720x400 console (and churn, latency); fb: 1280x800")
     a = ap.parse_args()
     with hostd() as h:
-        h.must("create", "db", "--memory", "256M")
-        mid = json.loads(h.must("show", "db", "--json").stdout)["id"]
-        vnc = os.path.join(h.state, "machines", mid, "vnc.sock")
         procs = []
 
         def bridge(fps):
@@ -279,90 +291,219 @@ def main():
                     time.sleep(0.1)
             return port
 
-        def token():
-            return json.loads(h.must("desktop", "db", "--json").stdout)["token"]
-
         try:
             # desktop_url does not matter: the bench speaks to the bridge itself.
-            port = bridge(60)
-            # The guest redraws its whole console, two colours in turn.
-            redraw = ("echo $$ >/tmp/redraw.pid; exec >/dev/tty1; printf '\\033[?25l'; a=''; i=0; "
-                      "while [ $i -lt 2000 ]; do a=\"$a \"; i=$((i+1)); done; "
-                      "while :; do printf '\\033[H\\033[41m%s' \"$a\"; "
-                      "printf '\\033[H\\033[44m%s' \"$a\"; done")
-            loop = subprocess.Popen([os.path.join(BIN, "berth"), "--state", h.state, "exec",
-                                     "db", "--", "sh", "-c", redraw],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(3)
-            print(f"# guest redrawing its 720x400 text console continuously; "
-                  f"{a.seconds:.0f} s per measurement, medians of {a.rounds} rounds, "
-                  f"bridge --max-fps 60")
-            if a.churn:
-                t0 = time.monotonic()
-                for i in range(a.churn):
-                    st = bridged(port, "db", token())
-                    r = RFB(st, [0])
-                    r.request(False)
-                    while r.message() < 0:
-                        pass
-                    r.request()
-                    st.read(1 + i % 64)  # into the next update
-                    st.s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                    st.s.close()
-                alive = procs[0].poll() is None
-                print(f"churn: {a.churn} viewers reset mid-update in "
-                      f"{time.monotonic() - t0:.1f} s; bridge {'alive' if alive else 'DIED'}")
-                if not alive or a.only_churn:
-                    return 0 if alive else 1
-            # Direct and bridge take turns, ROUNDS times: the machine is
-            # shared, so each ratio is of medians measured side by side.
-            res = {}
-            for enc_name, encs in (("raw", [0]), ("zrle", [16, 0])):
-                d_runs, b_runs = [], []
-                for _ in range(a.rounds):
-                    d_runs.append(measure(direct(vnc), encs, a.seconds))
-                    b_runs.append(measure(bridged(port, "db", token()), encs, a.seconds))
-                d = (statistics.median(x[0] for x in d_runs), statistics.median(x[1] for x in d_runs))
-                b = (statistics.median(x[0] for x in b_runs), statistics.median(x[1] for x in b_runs))
-                res[("direct", enc_name)], res[("bridge", enc_name)] = d, b
-                print(f"{enc_name:5s} direct {d[0]:6.1f} updates/s {d[1] / 1024:8.1f} KiB/update"
-                      f" | bridge {b[0]:6.1f} updates/s {b[1] / 1024:8.1f} KiB/update"
-                      f" | ratio {b[0] / d[0]:.2f}   (runs: direct "
-                      f"{' '.join(f'{x[0]:.1f}' for x in d_runs)}, bridge "
-                      f"{' '.join(f'{x[0]:.1f}' for x in b_runs)})")
-            # A stalled viewer next to a reading one, alternating with the
-            # reading one alone.
-            alone, beside = [], []
-            for _ in range(a.rounds):
-                alone.append(measure(bridged(port, "db", token()), [0], a.seconds)[0])
-                stalled = bridged(port, "db", token())
-                RFB(stalled, [0]).request(False)
-                beside.append(measure(bridged(port, "db", token()), [0], a.seconds)[0])
-                stalled.s.close()
-            print(f"raw   bridge with a stalled second viewer: {statistics.median(beside):6.1f} "
-                  f"updates/s, alone {statistics.median(alone):6.1f} (ratio "
-                  f"{statistics.median(beside) / statistics.median(alone):.2f})")
-            slow = bridge(10)
-            c = measure(bridged(slow, "db", token()), [0], a.seconds)
-            print(f"raw   bridge --max-fps 10: {c[0]:6.1f} updates/s")
-            loop.terminate()
-            loop.wait()
-            subprocess.run([os.path.join(BIN, "berth"), "--state", h.state, "exec", "db", "--",
-                            "sh", "-c", "kill $(cat /tmp/redraw.pid); printf '\\033[0m\\033[2J\\033[H' "
-                            ">/dev/tty1"], capture_output=True)
-            time.sleep(1)
-            ld = latency(direct(vnc), a.keys)
-            lb = latency(bridged(port, "db", token()), a.keys)
-            if ld and lb:
-                print(f"input-to-pixel: direct median {statistics.median(ld):6.1f} ms "
-                      f"(n={len(ld)}) | bridge median {statistics.median(lb):6.1f} ms "
-                      f"(n={len(lb)}) | added {statistics.median(lb) - statistics.median(ld):+.1f} ms")
-            else:
-                print("input-to-pixel: no echo seen")
+            port = bridge(a.max_fps)
+            if a.part in ("text", "all"):
+                rc = text_part(h, a, port, bridge, procs)
+                if rc is not None:
+                    return rc
+            if a.part in ("fb", "all"):
+                fb_part(h, a, port, procs[0].pid)
         finally:
             for p in procs:
                 p.terminate()
                 p.wait()
+
+
+def vnc_socket(h, name):
+    mid = json.loads(h.must("show", name, "--json").stdout)["id"]
+    return os.path.join(h.state, "machines", mid, "vnc.sock")
+
+
+def token(h, name):
+    return json.loads(h.must("desktop", name, "--json").stdout)["token"]
+
+
+def text_part(h, a, port, bridge, procs):
+    """The 720x400 VGA text console of the tiny image: churn, rates,
+    a stalled viewer, the cap, input-to-pixel.  Returns an exit status to
+    stop with, or None."""
+    h.must("create", "db", "--memory", "256M", "--idle", "never")
+    vnc = vnc_socket(h, "db")
+    # The guest redraws its whole console, two colours in turn.
+    redraw = ("echo $$ >/tmp/redraw.pid; exec >/dev/tty1; printf '\\033[?25l'; a=''; i=0; "
+              "while [ $i -lt 2000 ]; do a=\"$a \"; i=$((i+1)); done; "
+              "while :; do printf '\\033[H\\033[41m%s' \"$a\"; "
+              "printf '\\033[H\\033[44m%s' \"$a\"; done")
+    loop = subprocess.Popen([os.path.join(BIN, "berth"), "--state", h.state, "exec",
+                             "db", "--", "sh", "-c", redraw],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(3)
+    print(f"# guest redrawing its 720x400 text console continuously; "
+          f"{a.seconds:.0f} s per measurement, medians of {a.rounds} rounds, "
+          f"bridge --max-fps {a.max_fps}")
+    if a.churn:
+        t0 = time.monotonic()
+        for i in range(a.churn):
+            st = bridged(port, "db", token(h, "db"))
+            r = RFB(st, [0])
+            r.request(False)
+            while r.message() < 0:
+                pass
+            r.request()
+            st.read(1 + i % 64)  # into the next update
+            st.s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            st.s.close()
+        alive = procs[0].poll() is None
+        print(f"churn: {a.churn} viewers reset mid-update in "
+              f"{time.monotonic() - t0:.1f} s; bridge {'alive' if alive else 'DIED'}")
+        if not alive or a.only_churn:
+            return 0 if alive else 1
+    # Direct and bridge take turns, ROUNDS times: the machine is
+    # shared, so each ratio is of medians measured side by side.
+    res = {}
+    for enc_name, encs in (("raw", [0]), ("zrle", [16, 0])):
+        d_runs, b_runs = [], []
+        for _ in range(a.rounds):
+            d_runs.append(measure(direct(vnc), encs, a.seconds))
+            b_runs.append(measure(bridged(port, "db", token(h, "db")), encs, a.seconds))
+        d = (statistics.median(x[0] for x in d_runs), statistics.median(x[1] for x in d_runs))
+        b = (statistics.median(x[0] for x in b_runs), statistics.median(x[1] for x in b_runs))
+        res[("direct", enc_name)], res[("bridge", enc_name)] = d, b
+        print(f"{enc_name:5s} direct {d[0]:6.1f} updates/s {d[1] / 1024:8.1f} KiB/update"
+              f" | bridge {b[0]:6.1f} updates/s {b[1] / 1024:8.1f} KiB/update"
+              f" | ratio {b[0] / d[0]:.2f}   (runs: direct "
+              f"{' '.join(f'{x[0]:.1f}' for x in d_runs)}, bridge "
+              f"{' '.join(f'{x[0]:.1f}' for x in b_runs)})")
+    # A stalled viewer next to a reading one, alternating with the
+    # reading one alone.
+    alone, beside = [], []
+    for _ in range(a.rounds):
+        alone.append(measure(bridged(port, "db", token(h, "db")), [0], a.seconds)[0])
+        stalled = bridged(port, "db", token(h, "db"))
+        RFB(stalled, [0]).request(False)
+        beside.append(measure(bridged(port, "db", token(h, "db")), [0], a.seconds)[0])
+        stalled.s.close()
+    print(f"raw   bridge with a stalled second viewer: {statistics.median(beside):6.1f} "
+          f"updates/s, alone {statistics.median(alone):6.1f} (ratio "
+          f"{statistics.median(beside) / statistics.median(alone):.2f})")
+    slow = bridge(10)
+    c = measure(bridged(slow, "db", token(h, "db")), [0], a.seconds)
+    print(f"raw   bridge --max-fps 10: {c[0]:6.1f} updates/s")
+    loop.terminate()
+    loop.wait()
+    subprocess.run([os.path.join(BIN, "berth"), "--state", h.state, "exec", "db", "--",
+                    "sh", "-c", "kill $(cat /tmp/redraw.pid); printf '\\033[0m\\033[2J\\033[H' "
+                    ">/dev/tty1"], capture_output=True)
+    time.sleep(1)
+    ld = latency(direct(vnc), a.keys)
+    lb = latency(bridged(port, "db", token(h, "db")), a.keys)
+    if ld and lb:
+        print(f"input-to-pixel: direct median {statistics.median(ld):6.1f} ms "
+              f"(n={len(ld)}) | bridge median {statistics.median(lb):6.1f} ms "
+              f"(n={len(lb)}) | added {statistics.median(lb) - statistics.median(ld):+.1f} ms")
+    else:
+        print("input-to-pixel: no echo seen")
+    # Its vCPU would compete with the next part's.
+    h.must("stop", "db")
+    return None
+
+
+FB_W, FB_H = 1280, 800
+
+
+def guest_count(h, name):
+    """(frames the guest's redraw loop has written, guest uptime in s)."""
+    for _ in range(5):
+        # The loop rewrites the file: a read can find it empty.
+        out = h.must("exec", name, "--", "sh", "-c",
+                     "echo n $(cat /tmp/redraw.n 2>/dev/null); cat /proc/uptime").stdout.split()
+        if len(out) >= 3 and out[0] == "n" and out[1].isdigit():
+            return int(out[1]), float(out[2])
+    sys.exit(f"bench: cannot read the guest's frame counter: {out}")
+
+
+def guest_rate(c0, c1):
+    return (c1[0] - c0[0]) / max(c1[1] - c0[1], 0.01)
+
+
+def cpu_s(pid):
+    """CPU seconds (user + system) a process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def qemu_pid(vnc):
+    """The QEMU process serving the VNC socket VNC (it is on its command line)."""
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    if vnc.encode() in f.read():
+                        return int(d)
+            except OSError:
+                pass
+    sys.exit(f"bench: no process serves {vnc}")
+
+
+def fb_part(h, a, port, bridge_pid):
+    """1280x800: the guest writes whole frames to /dev/fb0, alternately
+    black and white; direct vs bridge (raw, zrle), and the guest alone."""
+    h.must("image", "build", "tiny-fb")
+    h.must("create", "fb", "--image", "tiny-fb", "--memory", "256M", "--idle", "never")
+    geo = h.must("exec", "fb", "--", "cat", "/sys/class/graphics/fb0/virtual_size",
+                 "/sys/class/graphics/fb0/bits_per_pixel").stdout.split()
+    if geo != [f"{FB_W},{FB_H}", "32"]:
+        sys.exit(f"bench: tiny-fb's /dev/fb0 is {geo}, not {FB_W},{FB_H} 32 bpp")
+    vnc = vnc_socket(h, "fb")
+    qpid = qemu_pid(vnc)
+    size = FB_W * FB_H * 4
+    # Two whole frames in tmpfs; no blinking fbcon cursor on top.
+    h.must("exec", "fb", "--", "sh", "-c",
+           f"dd if=/dev/zero of=/tmp/fb.a bs={size} count=1 2>/dev/null && "
+           "tr '\\000' '\\377' </tmp/fb.a >/tmp/fb.b && "
+           "echo 0 >/sys/class/graphics/fbcon/cursor_blink")
+    redraw = ("echo $$ >/tmp/redraw.pid; i=0; while :; do cat /tmp/fb.a >/dev/fb0; "
+              "cat /tmp/fb.b >/dev/fb0; i=$((i+2)); echo $i >/tmp/redraw.n; done")
+    loop = subprocess.Popen([os.path.join(BIN, "berth"), "--state", h.state, "exec",
+                             "fb", "--", "sh", "-c", redraw],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(3)
+        print(f"# guest (tiny-fb, bochs-drm) writing whole {FB_W}x{FB_H}x32 frames to /dev/fb0, "
+              f"black and white in turn; {a.seconds:.0f} s per measurement, medians of "
+              f"{a.rounds} rounds, bridge --max-fps {a.max_fps}; host load average "
+              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        alone = []
+        res = {}
+        for enc_name, encs in (("raw", [0]), ("zrle", [16, 0])):
+            runs = {"direct": [], "bridge": []}
+            for _ in range(a.rounds):
+                if enc_name == "raw":  # the guest with no viewer, as often
+                    c0 = guest_count(h, "fb")
+                    time.sleep(a.seconds)
+                    alone.append(guest_rate(c0, guest_count(h, "fb")))
+                for path in ("direct", "bridge"):
+                    st = direct(vnc) if path == "direct" else bridged(port, "fb", token(h, "fb"))
+                    c0 = guest_count(h, "fb")
+                    cpu0 = (cpu_s(qpid), cpu_s(bridge_pid), time.process_time(), time.monotonic())
+                    m = measure(st, encs, a.seconds)
+                    cpu1 = (cpu_s(qpid), cpu_s(bridge_pid), time.process_time(), time.monotonic())
+                    dt = cpu1[3] - cpu0[3]
+                    runs[path].append(m + (guest_rate(c0, guest_count(h, "fb")),) +
+                                      tuple(100 * (cpu1[k] - cpu0[k]) / dt for k in range(3)))
+            for path in ("direct", "bridge"):
+                res[path] = [statistics.median(x[k] for x in runs[path]) for k in range(7)]
+            d, b = res["direct"], res["bridge"]
+            if enc_name == "raw":
+                print(f"guest alone (no viewer): {statistics.median(alone):6.1f} frames/s written "
+                      f"(runs {' '.join(f'{x:.1f}' for x in alone)})")
+            for path in ("direct", "bridge"):
+                x = res[path]
+                print(f"{enc_name:5s} {path:6s} {x[2]:6.1f} screens/s {x[0]:6.1f} updates/s "
+                      f"{x[1] / 1024:8.1f} KiB/update, guest writing {x[3]:6.1f} frames/s "
+                      f"(screens/s runs {' '.join(f'{r[2]:.1f}' for r in runs[path])}); "
+                      f"CPU % of a core: qemu {x[4]:.0f}, bridge {x[5]:.0f}, client {x[6]:.0f}")
+            print(f"{enc_name:5s} load average {os.getloadavg()[0]:.1f}; ratio bridge/direct: screens/s {b[2] / d[2]:.2f}, updates/s "
+                  f"{b[0] / d[0]:.2f}; >= 30 screens/s: direct "
+                  f"{'yes' if d[2] >= 30 else 'no'}, bridge {'yes' if b[2] >= 30 else 'no'}")
+    finally:
+        loop.terminate()
+        loop.wait()
+    h.must("exec", "fb", "--", "sh", "-c", "kill $(cat /tmp/redraw.pid)")
+    h.must("stop", "fb")
 
 
 if __name__ == "__main__":

@@ -55,6 +55,24 @@ case ${BERTH_TINY_PVH:-0} in
 *) echo "tiny: error: BERTH_TINY_PVH must be 0 or 1" >&2; exit 2 ;;
 esac
 
+# BERTH_TINY_FB=1 (images/recipes/tiny-fb.sh): a graphical framebuffer.  The
+# initramfs also loads bochs (DRM driver of QEMU's std VGA, libvirt's
+# <model type='vga'/>) and the kernel command line asks for 1280x800, so the
+# guest has /dev/fb0 at 1280x800x32 and tty1 on fbcon.  For the desktop
+# benchmark (bench/desktop.py --fb); the default image keeps the VGA text
+# console that tests read.
+FB=
+case ${BERTH_TINY_FB:-0} in
+1 | yes | true)
+	FB=1
+	NAME=tiny-fb
+	MODULES="$MODULES bochs"
+	CMDLINE="$CMDLINE video=1280x800 consoleblank=0"
+	;;
+0 | no | false | "") ;;
+*) echo "tiny: error: BERTH_TINY_FB must be 0 or 1" >&2; exit 2 ;;
+esac
+
 say() { printf 'tiny: %s\n' "$*" >&2; }
 die() {
 	trap - ERR
@@ -611,4 +629,4 @@ if [ "$PVH" != 1 ]; then
 fi
 
 END=$(date +%s.%N)
-say "wrote $OUT: ${PVH:+vmlinux (PVH), }vmlinuz, initrd.img ($nmod modules, $(du -k "$OUT/initrd.img" | cut -f1) KiB), root.qcow2 ($(du -k "$OUT/root.qcow2" | cut -f1) KiB), image.json; kernel $KVER; $(awk -v s="$START" -v e="$END" 'BEGIN { printf "%.1f", e - s }') s"
+say "wrote $OUT: ${FB:+1280x800 framebuffer (bochs), }${PVH:+vmlinux (PVH), }vmlinuz, initrd.img ($nmod modules, $(du -k "$OUT/initrd.img" | cut -f1) KiB), root.qcow2 ($(du -k "$OUT/root.qcow2" | cut -f1) KiB), image.json; kernel $KVER; $(awk -v s="$START" -v e="$END" 'BEGIN { printf "%.1f", e - s }') s"

@@ -37,6 +37,7 @@ struct viewer {
 	char from[64];
 	struct mach *m;
 	int64_t session;       /* hostd's session id, -1 = none */
+	int64_t last_send_ms;  /* when its last update began (frame pacing) */
 	struct viewer *next;
 };
 
@@ -235,6 +236,32 @@ static void v_ptr(int mask, int x, int y, rfbClientPtr cl)
 	pthread_mutex_unlock(&m->send_lock);
 }
 
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+/* Frame pacing, in the viewer's own output thread just before an update
+ * goes out: at most max_fps updates a second, counted from the last one
+ * sent, so an update under the cap leaves at once (libvncserver's
+ * deferUpdateTime would delay every update by the whole interval) and a
+ * slow viewer waits alone. */
+static void v_display(rfbClientPtr cl)
+{
+	struct viewer *v = cl->clientData;
+	int64_t now = mono_ms(), wait;
+
+	if (!v || cfg.max_fps <= 0)
+		return;
+	wait = v->last_send_ms + 1000 / cfg.max_fps - now;
+	if (wait > 0) {
+		sleep_ms((int)wait);
+		now = mono_ms();
+	}
+	v->last_send_ms = now;
+}
+
 static void v_cut(char *text, int len, rfbClientPtr cl)
 {
 	struct mach *m = cl->screen->screenData;
@@ -294,12 +321,6 @@ static void v_gone(rfbClientPtr cl)
 }
 
 /* ---- the upstream thread ------------------------------------------------ */
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
-}
 
 static void *upstream(void *arg)
 {
@@ -454,7 +475,10 @@ static struct mach *mach_get(const char *user, const char *name)
 	m->scr->httpDir = NULL;
 	m->scr->alwaysShared = TRUE;
 	m->scr->backgroundLoop = TRUE;  /* a thread pair per viewer */
-	m->scr->deferUpdateTime = cfg.max_fps > 0 ? 1000 / cfg.max_fps : 0;
+	/* 1 ms: libvncserver sleeps this before every update and while a
+	 * viewer is on hold (0 would spin); the cap is v_display's. */
+	m->scr->deferUpdateTime = 1;
+	m->scr->displayHook = v_display;
 	m->scr->cursor = NULL;
 	m->scr->kbdAddEvent = v_key;
 	m->scr->ptrAddEvent = v_ptr;

@@ -45,6 +45,7 @@
 #include <jansson.h>
 
 #include "common/hostapi.h"
+#include "common/daemon.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "desktop/hostfd.h"
@@ -403,68 +404,6 @@ close:
 	return NULL;
 }
 
-static int listen_on(const char *spec)
-{
-	char host[256];
-	const char *colon = strrchr(spec, ':');
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				  .ai_flags = AI_PASSIVE | AI_NUMERICHOST }, *res = NULL;
-	int fd = -1, one = 1;
-
-	if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof(host)) {
-		log_error("--listen %s: expected ADDR:PORT", spec);
-		return -1;
-	}
-	memcpy(host, spec, (size_t)(colon - spec));
-	host[colon - spec] = '\0';
-	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
-		memmove(host, host + 1, strlen(host));
-		host[strlen(host) - 1] = '\0';
-	}
-	if (getaddrinfo(host, colon + 1, &hints, &res) != 0 || !res) {
-		log_error("--listen %s: not a numeric address and port", spec);
-		return -1;
-	}
-	fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-	    bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 512) < 0) {
-		log_error("listen on %s: %s", spec, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		fd = -1;
-	}
-	freeaddrinfo(res);
-	return fd;
-}
-
-static int drop_to(const char *user)
-{
-	struct passwd *pw = getpwnam(user);
-
-	if (!pw) {
-		log_error("user %s does not exist: create it (deploy/install-deps.sh does: "
-			  "useradd --system %s) or pass --user", user, user);
-		return -1;
-	}
-	if (pw->pw_uid == 0) {
-		log_error("--user %s is root: the bridge must not keep privilege", user);
-		return -1;
-	}
-	if (setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0) {
-		log_error("become %s: %s", user, strerror(errno));
-		return -1;
-	}
-	if (setuid(0) == 0) {
-		log_error("could regain root after dropping to %s", user);
-		return -1;
-	}
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
-		log_error("prctl(PR_SET_NO_NEW_PRIVS): %s", strerror(errno));
-		return -1;
-	}
-	return 0;
-}
-
 static void peer_name(const struct sockaddr_storage *ss, char *out, size_t outlen)
 {
 	char host[INET6_ADDRSTRLEN] = "?";
@@ -594,7 +533,7 @@ int main(int argc, char **argv)
 		log_error("cannot initialise libcurl");
 		return 1;
 	}
-	lfd = listen_on(listen_spec);
+	lfd = daemon_listen(listen_spec);
 	if (lfd < 0)
 		return 1;
 	if (pidfile) {
@@ -605,7 +544,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	if (geteuid() == 0 && drop_to(user) < 0)
+	if (geteuid() == 0 && daemon_drop_to(user, "bridge") < 0)
 		return 1;
 	if (pipe2(wake_pipe, O_CLOEXEC) < 0) {
 		log_error("pipe: %s", strerror(errno));

@@ -35,6 +35,7 @@
 #include <libssh/libssh.h>
 #include <libssh/server.h>
 
+#include "common/daemon.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "common/hostapi.h"
@@ -243,68 +244,6 @@ static ssh_key host_key(const char *dir)
 	return key;
 }
 
-/* Bind ADDR:PORT ("0.0.0.0:22", "[::]:22", "127.0.0.1:2222"). */
-static int listen_on(const char *spec)
-{
-	char host[256];
-	const char *colon = strrchr(spec, ':');
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE |
-				  AI_NUMERICHOST | AI_NUMERICSERV }, *res = NULL;
-	int fd, one = 1, rc;
-
-	if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof(host)) {
-		log_error("--listen %s: expected ADDR:PORT, e.g. 0.0.0.0:22", spec);
-		return -1;
-	}
-	snprintf(host, sizeof(host), "%.*s", (int)(colon - spec), spec);
-	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
-		memmove(host, host + 1, strlen(host));
-		host[strlen(host) - 1] = '\0';
-	}
-	rc = getaddrinfo(host, colon + 1, &hints, &res);
-	if (rc != 0) {
-		log_error("--listen %s: %s", spec, gai_strerror(rc));
-		return -1;
-	}
-	fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-	    bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 512) < 0) {
-		log_error("listen on %s: %s", spec, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		fd = -1;
-	}
-	freeaddrinfo(res);
-	return fd;
-}
-
-/* Become USER for good. */
-static int drop_to(const char *user)
-{
-	struct passwd *pw = getpwnam(user);
-
-	if (!pw) {
-		log_error("user %s does not exist: create it (deploy/install-deps.sh does: "
-			  "useradd --system %s) or pass --user", user, user);
-		return -1;
-	}
-	if (pw->pw_uid == 0) {
-		log_error("--user %s is root: the gateway must not keep privilege", user);
-		return -1;
-	}
-	if (setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0) {
-		log_error("become %s: %s", user, strerror(errno));
-		return -1;
-	}
-	if (setuid(0) == 0) {
-		log_error("could regain root after dropping to %s", user);
-		return -1;
-	}
-	prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);	/* no core with host keys in it */
-	return 0;
-}
-
 static int parse_int(const char *opt, const char *s, int lo, int hi, int *out)
 {
 	char *end;
@@ -394,7 +333,7 @@ int main(int argc, char **argv)
 		log_error("cannot set up libssh's server");
 		return 1;
 	}
-	lfd = listen_on(listen_spec);
+	lfd = daemon_listen(listen_spec);
 	if (lfd < 0)
 		return 1;
 	if (pidfile) {
@@ -405,7 +344,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	if (geteuid() == 0 && drop_to(user) < 0)
+	if (geteuid() == 0 && daemon_drop_to(user, "gateway") < 0)
 		return 1;
 	if (pipe2(wake_pipe, O_CLOEXEC) < 0) {
 		log_error("pipe: %s", strerror(errno));

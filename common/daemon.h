@@ -1,0 +1,15 @@
+/* What the unprivileged gateways (berth-sshgw, berth-desktop) do alike at
+ * start: bind their port as root, then become their own user for good. */
+#ifndef BERTH_DAEMON_H
+#define BERTH_DAEMON_H
+
+/* A listening TCP socket on SPEC, ADDR:PORT with a numeric address
+ * ("0.0.0.0:22", "[::]:22", "127.0.0.1:6080"); -1 (logged) on error. */
+int daemon_listen(const char *spec);
+
+/* Become USER for good: no groups, its gid and uid, no way back to root,
+ * no new privileges, not dumpable.  WHAT names the program in errors.
+ * -1 (logged) on any failure. */
+int daemon_drop_to(const char *user, const char *what);
+
+#endif

@@ -124,29 +124,57 @@ void buf_free(struct buf *b)
 	b->len = b->cap = 0;
 }
 
+/* The length of the valid UTF-8 sequence at P (1 to 4), or 0 when it is
+ * not one (overlong, surrogate, above U+10FFFF, cut short). */
+static size_t utf8_len(const unsigned char *p)
+{
+	if (p[0] < 0x80)
+		return 1;
+	if (p[0] >= 0xc2 && p[0] <= 0xdf)
+		return (p[1] & 0xc0) == 0x80 ? 2 : 0;
+	if (p[0] >= 0xe0 && p[0] <= 0xef) {
+		if ((p[1] & 0xc0) != 0x80 || (p[2] & 0xc0) != 0x80)
+			return 0;
+		if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0))
+			return 0;
+		return 3;
+	}
+	if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+		if ((p[1] & 0xc0) != 0x80 || (p[2] & 0xc0) != 0x80 || (p[3] & 0xc0) != 0x80)
+			return 0;
+		if ((p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))
+			return 0;
+		return 4;
+	}
+	return 0;
+}
+
 void buf_add_json_str(struct buf *b, const char *s)
 {
 	static const char hex[] = "0123456789abcdef";
-	const char *run = s;
+	const unsigned char *p = (const unsigned char *)s, *run = p;
 
 	buf_add(b, "\"", 1);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c >= 0x20 && c != '"' && c != '\\')
+	while (*p) {
+		size_t n = utf8_len(p);
+		if (n > 1 || (n == 1 && *p >= 0x20 && *p != '"' && *p != '\\')) {
+			p += n;
 			continue;
-		buf_add(b, run, (size_t)(s - run));
-		run = s + 1;
-		switch (c) {
+		}
+		buf_add(b, run, (size_t)(p - run));
+		switch (n ? *p : 0x100) {
 		case '"': buf_add(b, "\\\"", 2); break;
 		case '\\': buf_add(b, "\\\\", 2); break;
 		case '\n': buf_add(b, "\\n", 2); break;
 		case '\t': buf_add(b, "\\t", 2); break;
+		case 0x100: buf_add(b, "\\ufffd", 6); break;  /* not UTF-8 */
 		default: {
-			char u[6] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15] };
+			char u[6] = { '\\', 'u', '0', '0', hex[*p >> 4], hex[*p & 15] };
 			buf_add(b, u, sizeof(u));
 		}
 		}
+		run = ++p;
 	}
-	buf_add(b, run, (size_t)(s - run));
+	buf_add(b, run, (size_t)(p - run));
 	buf_add(b, "\"", 1);
 }

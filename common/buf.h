@@ -22,7 +22,8 @@ void buf_printf(struct buf *b, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 /* Append S with XML's five special characters escaped. */
 void buf_add_xml(struct buf *b, const char *s);
-/* Append S as a JSON string (quoted, escaped; S must be UTF-8). */
+/* Append S as a JSON string (quoted, escaped); bytes that are not UTF-8
+ * become U+FFFD, so the result is always valid JSON. */
 void buf_add_json_str(struct buf *b, const char *s);
 /* Append S quoted for a POSIX shell (for logs and dry-run records only:
  * berth never runs a shell on it). */

@@ -502,6 +502,15 @@ static struct reply ssh_credential(struct api *a, const char *owner, const char 
 
 	if (db_machine_get(a->h->db, owner, name, &m, &e) < 0)
 		goto lookup_failed;
+	/* "running" with an operation under way may be a suspend (the idle
+	 * policy's): its end is waited for (up to a minute), then the state
+	 * read again, so a connection never gets a guest being saved. */
+	for (int64_t t0 = mono_ms(); !strcmp(m.state, "running") && hostd_busy(a->h, m.id) &&
+	     mono_ms() - t0 < 60000;) {
+		usleep(100 * 1000);
+		if (db_machine_get(a->h->db, owner, name, &m, &e) < 0)
+			goto lookup_failed;
+	}
 	if (strcmp(m.state, "running") != 0) {
 		if (!wake) {
 			rep = fail_now(409, "not_running", "machine %s is %s", name, m.state);
@@ -528,6 +537,9 @@ static struct reply ssh_credential(struct api *a, const char *owner, const char 
 		return fail(&e);
 	if (r > 0)
 		return fail_now(503, "no_address", "machine %s has no address yet", name);
+	/* A connection is about to start: the idle policy must not take the
+	 * machine away before its session or exec is registered. */
+	idle_touch(a->h, m.id, "connect");
 	return ok(200, json_pack("{s:s, s:i, s:s, s:s, s:I}", "host", host, "port", port,
 				 "user", img.user, "private_key", a->h->key.private_pem,
 				 "woke_ms", (json_int_t)ready));
@@ -563,10 +575,11 @@ static struct reply do_ssh(struct api *a, struct MHD_Connection *c, const char *
 	json_decref(j);
 	rep = ssh_credential(a, owner, name, wake, false);
 	/* berth exec holds the machine active while its process lives. */
-	if (rep.status == 200 && getsockopt(MHD_get_connection_info(c,
-			MHD_CONNECTION_INFO_CONNECTION_FD)->connect_fd, SOL_SOCKET,
-			SO_PEERCRED, &cred, &len) == 0 && db_machine_get(a->h->db, owner, name,
-									 &m, NULL) == 0)
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (rep.status == 200 && ci &&
+	    getsockopt(ci->connect_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+	    db_machine_get(a->h->db, owner, name, &m, NULL) == 0)
 		idle_exec(a->h, m.id, cred.pid);
 	return rep;
 }

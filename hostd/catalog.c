@@ -637,8 +637,10 @@ struct import *import_begin(struct hostd *h, const struct import_opts *o, struct
 			       o->boot), NULL;
 	if (!strcmp(o->boot, "direct") && (!o->kernel || !*o->kernel))
 		return err_set(e, 400, "invalid_boot", "direct boot needs a kernel"), NULL;
-	if (o->user && (!*o->user || strpbrk(o->user, "\r\n\"'\\ ")))
-		return err_set(e, 400, "invalid_user", "invalid user name '%s'", o->user), NULL;
+	if (o->user && (!user_name_valid(o->user) || strpbrk(o->user, "\"'\\")))
+		return err_set(e, 400, "invalid_user", "invalid user name: a login name of 1 to "
+			       "63 printable ASCII characters, no space, quote, backslash or '/', "
+			       "not starting with '-'"), NULL;
 	im = calloc(1, sizeof(*im));
 	if (!im)
 		abort();

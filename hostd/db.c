@@ -939,13 +939,15 @@ int db_samples_latest(struct db *db, struct db_latest_sample **out, size_t *n,
 		s->bytes = (uint64_t)sqlite3_column_int64(st, 2);
 	}
 	sqlite3_finalize(st);
-	pthread_mutex_unlock(&db->lock);
 	if (step != SQLITE_DONE) {
+		sql_err(db, e, "latest samples");
+		pthread_mutex_unlock(&db->lock);
 		free(*out);
 		*out = NULL;
 		*n = 0;
-		return sql_err(db, e, "latest samples");
+		return -1;
 	}
+	pthread_mutex_unlock(&db->lock);
 	return 0;
 }
 

@@ -122,6 +122,19 @@ void idle_exec(struct hostd *h, const char *machine_id, pid_t pid)
 	pthread_mutex_unlock(&d->lock);
 }
 
+void idle_touch(struct hostd *h, const char *machine_id, const char *why)
+{
+	struct idle *d = h->idle;
+
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->lock);
+	struct seen *s = find(d, machine_id, true);
+	s->last_active = now_s();
+	snprintf(s->why, sizeof(s->why), "%s", why);
+	pthread_mutex_unlock(&d->lock);
+}
+
 /* Whether one of S's exec processes still lives (forgetting those gone). */
 static bool exec_alive(struct seen *s)
 {
@@ -153,6 +166,10 @@ static void activity(struct hostd *h, const struct machine *m, struct seen *copy
 						  (uint64_t)(ms - copy->cpu_ms));
 		copy->cpu_ns = ns;
 		copy->cpu_ms = ms;
+	} else {
+		/* Unknown: neither active nor quiet by CPU this time. */
+		copy->cpu_percent = 0;
+		copy->cpu_ms = 0;
 	}
 	if (hostd_busy(h, m->id))
 		snprintf(why, whylen, "operation");
@@ -160,15 +177,40 @@ static void activity(struct hostd *h, const struct machine *m, struct seen *copy
 		snprintf(why, whylen, "session");
 	else if (exec_alive(copy))
 		snprintf(why, whylen, "exec");
-	else if (copy->cpu_ms && copy->cpu_percent >= h->cfg.idle_cpu_percent)
+	else if (h->cfg.idle_cpu_percent > 0 && copy->cpu_ms &&
+		 copy->cpu_percent >= h->cfg.idle_cpu_percent)
 		snprintf(why, whylen, "cpu");
 }
 
-static void suspend_quiet(struct hostd *h, const struct machine *m, int64_t quiet)
+/* Whether machine M became active since the pass looked at it (a
+ * connection was given its credential, a session opened). */
+static bool active_since(struct hostd *h, const struct machine *m, int64_t since)
+{
+	struct idle *d = h->idle;
+	struct seen *s;
+	bool active;
+
+	if (sessions_count(h->sessions, m->id) > 0 || hostd_busy(h, m->id))
+		return true;
+	pthread_mutex_lock(&d->lock);
+	s = find(d, m->id, false);
+	active = s && s->last_active > since;
+	pthread_mutex_unlock(&d->lock);
+	return active;
+}
+
+static void suspend_quiet(struct hostd *h, const struct machine *m, int64_t quiet,
+			  int64_t last_active)
 {
 	struct act_opts o = { 0 };
 	struct machine out;
 	struct err e = { 0 };
+
+	/* Looked at once more: a connection may have begun meanwhile.  One
+	 * that begins after this finds the machine busy and waits for the
+	 * suspend to end, then wakes it (ssh_credential). */
+	if (active_since(h, m, last_active))
+		return;
 
 	log_info("idle: %s/%s quiet for %llds (timeout %llds): suspending", m->owner, m->name,
 		 (long long)quiet, (long long)idle_timeout_of(h, m));
@@ -224,7 +266,7 @@ void idle_check(struct hostd *h)
 		pthread_mutex_unlock(&d->lock);
 		int64_t timeout = idle_timeout_of(h, m), quiet = now - copy.last_active;
 		if (!why[0] && timeout > 0 && quiet >= timeout)
-			suspend_quiet(h, m, quiet);
+			suspend_quiet(h, m, quiet, copy.last_active);
 	}
 	/* Forget machines that no longer run: a start begins afresh. */
 	pthread_mutex_lock(&d->lock);

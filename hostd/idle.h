@@ -26,6 +26,10 @@ void idle_stop(struct hostd *h);
  * active as long as that process lives (a crashed CLI holds nothing). */
 void idle_exec(struct hostd *h, const char *machine_id, pid_t pid);
 
+/* Machine ID was active just now (WHY: "connect", a credential given to
+ * a connection that is about to start). */
+void idle_touch(struct hostd *h, const char *machine_id, const char *why);
+
 /* The machine's effective timeout in seconds (-1: never). */
 int64_t idle_timeout_of(const struct hostd *h, const struct machine *m);
 

@@ -90,12 +90,18 @@ static void sample_all(struct hostd *h)
  * running intervals of machines that died with the host there. */
 static void heartbeat(struct hostd *h)
 {
+	static bool failing;
 	char v[32];
 	struct err e = { 0 };
 
 	snprintf(v, sizeof(v), "%lld", (long long)now_s());
-	if (db_meta_set(h->db, "alive", v, &e) < 0)
-		log_warn("heartbeat: %s", e.msg);
+	if (db_meta_set(h->db, "alive", v, &e) < 0) {
+		if (!failing)
+			log_warn("heartbeat: %s (said once until it works again)", e.msg);
+		failing = true;
+	} else {
+		failing = false;
+	}
 }
 
 /* Wait on the usage condition until SECONDS pass or hostd stops (the
@@ -177,6 +183,10 @@ void usage_stop(struct hostd *h)
 		return;
 	usage_stop_threads(h, true);
 	h->usage_on = false;
+	/* A clean stop: the machines go on running without hostd, so its
+	 * last heartbeat says nothing of when they stop (a power cut days
+	 * later must not end their intervals here): none is left. */
+	db_meta_set(h->db, "alive", "0", NULL);
 }
 
 static bool billed_running(const char *state)

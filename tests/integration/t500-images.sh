@@ -89,6 +89,9 @@ refuse "a truncated qcow2" "trunc|qemu-img|corrupt|invalid" image import bad "$D
 refuse "a wrong sha256" "has sha256 [0-9a-f]{64}, not the expected" \
 	image import bad "$D/disk.raw" --sha256 "$(printf '0%.0s' $(seq 64))"
 refuse "a malformed sha256" "not a sha256" image import bad "$D/disk.raw" --sha256 abc
+refuse "a user that is not a login name (not UTF-8)" "invalid user name" \
+	image import bad "$D/disk.raw" --user $'\xff\xfe'
+refuse "a user with a quote" "invalid user name" image import bad "$D/disk.raw" --user "a'b"
 gzip -c "$D/disk.raw" >"$D/disk.raw.gz"
 refuse "a gzip file" "is a gzip file; berth imports raw and qcow2" image import bad "$D/disk.raw.gz"
 printf 'not a disk image at all\n' >"$D/notes.txt"

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/util.h"
 #include "common/banned.h"
 
 int daemon_listen(const char *spec)
@@ -74,4 +75,26 @@ int daemon_drop_to(const char *user, const char *what)
 		return -1;
 	}
 	return 0;
+}
+
+int daemon_start(const char *spec, const char *pidfile, const char *user, const char *what)
+{
+	int fd = daemon_listen(spec);
+
+	if (fd < 0)
+		return -1;
+	if (pidfile) {
+		char pid[32];
+		int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+		if (file_write_atomic(pidfile, pid, (size_t)n, 0644, NULL) < 0) {
+			log_error("cannot write %s", pidfile);
+			close(fd);
+			return -1;
+		}
+	}
+	if (geteuid() == 0 && daemon_drop_to(user, what) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
 }

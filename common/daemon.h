@@ -12,4 +12,9 @@ int daemon_listen(const char *spec);
  * -1 (logged) on any failure. */
 int daemon_drop_to(const char *user, const char *what);
 
+/* The three steps in order: listen on SPEC as root, write PIDFILE (may
+ * be NULL: none), then, when root, become USER.  The listening socket, or
+ * -1 (logged). */
+int daemon_start(const char *spec, const char *pidfile, const char *user, const char *what);
+
 #endif

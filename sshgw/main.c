@@ -333,18 +333,8 @@ int main(int argc, char **argv)
 		log_error("cannot set up libssh's server");
 		return 1;
 	}
-	lfd = daemon_listen(listen_spec);
+	lfd = daemon_start(listen_spec, pidfile, user, "gateway");
 	if (lfd < 0)
-		return 1;
-	if (pidfile) {
-		char pid[32];
-		int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
-		if (file_write_atomic(pidfile, pid, (size_t)n, 0644, NULL) < 0) {
-			log_error("cannot write %s", pidfile);
-			return 1;
-		}
-	}
-	if (geteuid() == 0 && daemon_drop_to(user, "gateway") < 0)
 		return 1;
 	if (pipe2(wake_pipe, O_CLOEXEC) < 0) {
 		log_error("pipe: %s", strerror(errno));

@@ -62,12 +62,26 @@ class Hostd:
         return res
 
 
+def free_port():
+    """A loopback TCP port free right now."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 @contextlib.contextmanager
-def hostd():
-    """A berth-hostd on a fresh state directory, with the tiny image built."""
+def hostd(conf=None, tiny=True):
+    """A berth-hostd on a fresh state directory, with berth.conf CONF (text)
+    and the tiny image built unless TINY is false."""
     tmp = tempfile.mkdtemp(prefix="berth-b.", dir="/tmp")
     os.chmod(tmp, 0o711)  # the gateways (berth-gw) reach STATE/hostd.sock through it
     state = os.path.join(tmp, "state")
+    if conf is not None:
+        os.makedirs(state)
+        with open(os.path.join(state, "berth.conf"), "w") as f:
+            f.write(conf)
     log = open(os.path.join(tmp, "hostd.log"), "w")
     proc = subprocess.Popen([os.path.join(BIN, "berth-hostd"), "--state", state],
                             stdout=log, stderr=log)
@@ -81,7 +95,8 @@ def hostd():
         print(f"# hypervisor {info['hypervisor']} {info.get('hypervisor_note', '')}, "
               f"storage {info['storage']['backend']}, network {info['network']}, "
               f"{os.cpu_count()} cores")
-        h.must("image", "build", "tiny")
+        if tiny:
+            h.must("image", "build", "tiny")
         yield h
     finally:
         proc.send_signal(signal.SIGTERM)

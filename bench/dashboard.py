@@ -15,54 +15,26 @@ import contextlib
 import http.client
 import json
 import os
-import shutil
-import signal
-import socket
 import sqlite3
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from berthbench import BIN, Hostd  # noqa: E402
+from berthbench import free_port, hostd  # noqa: E402
 
 REPS = 30
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
 
 @contextlib.contextmanager
 def hostd_http():
-    tmp = tempfile.mkdtemp(prefix="berth-b.", dir="/tmp")
-    state = os.path.join(tmp, "state")
-    os.makedirs(state)
+    """A hostd with its HTTP listener on a free port (h.port), no image."""
     port = free_port()
-    with open(os.path.join(state, "berth.conf"), "w") as f:
-        f.write(f"http_listen = 127.0.0.1:{port}\nlog_level = warn\n")
-    log = open(os.path.join(tmp, "hostd.log"), "w")
-    proc = subprocess.Popen([os.path.join(BIN, "berth-hostd"), "--state", state],
-                            stdout=log, stderr=log)
-    h = Hostd(state)
-    try:
-        for _ in range(200):
-            if h.berth("info").returncode == 0:
-                break
-            time.sleep(0.1)
+    with hostd(conf=f"http_listen = 127.0.0.1:{port}\nlog_level = warn\n", tiny=False) as h:
         h.port = port
         yield h
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def http_call(port, token, path):

@@ -41,15 +41,8 @@ import sys
 import threading
 import time
 
-from berthbench import BIN, hostd
+from berthbench import BIN, free_port, hostd
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 class Stream:

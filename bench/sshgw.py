@@ -22,18 +22,11 @@ import subprocess
 import sys
 import time
 
-from berthbench import BIN, hostd, rss_kib, summary
+from berthbench import BIN, free_port, hostd, rss_kib, summary
 
 SSH = ["ssh", "-F", "/dev/null", "-o", "StrictHostKeyChecking=no", "-o",
        "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes"]
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def run_timed(cmd, stdin=None):

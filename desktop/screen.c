@@ -562,12 +562,7 @@ int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
 	cl = rfbNewClient(m->scr, fd);
 	if (!cl) {
 		log_info("viewer from %s: WebSocket handshake failed", from);
-		pthread_mutex_lock(&g_lock);
-		m->viewers--;
-		pthread_mutex_unlock(&g_lock);
-		free(v);
-		atomic_fetch_sub(&nviewers, 1);
-		return -1;
+		goto undo;
 	}
 	/* libvncserver 0.9.14 frees wspath in rfbCloseClient without clearing
 	 * it, and a viewer that goes away during an update is closed twice
@@ -586,12 +581,7 @@ int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
 		if (random_bytes(raw, sizeof(raw)) < 0) {
 			rfbCloseClient(cl);
 			rfbClientConnectionGone(cl);
-			pthread_mutex_lock(&g_lock);
-			m->viewers--;
-			pthread_mutex_unlock(&g_lock);
-			free(v);
-			atomic_fetch_sub(&nviewers, 1);
-			return -1;
+			goto undo;
 		}
 		for (size_t i = 0; i < sizeof(raw); i++)
 			v->resume[i] = alphabet[raw[i] & 63];
@@ -609,6 +599,14 @@ int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
 	log_info("viewer from %s on %s (session %lld)", from, m->title, (long long)v->session);
 	rfbStartOnHoldClient(cl);
 	return 0;
+undo:
+	/* The machine counted this viewer when it was found. */
+	pthread_mutex_lock(&g_lock);
+	m->viewers--;
+	pthread_mutex_unlock(&g_lock);
+	free(v);
+	atomic_fetch_sub(&nviewers, 1);
+	return -1;
 }
 
 void screen_refused(const char *token, const char *machine, const char *message)

@@ -1,5 +1,4 @@
 #!/bin/bash
-# tests/run: alongside (its own QEMU VM, not the host's libvirtd: runs beside the rest)
 # Machines on lvm-thin for real: libvirtd and berth-hostd (storage =
 # lvm-thin) inside the dm-thin TCG VM (tests/guest/lvm-vm.sh), driven by the
 # berth CLI, with libvirt guests whose disks are thin LVs.  These machines'

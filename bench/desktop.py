@@ -18,8 +18,16 @@ colours, so every pixel changes each redraw).
     in the middle of the next (the bridge must live on).
 
 The same at 1280x800 (--part fb, or all): the tiny-fb image (tiny with
-bochs-drm, /dev/fb0 1280x800x32) writes two prepared whole frames (black,
-white) to /dev/fb0 in turn; besides updates/s it prints whole screens/s
+bochs-drm, /dev/fb0 1280x800x32) redraws its whole screen in one of two
+ways (--fb-redraw, default both, one after the other):
+  - flip: the guest's fbflip (images/recipes/tiny-fb/fbflip.c) shows three
+    whole frames (black, white, grey) in video memory in turn by page
+    flipping, --flip-rate times a second (60): every frame is complete and
+    the guest spends almost no CPU, so this measures the display path;
+  - copy: the guest writes two prepared whole frames (black, white) to
+    /dev/fb0 in turn with `cat`, which under TCG is bound by how fast the
+    emulated CPU copies 4 MB.
+Besides updates/s it prints whole screens/s
 (pixels received / 1280x800: the frame rate a viewer sees), the guest's
 own rate of frames written (a counter it keeps, read before and after each
 measurement) and that rate with no viewer at all, to tell the guest from
@@ -28,6 +36,7 @@ client; the goal is >= 30 whole screens/s.
 
 Usage: bench/run desktop [--seconds S] [--rounds N] [--keys N] [--churn N]
                          [--part text|fb|all] [--max-fps N]
+                         [--fb-redraw flip|copy|both] [--flip-rate N]
 """
 import argparse
 import base64
@@ -264,6 +273,10 @@ def main():
                     help="the bridge's --max-fps (its pacing: 1000/N ms after damage)")
     ap.add_argument("--part", choices=("text", "fb", "all"), default="all",
                     help="text: the 720x400 console (and churn, latency); fb: 1280x800")
+    ap.add_argument("--fb-redraw", choices=("flip", "copy", "both"), default="both",
+                    help="how the 1280x800 guest redraws: page flips, copies to /dev/fb0, or both")
+    ap.add_argument("--flip-rate", type=int, default=60,
+                    help="page flips per second the 1280x800 guest makes (--fb-redraw flip)")
     a = ap.parse_args()
     with hostd() as h:
         procs = []
@@ -432,8 +445,8 @@ def qemu_pid(vnc):
 
 
 def fb_part(h, a, port, bridge_pid):
-    """1280x800: the guest writes whole frames to /dev/fb0, alternately
-    black and white; direct vs bridge (raw, zrle), and the guest alone."""
+    """1280x800: the guest redraws its whole screen (page flips, copies, or
+    both in turn); direct vs bridge (raw, zrle), and the guest alone."""
     h.must("image", "build", "tiny-fb")
     h.must("create", "fb", "--image", "tiny-fb", "--memory", "256M", "--idle", "never")
     geo = h.must("exec", "fb", "--", "cat", "/sys/class/graphics/fb0/virtual_size",
@@ -443,21 +456,36 @@ def fb_part(h, a, port, bridge_pid):
     vnc = vnc_socket(h, "fb")
     qpid = qemu_pid(vnc)
     size = FB_W * FB_H * 4
-    # Two whole frames in tmpfs; no blinking fbcon cursor on top.
+    # Two whole frames in tmpfs for copy; no blinking fbcon cursor on top.
     h.must("exec", "fb", "--", "sh", "-c",
            f"dd if=/dev/zero of=/tmp/fb.a bs={size} count=1 2>/dev/null && "
            "tr '\\000' '\\377' </tmp/fb.a >/tmp/fb.b && "
            "echo 0 >/sys/class/graphics/fbcon/cursor_blink")
-    redraw = ("echo $$ >/tmp/redraw.pid; i=0; while :; do cat /tmp/fb.a >/dev/fb0; "
-              "cat /tmp/fb.b >/dev/fb0; i=$((i+2)); echo $i >/tmp/redraw.n; done")
+    modes = ("flip", "copy") if a.fb_redraw == "both" else (a.fb_redraw,)
+    for mode in modes:
+        fb_measure(h, a, port, bridge_pid, vnc, qpid, mode)
+    h.must("stop", "fb")
+
+
+def fb_measure(h, a, port, bridge_pid, vnc, qpid, mode):
+    if mode == "flip":
+        redraw = f"echo $$ >/tmp/redraw.pid; exec fbflip -r {a.flip_rate} -c /tmp/redraw.n"
+        what = (f"showing 3 whole {FB_W}x{FB_H}x32 frames (black, white, grey) in turn by "
+                f"page flipping, {a.flip_rate} flips/s (fbflip)")
+    else:
+        redraw = ("echo $$ >/tmp/redraw.pid; i=0; while :; do cat /tmp/fb.a >/dev/fb0; "
+                  "cat /tmp/fb.b >/dev/fb0; i=$((i+2)); echo $i >/tmp/redraw.n; done")
+        what = f"writing whole {FB_W}x{FB_H}x32 frames to /dev/fb0, black and white in turn (cat)"
+    h.must("exec", "fb", "--", "rm", "-f", "/tmp/redraw.n")
     loop = subprocess.Popen([os.path.join(BIN, "berth"), "--state", h.state, "exec",
                              "fb", "--", "sh", "-c", redraw],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(3)
-        print(f"# guest (tiny-fb, bochs-drm) writing whole {FB_W}x{FB_H}x32 frames to /dev/fb0, "
-              f"black and white in turn; {a.seconds:.0f} s per measurement, medians of "
-              f"{a.rounds} rounds, bridge --max-fps {a.max_fps}; host load average "
+        if loop.poll() is not None:
+            sys.exit(f"bench: the guest's {mode} redraw ended at once (exit {loop.returncode})")
+        print(f"# {mode}: guest (tiny-fb, bochs-drm) {what}; {a.seconds:.0f} s per measurement, "
+              f"medians of {a.rounds} rounds, bridge --max-fps {a.max_fps}; host load average "
               f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         alone = []
         res = {}
@@ -481,22 +509,22 @@ def fb_part(h, a, port, bridge_pid):
                 res[path] = [statistics.median(x[k] for x in runs[path]) for k in range(7)]
             d, b = res["direct"], res["bridge"]
             if enc_name == "raw":
-                print(f"guest alone (no viewer): {statistics.median(alone):6.1f} frames/s written "
-                      f"(runs {' '.join(f'{x:.1f}' for x in alone)})")
+                print(f"{mode:4s} guest alone (no viewer): {statistics.median(alone):6.1f} "
+                      f"frames/s shown (runs {' '.join(f'{x:.1f}' for x in alone)})")
             for path in ("direct", "bridge"):
                 x = res[path]
-                print(f"{enc_name:5s} {path:6s} {x[2]:6.1f} screens/s {x[0]:6.1f} updates/s "
-                      f"{x[1] / 1024:8.1f} KiB/update, guest writing {x[3]:6.1f} frames/s "
+                print(f"{mode:4s} {enc_name:5s} {path:6s} {x[2]:6.1f} screens/s {x[0]:6.1f} updates/s "
+                      f"{x[1] / 1024:8.1f} KiB/update, guest showing {x[3]:6.1f} frames/s "
                       f"(screens/s runs {' '.join(f'{r[2]:.1f}' for r in runs[path])}); "
                       f"CPU % of a core: qemu {x[4]:.0f}, bridge {x[5]:.0f}, client {x[6]:.0f}")
-            print(f"{enc_name:5s} load average {os.getloadavg()[0]:.1f}; ratio bridge/direct: screens/s {b[2] / d[2]:.2f}, updates/s "
-                  f"{b[0] / d[0]:.2f}; >= 30 screens/s: direct "
-                  f"{'yes' if d[2] >= 30 else 'no'}, bridge {'yes' if b[2] >= 30 else 'no'}")
+            print(f"{mode:4s} {enc_name:5s} load average {os.getloadavg()[0]:.1f}; ratio bridge/direct: "
+                  f"screens/s {b[2] / d[2]:.2f}, updates/s {b[0] / d[0]:.2f}; >= 30 screens/s: "
+                  f"direct {'yes' if d[2] >= 30 else 'no'}, bridge {'yes' if b[2] >= 30 else 'no'}")
     finally:
         loop.terminate()
         loop.wait()
-    h.must("exec", "fb", "--", "sh", "-c", "kill $(cat /tmp/redraw.pid)")
-    h.must("stop", "fb")
+        h.berth("exec", "fb", "--", "sh", "-c", "kill $(cat /tmp/redraw.pid) 2>/dev/null; true")
+        time.sleep(1)
 
 
 if __name__ == "__main__":

@@ -295,6 +295,15 @@ for lib in $( (ldd $DROPBEAR; ldd $DROPBEARKEY; ldd $DBCLIENT; ldd $SFTP_SERVER;
 done
 [ -n "$(ls "$R/lib64")" ] || die "ldd listed no loader for $DROPBEAR"
 
+# tiny-fb: fbflip (tiny-fb/fbflip.c), which shows whole frames in turn by
+# page flipping, for bench/desktop.py; static, so it needs no more libraries.
+if [ -n "$FB" ]; then
+	command -v cc >/dev/null 2>&1 || die "cc not found (run deploy/install-deps.sh build)"
+	cc -static -O2 -Wall -o "$R/usr/bin/fbflip" \
+		"$(dirname -- "${BASH_SOURCE[0]}")/tiny-fb/fbflip.c" ||
+		die "cannot build fbflip (static linking needs libc6-dev)"
+fi
+
 cat >"$R/etc/passwd" <<'EOF'
 root:x:0:0:root:/root:/bin/sh
 nobody:x:65534:65534:nobody:/nonexistent:/bin/false

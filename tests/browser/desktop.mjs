@@ -29,6 +29,17 @@ const ctx = await chromium.launchPersistentContext(profile, {
   args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
          '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   viewport: { width: 1000, height: 600 },
+  // Ours below: Playwright's closes the browser but does not exit.
+  handleSIGTERM: false,
+});
+// t700's cleanup ends this process with SIGTERM when the test stops early:
+// close the browser (it has stopped writing to the profile when this
+// returns), remove the profile, exit.  Without an exit the loop below would
+// wait on stdin for ever, and the cleanup on this process.
+process.on('SIGTERM', async () => {
+  await Promise.race([ctx.close().catch(() => {}), new Promise((r) => setTimeout(r, 5000))]);
+  rmSync(profile, { recursive: true, force: true });
+  process.exit(143);
 });
 const pages = new Map();
 const say = (s) => process.stdout.write(s + '\n');

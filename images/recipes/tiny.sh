@@ -41,7 +41,7 @@ ROOT_SIZE=256M
 MODULES="virtio_pci virtio_blk virtio_net ext4 crc32c_generic isofs af_packet
 button evdev"
 # Loaded when this kernel has them, silently skipped otherwise.
-OPTIONAL_MODULES="virtio_rng"
+OPTIONAL_MODULES="virtio_rng psmouse"
 
 # BERTH_TINY_PVH=1: also write OUTDIR/vmlinux, the kernel uncompressed, and
 # name it in image.json.  QEMU boots such an ELF through its PVH entry point

@@ -9,6 +9,8 @@
 //   waitcolor ID X Y R G B [S]   until that pixel is within 60 of R,G,B
 //   size ID                      the canvas's size WxH
 //   light ID                     how many canvas pixels are near-white
+//   mouse ID X Y [click]         move the pointer to the screen's pixel X,Y
+//                                (the canvas may be scaled), then click there
 //   type ID TEXT...              click the screen, type TEXT and Enter
 //   shot ID FILE                 a screenshot
 //   close ID | quit
@@ -29,6 +31,17 @@ const ctx = await chromium.launchPersistentContext(profile, {
   args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
          '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   viewport: { width: 1000, height: 600 },
+  // Ours below: Playwright's closes the browser but does not exit.
+  handleSIGTERM: false,
+});
+// t700's cleanup ends this process with SIGTERM when the test stops early:
+// close the browser (it has stopped writing to the profile when this
+// returns), remove the profile, exit.  Without an exit the loop below would
+// wait on stdin for ever, and the cleanup on this process.
+process.on('SIGTERM', async () => {
+  await Promise.race([ctx.close().catch(() => {}), new Promise((r) => setTimeout(r, 5000))]);
+  rmSync(profile, { recursive: true, force: true });
+  process.exit(143);
 });
 const pages = new Map();
 const say = (s) => process.stdout.write(s + '\n');
@@ -97,6 +110,21 @@ for await (const line of rl) {
       })}`);
     } else if (cmd === 'size') {
       say(`ok ${await p.evaluate(() => { const c = document.querySelector('#screen canvas'); return `${c.width}x${c.height}`; })}`);
+    } else if (cmd === 'mouse') {
+      const [x, y] = a.slice(0, 2).map(Number);
+      const c = p.locator('#screen canvas');
+      const box = await c.boundingBox();
+      const [w, h] = await c.evaluate((e) => [e.width, e.height]);
+      if (!box || !(x >= 0 && x < w && y >= 0 && y < h)) throw new Error(`${a[0]},${a[1]} is not on the ${w}x${h} screen`);
+      // The middle of that pixel on the (scaled) canvas, in a few steps:
+      // noVNC sends each move.
+      await p.mouse.move(box.x + (x + 0.5) * box.width / w,
+                         box.y + (y + 0.5) * box.height / h, { steps: 5 });
+      if (a[2] === 'click') {
+        await p.mouse.down();
+        await p.mouse.up();
+      }
+      say(`ok ${a[2] === 'click' ? 'clicked' : 'moved'} ${x},${y}`);
     } else if (cmd === 'type') {
       await p.click('#screen canvas');
       await p.keyboard.type(a.join(' '), { delay: 30 });

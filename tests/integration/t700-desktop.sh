@@ -1,8 +1,8 @@
 #!/bin/bash
 # The desktop (berth-desktop, hostd's tokens and descriptor passing, the
 # noVNC page) with headless Chromium against one real machine: the guest's
-# console pattern read from the canvas, typing that reaches the guest's
-# shell, two viewers seeing the same update, live desktop sessions in
+# console pattern read from the canvas, typing and a mouse click that reach
+# the guest, two viewers seeing the same update, live desktop sessions in
 # hostd, refused tokens (reused, expired, another user's or machine's,
 # unknown), waking a suspended machine with a visible "waking" state, and
 # a viewer that stays across suspend/resume and a restart.
@@ -162,6 +162,53 @@ for _ in $(seq 30); do
 	sleep 1
 done
 check_eq "a command typed in the browser ran in the guest" yes "$typed"
+
+# The mouse reaches the guest's PS/2 mouse (QEMU's i8042 AUX port, psmouse
+# in the guest).  A reader in the guest copies that device's evdev records
+# to a file: empty until the browser moves the pointer and clicks, then a
+# relative motion and a press of the left button.
+mdev=$(berth exec dt -- awk '/^H:/ && /mouse[0-9]/ {
+	for (i = 2; i <= NF; i++) if ($i ~ /^event[0-9]+$/) print $i }' /proc/bus/input/devices)
+if [[ $mdev =~ ^event[0-9]+$ ]]; then
+	ok "the guest has a mouse ($mdev)"
+	T2=$(date +%s%N)
+	berth exec dt -- sh -c "cat /dev/input/$mdev >/tmp/mouse.ev 2>/dev/null </dev/null &
+		echo \$! >/tmp/mouse.pid"
+	sleep 1
+	check_eq "its reader runs and has read nothing yet" "0" \
+		"$(berth exec dt -- sh -c 'kill -0 "$(cat /tmp/mouse.pid)" && stat -c %s /tmp/mouse.ev')"
+	brc "the pointer moves over the screen" mouse A 100 100
+	brc "and clicks" mouse A 600 300 click
+	seen=
+	for _ in $(seq 20); do
+		# struct input_event on x86-64: timeval, u16 type, u16 code, s32 value.
+		seen=$(berth exec dt -- cat /tmp/mouse.ev | python3 -c '
+import struct, sys
+d = sys.stdin.buffer.read()
+motion = press = False
+for i in range(0, len(d) - 23, 24):
+    _, _, typ, code, value = struct.unpack("<qqHHi", d[i:i + 24])
+    motion |= typ == 2 and code in (0, 1) and value != 0  # EV_REL, REL_X or REL_Y
+    press |= typ == 1 and code == 0x110 and value == 1    # EV_KEY, BTN_LEFT down
+yes = lambda b: "yes" if b else "no"
+print(f"{len(d) // 24} records, motion {yes(motion)}, left press {yes(press)}")')
+		[[ $seen == *", motion yes, left press yes" ]] && break
+		sleep 0.5
+	done
+	check_match "the guest's mouse moved and its left button was pressed" \
+		'^[0-9]+ records, motion yes, left press yes$' "$seen"
+	stopped=$(berth exec dt -- sh -c 'p=$(cat /tmp/mouse.pid) && kill "$p" &&
+		rm -f /tmp/mouse.pid /tmp/mouse.ev || exit 1
+		for i in 1 2 3 4 5 6 7 8 9 10; do
+			kill -0 "$p" 2>/dev/null || { echo stopped; exit 0; }
+			usleep 100000
+		done')
+	check_eq "the guest's reader is stopped" stopped "$stopped"
+	diag "mouse: $seen; $((($(date +%s%N) - T2) / 1000000)) ms"
+else
+	not_ok "the guest has a mouse"
+	diag "no event device with a mouse handler: $(berth exec dt -- cat /proc/bus/input/devices | grep -E '^[NH]:' | tr '\n' ' ')"
+fi
 
 # A second viewer; both see the next update.
 brc "a second viewer connects" open B "$(berth desktop dt)"

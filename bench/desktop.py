@@ -32,7 +32,8 @@ Besides updates/s it prints whole screens/s
 own rate of frames written (a counter it keeps, read before and after each
 measurement) and that rate with no viewer at all, to tell the guest from
 QEMU and from the bridge, and the CPU used by QEMU, the bridge and the
-client; the goal is >= 30 whole screens/s.
+client; the goal is >= 30 whole screens/s.  Then input-to-pixel at
+1280x800 (the redraw stopped; the key's echo is a glyph drawn by fbcon).
 
 Usage: bench/run desktop [--seconds S] [--rounds N] [--keys N] [--churn N]
                          [--part text|fb|all] [--max-fps N]
@@ -464,6 +465,18 @@ def fb_part(h, a, port, bridge_pid):
     modes = ("flip", "copy") if a.fb_redraw == "both" else (a.fb_redraw,)
     for mode in modes:
         fb_measure(h, a, port, bridge_pid, vnc, qpid, mode)
+    # Input to pixel at 1280x800, the redraw stopped: a key typed on tty1
+    # (fbcon) echoes as a glyph.
+    h.must("exec", "fb", "--", "sh", "-c", "printf '\\033[0m\\033[2J\\033[H' >/dev/tty1")
+    time.sleep(1)
+    ld = latency(direct(vnc), a.keys)
+    lb = latency(bridged(port, "fb", token(h, "fb")), a.keys)
+    if ld and lb:
+        print(f"{FB_W}x{FB_H} input-to-pixel: direct median {statistics.median(ld):6.1f} ms "
+              f"(n={len(ld)}) | bridge median {statistics.median(lb):6.1f} ms "
+              f"(n={len(lb)}) | added {statistics.median(lb) - statistics.median(ld):+.1f} ms")
+    else:
+        print(f"{FB_W}x{FB_H} input-to-pixel: no echo seen")
     h.must("stop", "fb")
 
 

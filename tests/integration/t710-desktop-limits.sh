@@ -1,0 +1,117 @@
+#!/bin/bash
+# berth-desktop under too many connections, no machine needed: at most 256
+# connections at once (the 257th is closed at once, and the bridge serves
+# again when some go), a connection that never sends its request is closed
+# after 10 s, and a bridge out of file descriptors (EMFILE on accept) backs
+# off instead of spinning, then serves again once descriptors are free.
+. "$(dirname "$0")/../lib.sh"
+
+BR_PID=
+BR2_PID=
+t710_cleanup() {
+	[ -n "$BR_PID" ] && kill "$BR_PID" 2>/dev/null && wait "$BR_PID" 2>/dev/null
+	[ -n "$BR2_PID" ] && kill "$BR2_PID" 2>/dev/null && wait "$BR2_PID" 2>/dev/null
+	cleanup
+}
+trap t710_cleanup EXIT
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# start_bridge PORT LOG [PRLIMIT...]: berth-desktop on PORT, waits until it listens.
+start_bridge() {
+	local port=$1 log=$2
+	shift 2
+	"$@" "$BIN/berth-desktop" --state "$STATE" --listen "127.0.0.1:$port" --user berth-gw \
+		>>"$log" 2>&1 &
+	LAST_PID=$!
+	for _ in $(seq 50); do
+		grep -q "listening on 127.0.0.1:$port" "$log" && return 0
+		sleep 0.1
+	done
+	return 1
+}
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+page() { curl -s -m 10 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/page/desktop.css"; }
+
+mkdir -p "$STATE"
+start_hostd || { not_ok "hostd starts"; finish; }
+
+PORT=$(free_port)
+start_bridge "$PORT" "$T/desktop.log" || { not_ok "berth-desktop listens"; cat "$T/desktop.log"; finish; }
+BR_PID=$LAST_PID
+check_eq "the page is served" 200 "$(page "$PORT")"
+
+# 256 connections that send nothing, then more.
+python3 - "$PORT" >"$T/cap.out" 2>&1 <<'EOF' &
+import socket, sys, time
+port = int(sys.argv[1])
+idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(256)]
+time.sleep(1)  # all accepted and counted
+extra = socket.create_connection(("127.0.0.1", port))
+extra.settimeout(3)
+t = time.monotonic()
+try:
+    got = extra.recv(100)
+    print("257th:", "closed" if got == b"" else "answered", f"{time.monotonic() - t:.1f}")
+except socket.timeout:
+    print("257th: kept open")
+except ConnectionResetError:
+    print("257th: closed", f"{time.monotonic() - t:.1f}")
+sys.stdout.flush()
+for s in idle[:64]:
+    s.close()
+print("closed 64", flush=True)
+time.sleep(30)  # the rest stay until the bridge closes them (head timeout)
+EOF
+CAP_PID=$!
+for _ in $(seq 100); do grep -q "closed 64" "$T/cap.out" && break; sleep 0.1; done
+check_match "the 257th connection is closed at once" "^257th: closed [0-2]\." "$(head -1 "$T/cap.out")"
+check "the bridge says why" grep -q "256 connections at once, at most 256: 127.0.0.1:[0-9]* is turned away" "$T/desktop.log"
+sleep 0.5
+check_eq "with 64 of them gone, the page is served again" 200 "$(page "$PORT")"
+t0=$(date +%s)
+for _ in $(seq 150); do
+	[ "$(ss -Htn state established "( sport = :$PORT )" | wc -l)" -eq 0 ] && break
+	sleep 0.1
+done
+took=$(($(date +%s) - t0))
+check_eq "the bridge closes connections that send no request (after 10 s)" 0 \
+	"$(ss -Htn state established "( sport = :$PORT )" | wc -l)"
+diag "the 192 silent connections were closed by the bridge ~$took s after the check began"
+kill "$CAP_PID" 2>/dev/null
+wait "$CAP_PID" 2>/dev/null
+check "the bridge lives on" kill -0 "$BR_PID"
+
+# Out of descriptors: a bridge allowed 48.
+PORT2=$(free_port)
+start_bridge "$PORT2" "$T/desktop2.log" prlimit --nofile=48:48 -- ||
+	{ not_ok "berth-desktop listens with 48 descriptors"; cat "$T/desktop2.log"; finish; }
+BR2_PID=$LAST_PID
+check_eq "with 48 descriptors it serves the page" 200 "$(page "$PORT2")"
+python3 - "$PORT2" "$T/fill.ready" "$T/fill.go" <<'EOF' &
+import os, socket, sys, time
+port, ready, go = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(60)]
+open(ready, "w").close()
+while not os.path.exists(go):
+    time.sleep(0.05)
+for s in idle:
+    s.close()
+time.sleep(1)
+EOF
+FILL_PID=$!
+for _ in $(seq 100); do [ -e "$T/fill.ready" ] && break; sleep 0.1; done
+sleep 1
+c0=$(cpu_ticks "$BR2_PID")
+sleep 3
+c1=$(cpu_ticks "$BR2_PID")
+hz=$(getconf CLK_TCK)
+check "accept failing with EMFILE is logged" grep -q "accept: Too many open files" "$T/desktop2.log"
+check "and the bridge does not spin meanwhile (CPU $((c1 - c0)) ticks of $((3 * hz)) in 3 s)" \
+	[ $((c1 - c0)) -lt $((3 * hz / 5)) ]
+touch "$T/fill.go"
+wait "$FILL_PID" 2>/dev/null
+sleep 0.5
+check_eq "with the descriptors free again, the page is served" 200 "$(page "$PORT2")"
+check "the bridge lives on" kill -0 "$BR2_PID"
+
+finish

@@ -238,6 +238,22 @@ static char *read_pem(const char *key, const char *file, struct err *e)
 	return s;
 }
 
+/* The private key FILE is not open to other users (as sshd insists for its
+ * host keys); a group may read it (Debian's ssl-cert group). */
+static int key_private(const char *file, struct err *e)
+{
+	struct stat st;
+
+	if (stat(file, &st) < 0)
+		return 0;  /* read_pem names the problem */
+	if (st.st_mode & (S_IROTH | S_IWOTH))
+		return err_set(e, 400, "invalid_config",
+			       "tls_key = %s is open to every user (mode %04o): "
+			       "chmod o-rw it, the key must stay private",
+			       file, (unsigned)(st.st_mode & 07777));
+	return 0;
+}
+
 static bool loopback(const struct sockaddr_storage *ss)
 {
 	if (ss->ss_family == AF_INET)
@@ -281,6 +297,7 @@ int http_start(struct hostd *h, struct http **out, struct err *e)
 	x->h = h;
 	x->fd = -1;
 	if (tls && (!(x->cert = read_pem("tls_cert", h->cfg.tls_cert, e)) ||
+		    key_private(h->cfg.tls_key, e) < 0 ||
 		    !(x->key = read_pem("tls_key", h->cfg.tls_key, e))))
 		goto fail;
 	resolve_web(x);

@@ -198,6 +198,11 @@ check_match "tls_cert without tls_key is refused" "exit=1 .*both tls_cert and tl
 	"$(bad_conf "http_listen = 127.0.0.1:$(free_port)" "tls_cert = $T/cert.pem")"
 check_match "an unreadable certificate is named" "exit=1 .*tls_cert = $T/none.pem" \
 	"$(bad_conf "http_listen = 127.0.0.1:$(free_port)" "tls_cert = $T/none.pem" "tls_key = $T/key.pem")"
+cp -p "$T/key.pem" "$T/open-key.pem"
+chmod 644 "$T/open-key.pem"
+check_match "a private key every user can read is refused" \
+	"exit=1 .*tls_key = $T/open-key.pem is open to every user \\(mode 0644\\)" \
+	"$(bad_conf "http_listen = 127.0.0.1:$(free_port)" "tls_cert = $T/cert.pem" "tls_key = $T/open-key.pem")"
 check_match "a non-loopback address without TLS is refused" \
 	"exit=1 .*http_listen = 0.0.0.0:[0-9]+ is reachable from other hosts" \
 	"$(bad_conf "http_listen = 0.0.0.0:$(free_port)")"

@@ -263,6 +263,18 @@ def latency(stream, keys):
     return xs
 
 
+def input_to_pixel(label, vnc, port, h, name, keys):
+    """Prints the median input-to-pixel latency, direct and bridged."""
+    ld = latency(direct(vnc), keys)
+    lb = latency(bridged(port, name, token(h, name)), keys)
+    if ld and lb:
+        print(f"{label}input-to-pixel: direct median {statistics.median(ld):6.1f} ms "
+              f"(n={len(ld)}) | bridge median {statistics.median(lb):6.1f} ms "
+              f"(n={len(lb)}) | added {statistics.median(lb) - statistics.median(ld):+.1f} ms")
+    else:
+        print(f"{label}input-to-pixel: no echo seen")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=8)
@@ -394,14 +406,7 @@ def text_part(h, a, port, bridge, procs):
                     "sh", "-c", "kill $(cat /tmp/redraw.pid); printf '\\033[0m\\033[2J\\033[H' "
                     ">/dev/tty1"], capture_output=True)
     time.sleep(1)
-    ld = latency(direct(vnc), a.keys)
-    lb = latency(bridged(port, "db", token(h, "db")), a.keys)
-    if ld and lb:
-        print(f"input-to-pixel: direct median {statistics.median(ld):6.1f} ms "
-              f"(n={len(ld)}) | bridge median {statistics.median(lb):6.1f} ms "
-              f"(n={len(lb)}) | added {statistics.median(lb) - statistics.median(ld):+.1f} ms")
-    else:
-        print("input-to-pixel: no echo seen")
+    input_to_pixel("", vnc, port, h, "db", a.keys)
     # Its vCPU would compete with the next part's.
     h.must("stop", "db")
     return None
@@ -469,14 +474,7 @@ def fb_part(h, a, port, bridge_pid):
     # (fbcon) echoes as a glyph.
     h.must("exec", "fb", "--", "sh", "-c", "printf '\\033[0m\\033[2J\\033[H' >/dev/tty1")
     time.sleep(1)
-    ld = latency(direct(vnc), a.keys)
-    lb = latency(bridged(port, "fb", token(h, "fb")), a.keys)
-    if ld and lb:
-        print(f"{FB_W}x{FB_H} input-to-pixel: direct median {statistics.median(ld):6.1f} ms "
-              f"(n={len(ld)}) | bridge median {statistics.median(lb):6.1f} ms "
-              f"(n={len(lb)}) | added {statistics.median(lb) - statistics.median(ld):+.1f} ms")
-    else:
-        print(f"{FB_W}x{FB_H} input-to-pixel: no echo seen")
+    input_to_pixel(f"{FB_W}x{FB_H} ", vnc, port, h, "fb", a.keys)
     h.must("stop", "fb")
 
 

@@ -1,11 +1,13 @@
 #include "desktop/screen.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 #include "common/util.h"
 #include "desktop/font.h"
 #include "desktop/hostfd.h"
+#include "desktop/vdagent.h"
 #include "common/banned.h"
 
 #define REFUSED_SLOTS 64
@@ -52,6 +55,11 @@ struct mach {
 	rfbClient *up;
 	char *upfb;            /* up's frame buffer (up_alloc's): libvncclient
 				  never frees it */
+	pthread_mutex_t agent_lock; /* writes to the agent; guards agent */
+	struct vdagent *agent; /* the clipboard (the guest's SPICE agent port),
+				  NULL: none (no port, or it broke) */
+	int agent_fd;
+	pthread_t agent_thread;
 	pthread_t thread;
 	/* Under g_lock: */
 	int viewers;
@@ -207,12 +215,6 @@ static void up_finished(rfbClient *c)
 	atomic_fetch_add(&frames_in, 1);
 }
 
-static void up_cut(rfbClient *c, const char *text, int len)
-{
-	struct mach *m = rfbClientGetClientData(c, &tag);
-
-	rfbSendServerCutText(m->scr, (char *)text, len);
-}
 
 /* ---- viewers' input (libvncserver callbacks, on viewers' threads) ------- */
 
@@ -262,14 +264,164 @@ static void v_display(rfbClientPtr cl)
 	v->last_send_ms = now;
 }
 
+/* ---- the clipboard: the guest's SPICE agent port (desktop/vdagent.h) ---- */
+
+/* OUT to the agent, under agent_lock.  The guest drains the port only while
+ * its agent runs: a write that waits 2 s gives up and breaks the
+ * connection (a message cut short would leave the stream out of step). */
+static void agent_write(struct mach *m, const struct buf *out)
+{
+	size_t off = 0;
+
+	while (m->agent && off < out->len) {
+		ssize_t n = send(m->agent_fd, out->data + off, out->len - off,
+				 MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n > 0) {
+			off += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		struct pollfd p = { .fd = m->agent_fd, .events = POLLOUT };
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && poll(&p, 1, 2000) > 0)
+			continue;
+		log_warn("%s: the guest's agent does not read: clipboard off until the "
+			 "machine is attached again", m->title);
+		shutdown(m->agent_fd, SHUT_RDWR);
+		return;
+	}
+}
+
+/* The guest's clipboard text (UTF-8) to every viewer of M: as UTF-8 to
+ * those that speak the extended clipboard, as ISO 8859-1 ('?' for what it
+ * cannot hold) to the others (noVNC). */
+static void agent_to_viewers(struct mach *m, char *text, size_t len)
+{
+	size_t l1len;
+	char *l1 = vdagent_utf8_to_latin1(text, len, &l1len);
+
+	if (!l1)
+		return;
+	log_info("%s: the guest's clipboard (%zu bytes) to the viewers", m->title, len);
+	rfbSendServerCutTextUTF8(m->scr, text, (int)len, l1, (int)l1len);
+	free(l1);
+}
+
+/* M's agent thread: reads the guest's messages until the port breaks or
+ * agent_stop shuts it down. */
+static void *agent_loop(void *arg)
+{
+	struct mach *m = arg;
+	char *in = malloc(16384);
+
+	for (; in;) {
+		ssize_t n = read(m->agent_fd, in, 16384);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		struct buf out = BUF_INIT;
+		char *text = NULL, err[160];
+		size_t tlen = 0;
+		pthread_mutex_lock(&m->agent_lock);
+		int rc = vdagent_feed(m->agent, in, (size_t)n, &out, &text, &tlen, err,
+				      sizeof(err));
+		agent_write(m, &out);
+		pthread_mutex_unlock(&m->agent_lock);
+		buf_free(&out);
+		if (text)
+			agent_to_viewers(m, text, tlen);
+		free(text);
+		if (rc < 0) {
+			log_warn("%s: the guest's agent: %s: clipboard off until the machine "
+				 "is attached again", m->title, err);
+			break;
+		}
+	}
+	free(in);
+	return NULL;
+}
+
+/* Speak to the guest's agent on FD (M's now; -1: none). */
+static void agent_start(struct mach *m, int fd)
+{
+	struct buf out = BUF_INIT;
+
+	if (fd < 0)
+		return;
+	pthread_mutex_lock(&m->agent_lock);
+	m->agent = vdagent_new();
+	m->agent_fd = fd;
+	if (m->agent) {
+		vdagent_hello(m->agent, &out);
+		agent_write(m, &out);
+	}
+	if (!m->agent || pthread_create(&m->agent_thread, NULL, agent_loop, m) != 0) {
+		vdagent_free(m->agent);
+		m->agent = NULL;
+		m->agent_fd = -1;
+		close(fd);
+	}
+	pthread_mutex_unlock(&m->agent_lock);
+	buf_free(&out);
+}
+
+/* Stop M's agent thread and close its port. */
+static void agent_stop(struct mach *m)
+{
+	pthread_mutex_lock(&m->agent_lock);
+	bool on = m->agent != NULL;
+	if (on)
+		shutdown(m->agent_fd, SHUT_RDWR);
+	pthread_mutex_unlock(&m->agent_lock);
+	if (!on)
+		return;
+	pthread_join(m->agent_thread, NULL);
+	pthread_mutex_lock(&m->agent_lock);
+	vdagent_free(m->agent);
+	m->agent = NULL;
+	close(m->agent_fd);
+	m->agent_fd = -1;
+	pthread_mutex_unlock(&m->agent_lock);
+}
+
+/* A viewer's clipboard: noVNC sends ISO 8859-1 (libvncserver offers it
+ * no extended clipboard it would use), the guest wants UTF-8. */
 static void v_cut(char *text, int len, rfbClientPtr cl)
 {
 	struct mach *m = cl->screen->screenData;
+	size_t ulen;
+	char *u = len >= 0 ? vdagent_latin1_to_utf8(text, (size_t)len, &ulen) : NULL;
+	struct buf out = BUF_INIT;
 
-	pthread_mutex_lock(&m->send_lock);
-	if (m->up)
-		SendClientCutText(m->up, text, len);
-	pthread_mutex_unlock(&m->send_lock);
+	if (!u)
+		return;
+	pthread_mutex_lock(&m->agent_lock);
+	if (!m->agent)
+		log_info("%s: a viewer's clipboard: the machine has no agent port", m->title);
+	else if (vdagent_offer(m->agent, u, ulen, &out) < 0)
+		log_info("%s: a viewer's clipboard of %zu bytes is over %u: dropped", m->title,
+			 ulen, VDAGENT_TEXT_MAX);
+	else
+		agent_write(m, &out);
+	pthread_mutex_unlock(&m->agent_lock);
+	buf_free(&out);
+	free(u);
+}
+
+/* The same from a viewer that speaks the extended clipboard: UTF-8. */
+static void v_cut_utf8(char *text, int len, rfbClientPtr cl)
+{
+	struct mach *m = cl->screen->screenData;
+	struct buf out = BUF_INIT;
+
+	if (len < 0)
+		return;
+	pthread_mutex_lock(&m->agent_lock);
+	if (m->agent && vdagent_offer(m->agent, text, (size_t)len, &out) == 0)
+		agent_write(m, &out);
+	pthread_mutex_unlock(&m->agent_lock);
+	buf_free(&out);
 }
 
 static void session_close(struct viewer *v, uint64_t bytes_out)
@@ -340,8 +492,10 @@ static void *upstream(void *arg)
 		json_t *req = json_pack("{s:s, s:s, s:s, s:b}", "op", "attach", "user", m->user,
 					"machine", m->name, "wake", wake);
 		json_t *resp = NULL;
-		int fd = -1;
-		int rc = req ? hostfd_call(cfg.desktop_sock, req, &resp, &fd, err, sizeof(err)) : -1;
+		int fds[2] = { -1, -1 };
+		int rc = req ? hostfd_call(cfg.desktop_sock, req, &resp, fds, 2, err,
+					   sizeof(err)) : -1;
+		int fd = fds[0], afd = fds[1];
 		json_decref(req);
 		if (rc < 0 || fd < 0) {
 			const char *code = NULL;
@@ -363,6 +517,8 @@ static void *upstream(void *arg)
 			json_decref(resp);
 			if (fd >= 0)
 				close(fd);
+			if (afd >= 0)
+				close(afd);
 			if (!transient) {
 				pthread_mutex_lock(&g_lock);
 				m->wake = false;
@@ -382,6 +538,8 @@ static void *upstream(void *arg)
 		rfbClient *c = rfbGetClient(8, 3, 4);
 		if (!c) {
 			close(fd);
+			if (afd >= 0)
+				close(afd);
 			sleep_ms(1000);
 			continue;
 		}
@@ -389,7 +547,9 @@ static void *upstream(void *arg)
 		c->MallocFrameBuffer = up_alloc;
 		c->GotFrameBufferUpdate = up_update;
 		c->FinishedFrameBufferUpdate = up_finished;
-		c->GotXCutText = up_cut;
+		/* No GotXCutText: the clipboard is the agent's (QEMU 7.2 sends
+		 * its own only as extended cut text, which libvncclient 0.9.14
+		 * cannot read). */
 		c->canHandleNewFBSize = TRUE;
 		c->appData.encodingsString = "copyrect raw";
 		c->listenSpecified = TRUE;  /* connected already: hostd's descriptor */
@@ -398,6 +558,8 @@ static void *upstream(void *arg)
 		if (!rfbInitClient(c, NULL, NULL)) {  /* frees c (and closes fd), not its frame */
 			free(m->upfb);
 			m->upfb = NULL;
+			if (afd >= 0)
+				close(afd);
 			set_state(m, "stopped", "the machine's screen did not answer");
 			sleep_ms(1000);
 			continue;
@@ -405,6 +567,7 @@ static void *upstream(void *arg)
 		pthread_mutex_lock(&m->send_lock);
 		m->up = c;
 		pthread_mutex_unlock(&m->send_lock);
+		agent_start(m, afd);
 		set_state(m, "connected", NULL);
 		for (;;) {
 			pthread_mutex_lock(&g_lock);
@@ -426,6 +589,7 @@ static void *upstream(void *arg)
 		pthread_mutex_lock(&m->send_lock);
 		m->up = NULL;
 		pthread_mutex_unlock(&m->send_lock);
+		agent_stop(m);
 		rfbClientCleanup(c);
 		free(m->upfb);
 		m->upfb = NULL;
@@ -483,9 +647,12 @@ static struct mach *mach_get(const char *user, const char *name)
 	m->scr->kbdAddEvent = v_key;
 	m->scr->ptrAddEvent = v_ptr;
 	m->scr->setXCutText = v_cut;
+	m->scr->setXCutTextUTF8 = v_cut_utf8;
 	m->scr->screenData = m;
 	rfbInitServer(m->scr);
 	pthread_mutex_init(&m->send_lock, NULL);
+	pthread_mutex_init(&m->agent_lock, NULL);
+	m->agent_fd = -1;
 	pthread_cond_init(&m->cv, NULL);
 	m->state = "connecting";
 	if (pthread_create(&m->thread, NULL, upstream, m) != 0) {

@@ -59,6 +59,7 @@ struct mach {
 	struct vdagent *agent; /* the clipboard (the guest's SPICE agent port),
 				  NULL: none (no port, or it broke) */
 	int agent_fd;
+	bool agent_broken;     /* a write gave up: the connection is shut */
 	pthread_t agent_thread;
 	pthread_t thread;
 	/* Under g_lock: */
@@ -273,20 +274,24 @@ static void agent_write(struct mach *m, const struct buf *out)
 {
 	size_t off = 0;
 
-	while (m->agent && off < out->len) {
+	while (m->agent && !m->agent_broken && off < out->len) {
 		ssize_t n = send(m->agent_fd, out->data + off, out->len - off,
 				 MSG_DONTWAIT | MSG_NOSIGNAL);
+		int saved = n < 0 ? errno : 0;
 		if (n > 0) {
 			off += (size_t)n;
 			continue;
 		}
-		if (n < 0 && errno == EINTR)
+		if (saved == EINTR)
 			continue;
 		struct pollfd p = { .fd = m->agent_fd, .events = POLLOUT };
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && poll(&p, 1, 2000) > 0)
+		bool full = saved == EAGAIN || saved == EWOULDBLOCK;
+		if (full && poll(&p, 1, 2000) > 0)
 			continue;
-		log_warn("%s: the guest's agent does not read: clipboard off until the "
-			 "machine is attached again", m->title);
+		log_warn("%s: the guest's agent port: %s: clipboard off until the machine "
+			 "is attached again", m->title, full ? "not read for 2 s" :
+			 strerror(saved));
+		m->agent_broken = true;
 		shutdown(m->agent_fd, SHUT_RDWR);
 		return;
 	}
@@ -352,6 +357,7 @@ static void agent_start(struct mach *m, int fd)
 	pthread_mutex_lock(&m->agent_lock);
 	m->agent = vdagent_new();
 	m->agent_fd = fd;
+	m->agent_broken = false;
 	if (m->agent) {
 		vdagent_hello(m->agent, &out);
 		agent_write(m, &out);

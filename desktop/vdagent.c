@@ -26,6 +26,12 @@ enum {
 
 #define CHUNK_HDR 8
 #define MSG_HDR 20
+/* The longest chunk taken from the guest: spice-vdagentd sends a message
+ * in one chunk, so a clipboard over VDAGENT_MSG_MAX comes as one long
+ * chunk, to be skipped without losing step; beyond this, nonsense. */
+#define CHUNK_MAX (16u << 20)
+/* A connection whose stream is out of step this often is given up. */
+#define RESYNCS_MAX 20
 /* Capability words taken from an announce (the protocol has one today). */
 #define CAPS_WORDS_MAX 64
 
@@ -42,6 +48,7 @@ struct vdagent {
 	unsigned char *data;    /* SIZE bytes, NULL while skipping */
 	size_t data_got;
 	bool skip;              /* over VDAGENT_MSG_MAX: read, not kept */
+	int resyncs;            /* times the stream was out of step */
 	/* The clipboard. */
 	bool guest_caps;        /* the guest announced itself ... */
 	bool by_demand;         /* ... with CLIPBOARD_BY_DEMAND */
@@ -267,11 +274,11 @@ int vdagent_feed(struct vdagent *a, const void *data, size_t len, struct buf *ou
 			uint32_t size = get32(a->chdr + 4);
 			if (a->chunk_port != VDP_CLIENT_PORT && a->chunk_port != VDP_SERVER_PORT) {
 				snprintf(err, errlen, "a chunk for port %u", a->chunk_port);
-				return -1;
+				goto resync;
 			}
-			if (size == 0 || size > MSG_HDR + VDAGENT_MSG_MAX) {
+			if (size == 0 || size > CHUNK_MAX) {
 				snprintf(err, errlen, "a chunk of %u bytes", size);
-				return -1;
+				goto resync;
 			}
 			a->chunk_left = size;
 			continue;
@@ -295,7 +302,7 @@ int vdagent_feed(struct vdagent *a, const void *data, size_t len, struct buf *ou
 				continue;
 			if (get32(a->mhdr) != VD_AGENT_PROTOCOL) {
 				snprintf(err, errlen, "a message of protocol %u", get32(a->mhdr));
-				return -1;
+				goto resync;
 			}
 			a->type = get32(a->mhdr + 4);
 			a->size = get32(a->mhdr + 16);
@@ -315,7 +322,7 @@ int vdagent_feed(struct vdagent *a, const void *data, size_t len, struct buf *ou
 		 * of its message (spice-vdagentd's rule too). */
 		if (a->chunk_left > a->size - a->data_got) {
 			snprintf(err, errlen, "a chunk longer than its message");
-			return -1;
+			goto resync;
 		}
 		if (k > a->size - a->data_got)
 			k = a->size - a->data_got;
@@ -334,6 +341,33 @@ int vdagent_feed(struct vdagent *a, const void *data, size_t len, struct buf *ou
 			a->data_got = 0;
 			a->skip = false;
 		}
+		continue;
+resync:
+		/* Out of step: a message cut short (the host's end of the port
+		 * was closed and opened again between a guest's writes, an
+		 * agent killed mid-write) or a guest talking nonsense.  Start
+		 * afresh at the next place in DATA that looks like the start
+		 * of a message (chunk port 1, then protocol 1 8 bytes on), and
+		 * ask the agent to announce itself again; give up when it
+		 * happens too often. */
+		if (++a->resyncs > RESYNCS_MAX) {
+			size_t l = strlen(err);
+			snprintf(err + l, errlen - l, " (out of step %d times)", RESYNCS_MAX);
+			return -1;
+		}
+		log_info("agent: out of step (%s): looking for the next message", err);
+		err[0] = '\0';
+		free(a->data);
+		a->data = NULL;
+		a->chdr_got = a->mhdr_got = a->data_got = a->chunk_left = 0;
+		a->skip = false;
+		while (len >= 12 && !(get32(p) == VDP_CLIENT_PORT && get32(p + 8) == VD_AGENT_PROTOCOL)) {
+			p++;
+			len--;
+		}
+		if (len < 12)
+			len = 0;  /* nothing like it here: what comes next is tried */
+		send_caps(out, true);
 	}
 	return 0;
 }

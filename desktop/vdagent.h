@@ -7,8 +7,14 @@
  * guest and the guest's clipboard text come out.  No I/O, no locks: the
  * caller serialises the calls on one struct vdagent (one per connection).
  * The guest is not trusted: every length is checked, a message over
- * VDAGENT_MSG_MAX is skipped unread, and a stream that makes no sense is
- * an error (the caller drops the connection), never a crash.
+ * VDAGENT_MSG_MAX is skipped unkept (in step: the next one counts).  A
+ * stream out of step (a bad port, a chunk of 0 or over 16 MiB, a protocol
+ * other than 1, a chunk longer than its message: what a message cut short
+ * looks like when the host's end of the port was closed and opened again
+ * between a guest's writes) is picked up again at the next thing that
+ * looks like a message, and the agent is asked to announce itself again;
+ * the 21st time on one connection it is an error (the caller drops the
+ * connection).  Never a crash.
  *
  * Wire format, little-endian: chunks {u32 port, u32 size} + SIZE bytes of
  * a message stream; a message is {u32 protocol = 1, u32 type, u64 opaque,
@@ -50,8 +56,8 @@ void vdagent_hello(struct vdagent *a, struct buf *out);
  * is set to it (malloc'd UTF-8 as the guest sent it, NUL-terminated, the
  * caller frees it) and *TEXTLEN to its length; a newer one in the same
  * DATA replaces it.  Returns 0, or -1 with ERR (ERRLEN bytes) when the
- * stream is malformed: the connection is no use any more (*TEXT may still
- * be set, and must be freed). */
+ * stream was out of step too often: the connection is no use any more
+ * (*TEXT may still be set, and must be freed). */
 int vdagent_feed(struct vdagent *a, const void *data, size_t len, struct buf *out,
 		 char **text, size_t *textlen, char *err, size_t errlen);
 

@@ -64,20 +64,29 @@ static int write_all(const void *data, size_t len)
 	return 0;
 }
 
-/* One message: its chunk header, message header, HEAD then BODY (what
- * spice-vdagentd does: a single chunk). */
+/* One message: its chunk header, message header, HEAD then BODY, in one
+ * write (as spice-vdagentd does: one chunk, one buffer of the port, so
+ * that it is not cut in two should the host's end reconnect meanwhile). */
 static void send_msg(uint32_t type, const void *head, size_t hl, const void *body, size_t bl)
 {
-	unsigned char h[28] = { 0 };
+	unsigned char *m = malloc(28 + hl + bl);
 
-	put32(h, 1);  /* VDP_CLIENT_PORT */
-	put32(h + 4, (uint32_t)(20 + hl + bl));
-	put32(h + 8, 1);  /* protocol */
-	put32(h + 12, type);
-	put32(h + 24, (uint32_t)(hl + bl));
-	if (write_all(h, sizeof(h)) < 0 || write_all(head, hl) < 0 ||
-	    (bl && write_all(body, bl) < 0))
+	if (!m) {
+		fprintf(stderr, "clipagent: out of memory\n");
+		return;
+	}
+	memset(m, 0, 28);
+	put32(m, 1);  /* VDP_CLIENT_PORT */
+	put32(m + 4, (uint32_t)(20 + hl + bl));
+	put32(m + 8, 1);  /* protocol */
+	put32(m + 12, type);
+	put32(m + 24, (uint32_t)(hl + bl));
+	memcpy(m + 28, head, hl);
+	if (bl)
+		memcpy(m + 28 + hl, body, bl);
+	if (write_all(m, 28 + hl + bl) < 0)
 		fprintf(stderr, "clipagent: write: %s\n", strerror(errno));
+	free(m);
 }
 
 static void send_u32(uint32_t type, uint32_t v)

@@ -30,6 +30,9 @@
 #  - the ACPI power button (virDomainShutdown, QEMU system_powerdown) powers
 #    off cleanly (busybox acpid); `poweroff` and `reboot` work.
 #  - root shells on ttyS0 and tty1; boot messages on ttyS0.
+#  - /usr/bin/clipagent: the guest side of the SPICE agent's clipboard on
+#    the com.redhat.spice.0 virtio port (images/recipes/tiny/clipagent.c),
+#    started by the desktop test, not at boot.
 set -Eeuo pipefail
 umask 022
 

@@ -60,6 +60,10 @@ struct mach {
 				  NULL: none (no port, or it broke) */
 	int agent_fd;
 	bool agent_broken;     /* a write gave up: the connection is shut */
+	char *pending;         /* a viewer's clipboard (UTF-8) for the next
+				  connection: set while there was none, or
+				  still the clipboard when one ended */
+	size_t pending_len;
 	pthread_t agent_thread;
 	pthread_t thread;
 	/* Under g_lock: */
@@ -347,6 +351,21 @@ static void *agent_loop(void *arg)
 	return NULL;
 }
 
+/* M's pending clipboard := TEXT (LEN bytes; NULL: none).  Under
+ * agent_lock. */
+static void pending_set(struct mach *m, const char *text, size_t len)
+{
+	char *copy = text ? malloc(len + 1) : NULL;
+
+	if (copy) {
+		memcpy(copy, text, len);
+		copy[len] = '\0';
+	}
+	free(m->pending);
+	m->pending = copy;
+	m->pending_len = copy ? len : 0;
+}
+
 /* Speak to the guest's agent on FD (M's now; -1: none). */
 static void agent_start(struct mach *m, int fd)
 {
@@ -360,6 +379,10 @@ static void agent_start(struct mach *m, int fd)
 	m->agent_broken = false;
 	if (m->agent) {
 		vdagent_hello(m->agent, &out);
+		if (m->pending) {
+			vdagent_offer(m->agent, m->pending, m->pending_len, &out);
+			pending_set(m, NULL, 0);
+		}
 		agent_write(m, &out);
 	}
 	if (!m->agent || pthread_create(&m->agent_thread, NULL, agent_loop, m) != 0) {
@@ -384,11 +407,38 @@ static void agent_stop(struct mach *m)
 		return;
 	pthread_join(m->agent_thread, NULL);
 	pthread_mutex_lock(&m->agent_lock);
+	/* A viewer's text the guest may not have taken yet (the port's
+	 * connection ends with the screen's, a resume can drop it at once):
+	 * offered again on the next one. */
+	size_t len;
+	const char *text = vdagent_host_text(m->agent, &len);
+	pending_set(m, text, len);
 	vdagent_free(m->agent);
 	m->agent = NULL;
 	close(m->agent_fd);
 	m->agent_fd = -1;
 	pthread_mutex_unlock(&m->agent_lock);
+}
+
+/* A viewer's clipboard TEXT (LEN bytes of UTF-8) to M's guest: now, or
+ * when the agent port is attached next (the machine is waking, or between
+ * two connections). */
+static void offer(struct mach *m, const char *text, size_t len)
+{
+	struct buf out = BUF_INIT;
+
+	pthread_mutex_lock(&m->agent_lock);
+	if (len > VDAGENT_TEXT_MAX)
+		log_info("%s: a viewer's clipboard of %zu bytes is over %u: dropped", m->title,
+			 len, VDAGENT_TEXT_MAX);
+	else if (!m->agent || m->agent_broken) {
+		log_info("%s: a viewer's clipboard waits for the machine's agent port", m->title);
+		pending_set(m, text, len);
+	} else if (vdagent_offer(m->agent, text, len, &out) == 0) {
+		agent_write(m, &out);
+	}
+	pthread_mutex_unlock(&m->agent_lock);
+	buf_free(&out);
 }
 
 /* A viewer's clipboard: noVNC sends ISO 8859-1 (libvncserver offers it
@@ -398,36 +448,18 @@ static void v_cut(char *text, int len, rfbClientPtr cl)
 	struct mach *m = cl->screen->screenData;
 	size_t ulen;
 	char *u = len >= 0 ? vdagent_latin1_to_utf8(text, (size_t)len, &ulen) : NULL;
-	struct buf out = BUF_INIT;
 
 	if (!u)
 		return;
-	pthread_mutex_lock(&m->agent_lock);
-	if (!m->agent)
-		log_info("%s: a viewer's clipboard: the machine has no agent port", m->title);
-	else if (vdagent_offer(m->agent, u, ulen, &out) < 0)
-		log_info("%s: a viewer's clipboard of %zu bytes is over %u: dropped", m->title,
-			 ulen, VDAGENT_TEXT_MAX);
-	else
-		agent_write(m, &out);
-	pthread_mutex_unlock(&m->agent_lock);
-	buf_free(&out);
+	offer(m, u, ulen);
 	free(u);
 }
 
 /* The same from a viewer that speaks the extended clipboard: UTF-8. */
 static void v_cut_utf8(char *text, int len, rfbClientPtr cl)
 {
-	struct mach *m = cl->screen->screenData;
-	struct buf out = BUF_INIT;
-
-	if (len < 0)
-		return;
-	pthread_mutex_lock(&m->agent_lock);
-	if (m->agent && vdagent_offer(m->agent, text, (size_t)len, &out) == 0)
-		agent_write(m, &out);
-	pthread_mutex_unlock(&m->agent_lock);
-	buf_free(&out);
+	if (len >= 0)
+		offer(cl->screen->screenData, text, (size_t)len);
 }
 
 static void session_close(struct viewer *v, uint64_t bytes_out)
@@ -609,6 +641,10 @@ static void *upstream(void *arg)
 			sleep_ms(1000);
 		} else {
 			log_info("%s: no viewers, upstream closed", m->title);
+			/* Not offered to the guest hours later. */
+			pthread_mutex_lock(&m->agent_lock);
+			pending_set(m, NULL, 0);
+			pthread_mutex_unlock(&m->agent_lock);
 		}
 	}
 	return NULL;

@@ -53,6 +53,7 @@ struct vdagent {
 	bool guest_caps;        /* the guest announced itself ... */
 	bool by_demand;         /* ... with CLIPBOARD_BY_DEMAND */
 	bool host_owner;        /* the host's text is the clipboard */
+	bool grab_pending;      /* ... and the guest was not told yet */
 	char *host_text;
 	size_t host_len;
 };
@@ -164,9 +165,16 @@ int vdagent_offer(struct vdagent *a, const char *text, size_t len, struct buf *o
 	a->host_text = copy;
 	a->host_len = len;
 	a->host_owner = true;
-	if (vdagent_ready(a))
+	a->grab_pending = !vdagent_ready(a);
+	if (!a->grab_pending)
 		send_u32(out, VD_AGENT_CLIPBOARD_GRAB, VD_AGENT_CLIPBOARD_UTF8_TEXT);
 	return 0;
+}
+
+const char *vdagent_host_text(const struct vdagent *a, size_t *len)
+{
+	*len = a->host_owner ? a->host_len : 0;
+	return a->host_owner ? a->host_text : NULL;
 }
 
 /* A whole message from the guest (TYPE, SIZE bytes DATA).  A message whose
@@ -188,10 +196,14 @@ static void handle(struct vdagent *a, uint32_t type, const unsigned char *data, 
 			 a->by_demand ? "by demand" : "not offered");
 		if (request)
 			send_caps(out, false);
-		/* An agent that (re)started has an empty clipboard: the
-		 * host's text, still the clipboard, is offered again. */
-		if (a->host_owner && vdagent_ready(a))
+		/* The host's text offered before the guest could take it.
+		 * Not again to an agent that restarted: it may grab at its
+		 * start too, and two grabs that cross cancel each other
+		 * (each side gives way to the other's). */
+		if (a->grab_pending && a->host_owner && vdagent_ready(a)) {
 			send_u32(out, VD_AGENT_CLIPBOARD_GRAB, VD_AGENT_CLIPBOARD_UTF8_TEXT);
+			a->grab_pending = false;
+		}
 		break;
 	}
 	case VD_AGENT_CLIPBOARD_GRAB: {
@@ -205,6 +217,7 @@ static void handle(struct vdagent *a, uint32_t type, const unsigned char *data, 
 				utf8 = true;
 		/* The guest's clipboard now, whatever it holds. */
 		a->host_owner = false;
+		a->grab_pending = false;
 		if (utf8)
 			send_u32(out, VD_AGENT_CLIPBOARD_REQUEST, VD_AGENT_CLIPBOARD_UTF8_TEXT);
 		break;

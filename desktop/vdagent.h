@@ -24,10 +24,11 @@
  * only (so no selection prefix: the CLIPBOARD selection only).
  *
  * Clipboard flow.  Host to guest: vdagent_offer stores the text and sends
- * GRAB(UTF8_TEXT) once the guest announced CLIPBOARD_BY_DEMAND (again when
- * an agent that restarted announces itself); the guest's REQUEST gets
- * CLIPBOARD with the text.  Guest to host: the guest's GRAB with UTF8_TEXT
- * is answered with REQUEST at once, its CLIPBOARD is handed to the caller. */
+ * GRAB(UTF8_TEXT) at once, or when the guest has announced
+ * CLIPBOARD_BY_DEMAND; the guest's REQUEST gets CLIPBOARD with the text
+ * while the host's text is the clipboard (an empty answer after the guest
+ * grabbed).  Guest to host: the guest's GRAB with UTF8_TEXT is answered
+ * with REQUEST at once, its CLIPBOARD is handed to the caller. */
 #ifndef BERTH_DESKTOP_VDAGENT_H
 #define BERTH_DESKTOP_VDAGENT_H
 
@@ -66,6 +67,11 @@ int vdagent_feed(struct vdagent *a, const void *data, size_t len, struct buf *ou
  * when the guest announces it can).  -1 when LEN is over VDAGENT_TEXT_MAX
  * (nothing changes), else 0. */
 int vdagent_offer(struct vdagent *a, const char *text, size_t len, struct buf *out);
+
+/* The host's text while it is the clipboard (the guest has not grabbed
+ * since), with its length in *LEN; NULL otherwise.  A's own: valid until
+ * the next call on A.  For carrying it over to the next connection. */
+const char *vdagent_host_text(const struct vdagent *a, size_t *len);
 
 /* Whether the guest's agent announced itself (and clipboard by demand). */
 bool vdagent_ready(const struct vdagent *a);

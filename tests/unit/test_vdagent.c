@@ -147,12 +147,29 @@ static void test_host_to_guest(void)
 	vdagent_feed(a, in.data, in.len, &out, &text, &tl, err, sizeof(err));
 	check(host_msgs(&out, t, 8, &last) == 1 && t[0] == 4 && last.len == 4 &&
 	      get32((unsigned char *)last.data) == 0, "request for a png: answered empty");
-	/* The agent restarts: announces again, gets the grab again. */
+	/* The agent restarts: announces again, is answered, not grabbed (its
+	 * own grab at its start would cross ours). */
 	buf_reset(&in);
 	buf_reset(&out);
 	guest_u32s(&in, 6, 1, 1u << 5, 2);
 	vdagent_feed(a, in.data, in.len, &out, &text, &tl, err, sizeof(err));
-	check(host_msgs(&out, t, 8, &last) == 2 && t[1] == 7, "a restarted agent is grabbed again");
+	check(host_msgs(&out, t, 8, &last) == 1 && t[0] == 6,
+	      "a restarted agent is answered, not grabbed again");
+	size_t hl;
+	const char *ht = vdagent_host_text(a, &hl);
+	check(ht && hl == 6 && !memcmp(ht, "h\xc3\xa9llo", 6), "the host's text is the clipboard");
+	/* The guest grabs: the host's text is not the clipboard any more. */
+	buf_reset(&in);
+	buf_reset(&out);
+	guest_u32s(&in, 7, 1, 0, 1);
+	vdagent_feed(a, in.data, in.len, &out, &text, &tl, err, sizeof(err));
+	check(!vdagent_host_text(a, &hl) && hl == 0, "after the guest's grab the host has no text");
+	buf_reset(&in);
+	buf_reset(&out);
+	guest_u32s(&in, 8, 1, 0, 1);
+	vdagent_feed(a, in.data, in.len, &out, &text, &tl, err, sizeof(err));
+	check(host_msgs(&out, t, 8, &last) == 1 && t[0] == 4 && last.len == 4 &&
+	      get32((unsigned char *)last.data) == 0, "and answers the guest's request empty");
 	/* A big text: chunks of at most 2048 bytes, whole at the other end. */
 	size_t big = 100000;
 	char *b = malloc(big);

@@ -9,9 +9,9 @@
  * /dev/virtio-ports/), announces clipboard-by-demand, and then:
  *  - when the host grabs the clipboard, asks for its text and writes it
  *    to FILE (replaced whole: written beside it, then renamed);
- *  - with -o TEXT, grabs the clipboard as soon as the host announced
- *    itself (and again whenever it does) and answers every request for
- *    text with TEXT.
+ *  - with -o TEXT, grabs the clipboard once the host announced itself
+ *    (once: as an agent would after a copy) and answers requests for text
+ *    with TEXT until the host grabs the clipboard.
  * -d: into the background once the port is open (stderr then goes to
  * /run/clipagent.log).  Runs until killed.  Messages the host sends are
  * checked (chunk and message sizes); a stream out of step is dropped and
@@ -35,6 +35,7 @@ enum { CLIPBOARD = 4, ANNOUNCE = 6, GRAB = 7, REQUEST = 8, RELEASE = 9 };
 static int port = -1;
 static const char *offer;
 static const char *file;
+static int grabbed, owner;  /* offered once; the clipboard is still ours */
 
 static void put32(unsigned char *p, uint32_t v)
 {
@@ -131,12 +132,14 @@ static void handle(uint32_t type, const unsigned char *d, uint32_t size)
 			return;
 		if (get32(d))
 			send_caps(0);
-		if (offer && (get32(d + 4) & (1u << CAP_BY_DEMAND))) {
+		if (offer && !grabbed && (get32(d + 4) & (1u << CAP_BY_DEMAND))) {
 			send_u32(GRAB, UTF8_TEXT);
+			grabbed = owner = 1;
 			fprintf(stderr, "clipagent: offered %zu bytes\n", strlen(offer));
 		}
 		break;
 	case GRAB:
+		owner = 0;
 		for (uint32_t i = 0; i + 4 <= size; i += 4)
 			if (get32(d + i) == UTF8_TEXT) {
 				send_u32(REQUEST, UTF8_TEXT);
@@ -145,8 +148,7 @@ static void handle(uint32_t type, const unsigned char *d, uint32_t size)
 		break;
 	case REQUEST: {
 		unsigned char b[4];
-		/* A test tool: what it offers it always answers with. */
-		int have = offer && size >= 4 && get32(d) == UTF8_TEXT;
+		int have = offer && owner && size >= 4 && get32(d) == UTF8_TEXT;
 		put32(b, have ? UTF8_TEXT : 0);
 		send_msg(CLIPBOARD, b, 4, have ? offer : NULL, have ? strlen(offer) : 0);
 		break;

@@ -348,6 +348,11 @@ static void *agent_loop(void *arg)
 		}
 	}
 	free(in);
+	/* Whatever ended it, viewers' text now waits for the next attach. */
+	pthread_mutex_lock(&m->agent_lock);
+	m->agent_broken = true;
+	shutdown(m->agent_fd, SHUT_RDWR);
+	pthread_mutex_unlock(&m->agent_lock);
 	return NULL;
 }
 
@@ -409,10 +414,12 @@ static void agent_stop(struct mach *m)
 	pthread_mutex_lock(&m->agent_lock);
 	/* A viewer's text the guest may not have taken yet (the port's
 	 * connection ends with the screen's, a resume can drop it at once):
-	 * offered again on the next one. */
+	 * offered again on the next one, unless a newer one waits already
+	 * (set after the connection broke). */
 	size_t len;
 	const char *text = vdagent_host_text(m->agent, &len);
-	pending_set(m, text, len);
+	if (!m->pending)
+		pending_set(m, text, len);
 	vdagent_free(m->agent);
 	m->agent = NULL;
 	close(m->agent_fd);

@@ -41,7 +41,8 @@ HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/config.c hostd/db.c hostd/virt.c
 CLI_SRC     := cli/main.c cli/client.c cli/up.c cli/image.c cli/usage.c \
                cli/token.c cli/desktop.c
 SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/pool.c
-DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c
+DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c \
+               desktop/vdagent.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 
 # Objects shared by the daemon and the unit tests (everything but main).
@@ -81,6 +82,12 @@ $(BIN)/berth: $(call obj,$(CLI_SRC) $(COMMON_SRC))
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(OUT)/bench/%: $(call obj,bench/%.c $(LIB_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The bridge's vdagent parser is tested on its own (no hostd, no libvnc).
+$(OUT)/tests/test_vdagent: $(call obj,tests/unit/test_vdagent.c desktop/vdagent.c $(COMMON_SRC))
 	$(call quiet,LINK,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

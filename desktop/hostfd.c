@@ -14,18 +14,21 @@
 /* hostd may wake a machine before it answers an attach. */
 #define ANSWER_TIMEOUT_MS (5 * 60 * 1000)
 
-int hostfd_call(const char *sock, json_t *req, json_t **resp, int *fd, char *err,
-		size_t errlen)
+#define FDS_MAX 4
+
+int hostfd_call(const char *sock, json_t *req, json_t **resp, int *fds, size_t nfds,
+		char *err, size_t errlen)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	char buf[8192];
 	size_t len = 0;
-	int s = -1, got = -1, rc = -1;
+	int s = -1, got[FDS_MAX], rc = -1;
+	size_t ngot = 0;
 	char *line = NULL;
 
 	*resp = NULL;
-	if (fd)
-		*fd = -1;
+	for (size_t i = 0; i < nfds; i++)
+		fds[i] = -1;
 	if (strlen(sock) >= sizeof(sa.sun_path)) {
 		snprintf(err, errlen, "socket path too long: %s", sock);
 		return -1;
@@ -44,7 +47,7 @@ int hostfd_call(const char *sock, json_t *req, json_t **resp, int *fd, char *err
 	}
 	while (len < sizeof(buf) - 1 && !memchr(buf, '\n', len)) {
 		union {
-			char c[CMSG_SPACE(sizeof(int))];
+			char c[CMSG_SPACE(FDS_MAX * sizeof(int))];
 			struct cmsghdr align;
 		} u;
 		struct iovec iov = { buf + len, sizeof(buf) - 1 - len };
@@ -60,15 +63,20 @@ int hostfd_call(const char *sock, json_t *req, json_t **resp, int *fd, char *err
 			snprintf(err, errlen, "hostd closed the desktop socket without an answer");
 			goto out;
 		}
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-			    c->cmsg_len == CMSG_LEN(sizeof(int))) {
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+			    c->cmsg_len < CMSG_LEN(0))
+				continue;
+			size_t nf = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			for (size_t i = 0; i < nf; i++) {
 				int f;
-				memcpy(&f, CMSG_DATA(c), sizeof(int));
-				if (got >= 0)
-					close(got);
-				got = f;
+				memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+				if (ngot < FDS_MAX)
+					got[ngot++] = f;
+				else
+					close(f);
 			}
+		}
 		len += (size_t)r;
 	}
 	buf[len] = '\0';
@@ -78,13 +86,14 @@ int hostfd_call(const char *sock, json_t *req, json_t **resp, int *fd, char *err
 		goto out;
 	}
 	rc = 0;
-	if (fd) {
-		*fd = got;
-		got = -1;
+	for (size_t i = 0; i < nfds && i < ngot; i++) {
+		fds[i] = got[i];
+		got[i] = -1;
 	}
 out:
-	if (got >= 0)
-		close(got);
+	for (size_t i = 0; i < ngot; i++)
+		if (got[i] >= 0)
+			close(got[i]);
 	if (s >= 0)
 		close(s);
 	free(line);

@@ -292,7 +292,7 @@ static void viewer(int fd, char *rest, size_t head, const char *from)
 	}
 	req = json_pack("{s:s, s:s, s:s, s:s}", "op", "redeem", "token", token, "user", user,
 			"machine", name);
-	if (!req || hostfd_call(desktop_sock, req, &resp, NULL, err, sizeof(err)) < 0) {
+	if (!req || hostfd_call(desktop_sock, req, &resp, NULL, 0, err, sizeof(err)) < 0) {
 		log_error("redeem a token: %s", err);
 		drain(fd, head);
 		reply_error(fd, 503, "Service Unavailable", "hostd_unavailable", err);

@@ -1,11 +1,13 @@
 #include "desktop/screen.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 #include "common/util.h"
 #include "desktop/font.h"
 #include "desktop/hostfd.h"
+#include "desktop/vdagent.h"
 #include "common/banned.h"
 
 #define REFUSED_SLOTS 64
@@ -56,6 +59,16 @@ struct mach {
 				  up_alloc); up_update converts */
 	bool up_asked;         /* the next update is asked for already (see
 				  up_bitmap); on M's upstream thread only */
+	pthread_mutex_t agent_lock; /* writes to the agent; guards agent */
+	struct vdagent *agent; /* the clipboard (the guest's SPICE agent port),
+				  NULL: none (no port, or it broke) */
+	int agent_fd;
+	bool agent_broken;     /* a write gave up: the connection is shut */
+	char *pending;         /* a viewer's clipboard (UTF-8) for the next
+				  connection: set while there was none, or
+				  still the clipboard when one ended */
+	size_t pending_len;
+	pthread_t agent_thread;
 	pthread_t thread;
 	/* Under g_lock: */
 	int viewers;
@@ -280,12 +293,6 @@ static void up_finished(rfbClient *c)
 	atomic_fetch_add(&frames_in, 1);
 }
 
-static void up_cut(rfbClient *c, const char *text, int len)
-{
-	struct mach *m = rfbClientGetClientData(c, &tag);
-
-	rfbSendServerCutText(m->scr, (char *)text, len);
-}
 
 /* ---- viewers' input (libvncserver callbacks, on viewers' threads) ------- */
 
@@ -335,14 +342,204 @@ static void v_display(rfbClientPtr cl)
 	v->last_send_ms = now;
 }
 
+/* ---- the clipboard: the guest's SPICE agent port (desktop/vdagent.h) ---- */
+
+/* OUT to the agent, under agent_lock.  The guest drains the port only while
+ * its agent runs: a write that waits 2 s gives up and breaks the
+ * connection (a message cut short would leave the stream out of step). */
+static void agent_write(struct mach *m, const struct buf *out)
+{
+	size_t off = 0;
+
+	while (m->agent && !m->agent_broken && off < out->len) {
+		ssize_t n = send(m->agent_fd, out->data + off, out->len - off,
+				 MSG_DONTWAIT | MSG_NOSIGNAL);
+		int saved = n < 0 ? errno : 0;
+		if (n > 0) {
+			off += (size_t)n;
+			continue;
+		}
+		if (saved == EINTR)
+			continue;
+		struct pollfd p = { .fd = m->agent_fd, .events = POLLOUT };
+		bool full = saved == EAGAIN || saved == EWOULDBLOCK;
+		if (full && poll(&p, 1, 2000) > 0)
+			continue;
+		log_warn("%s: the guest's agent port: %s: clipboard off until the machine "
+			 "is attached again", m->title, full ? "not read for 2 s" :
+			 strerror(saved));
+		m->agent_broken = true;
+		shutdown(m->agent_fd, SHUT_RDWR);
+		return;
+	}
+}
+
+/* The guest's clipboard text (UTF-8) to every viewer of M: as UTF-8 to
+ * those that speak the extended clipboard, as ISO 8859-1 ('?' for what it
+ * cannot hold) to the others (noVNC). */
+static void agent_to_viewers(struct mach *m, char *text, size_t len)
+{
+	size_t l1len;
+	char *l1 = vdagent_utf8_to_latin1(text, len, &l1len);
+
+	if (!l1)
+		return;
+	log_info("%s: the guest's clipboard (%zu bytes) to the viewers", m->title, len);
+	rfbSendServerCutTextUTF8(m->scr, text, (int)len, l1, (int)l1len);
+	free(l1);
+}
+
+/* M's agent thread: reads the guest's messages until the port breaks or
+ * agent_stop shuts it down. */
+static void *agent_loop(void *arg)
+{
+	struct mach *m = arg;
+	char *in = malloc(16384);
+
+	for (; in;) {
+		ssize_t n = read(m->agent_fd, in, 16384);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		struct buf out = BUF_INIT;
+		char *text = NULL, err[160];
+		size_t tlen = 0;
+		pthread_mutex_lock(&m->agent_lock);
+		int rc = vdagent_feed(m->agent, in, (size_t)n, &out, &text, &tlen, err,
+				      sizeof(err));
+		agent_write(m, &out);
+		pthread_mutex_unlock(&m->agent_lock);
+		buf_free(&out);
+		if (text)
+			agent_to_viewers(m, text, tlen);
+		free(text);
+		if (rc < 0) {
+			log_warn("%s: the guest's agent: %s: clipboard off until the machine "
+				 "is attached again", m->title, err);
+			break;
+		}
+	}
+	free(in);
+	/* Whatever ended it, viewers' text now waits for the next attach. */
+	pthread_mutex_lock(&m->agent_lock);
+	m->agent_broken = true;
+	shutdown(m->agent_fd, SHUT_RDWR);
+	pthread_mutex_unlock(&m->agent_lock);
+	return NULL;
+}
+
+/* M's pending clipboard := TEXT (LEN bytes; NULL: none).  Under
+ * agent_lock. */
+static void pending_set(struct mach *m, const char *text, size_t len)
+{
+	char *copy = text ? malloc(len + 1) : NULL;
+
+	if (copy) {
+		memcpy(copy, text, len);
+		copy[len] = '\0';
+	}
+	free(m->pending);
+	m->pending = copy;
+	m->pending_len = copy ? len : 0;
+}
+
+/* Speak to the guest's agent on FD (M's now; -1: none). */
+static void agent_start(struct mach *m, int fd)
+{
+	struct buf out = BUF_INIT;
+
+	if (fd < 0)
+		return;
+	pthread_mutex_lock(&m->agent_lock);
+	m->agent = vdagent_new();
+	m->agent_fd = fd;
+	m->agent_broken = false;
+	if (m->agent) {
+		vdagent_hello(m->agent, &out);
+		if (m->pending) {
+			vdagent_offer(m->agent, m->pending, m->pending_len, &out);
+			pending_set(m, NULL, 0);
+		}
+		agent_write(m, &out);
+	}
+	if (!m->agent || pthread_create(&m->agent_thread, NULL, agent_loop, m) != 0) {
+		vdagent_free(m->agent);
+		m->agent = NULL;
+		m->agent_fd = -1;
+		close(fd);
+	}
+	pthread_mutex_unlock(&m->agent_lock);
+	buf_free(&out);
+}
+
+/* Stop M's agent thread and close its port. */
+static void agent_stop(struct mach *m)
+{
+	pthread_mutex_lock(&m->agent_lock);
+	bool on = m->agent != NULL;
+	if (on)
+		shutdown(m->agent_fd, SHUT_RDWR);
+	pthread_mutex_unlock(&m->agent_lock);
+	if (!on)
+		return;
+	pthread_join(m->agent_thread, NULL);
+	pthread_mutex_lock(&m->agent_lock);
+	/* A viewer's text the guest may not have taken yet (the port's
+	 * connection ends with the screen's, a resume can drop it at once):
+	 * offered again on the next one, unless a newer one waits already
+	 * (set after the connection broke). */
+	size_t len;
+	const char *text = vdagent_host_text(m->agent, &len);
+	if (!m->pending)
+		pending_set(m, text, len);
+	vdagent_free(m->agent);
+	m->agent = NULL;
+	close(m->agent_fd);
+	m->agent_fd = -1;
+	pthread_mutex_unlock(&m->agent_lock);
+}
+
+/* A viewer's clipboard TEXT (LEN bytes of UTF-8) to M's guest: now, or
+ * when the agent port is attached next (the machine is waking, or between
+ * two connections). */
+static void offer(struct mach *m, const char *text, size_t len)
+{
+	struct buf out = BUF_INIT;
+
+	pthread_mutex_lock(&m->agent_lock);
+	if (len > VDAGENT_TEXT_MAX)
+		log_info("%s: a viewer's clipboard of %zu bytes is over %u: dropped", m->title,
+			 len, VDAGENT_TEXT_MAX);
+	else if (!m->agent || m->agent_broken) {
+		log_info("%s: a viewer's clipboard waits for the machine's agent port", m->title);
+		pending_set(m, text, len);
+	} else if (vdagent_offer(m->agent, text, len, &out) == 0) {
+		agent_write(m, &out);
+	}
+	pthread_mutex_unlock(&m->agent_lock);
+	buf_free(&out);
+}
+
+/* A viewer's clipboard: noVNC sends ISO 8859-1 (libvncserver offers it
+ * no extended clipboard it would use), the guest wants UTF-8. */
 static void v_cut(char *text, int len, rfbClientPtr cl)
 {
 	struct mach *m = cl->screen->screenData;
+	size_t ulen;
+	char *u = len >= 0 ? vdagent_latin1_to_utf8(text, (size_t)len, &ulen) : NULL;
 
-	pthread_mutex_lock(&m->send_lock);
-	if (m->up)
-		SendClientCutText(m->up, text, len);
-	pthread_mutex_unlock(&m->send_lock);
+	if (!u)
+		return;
+	offer(m, u, ulen);
+	free(u);
+}
+
+/* The same from a viewer that speaks the extended clipboard: UTF-8. */
+static void v_cut_utf8(char *text, int len, rfbClientPtr cl)
+{
+	if (len >= 0)
+		offer(cl->screen->screenData, text, (size_t)len);
 }
 
 static void session_close(struct viewer *v, uint64_t bytes_out)
@@ -413,8 +610,10 @@ static void *upstream(void *arg)
 		json_t *req = json_pack("{s:s, s:s, s:s, s:b}", "op", "attach", "user", m->user,
 					"machine", m->name, "wake", wake);
 		json_t *resp = NULL;
-		int fd = -1;
-		int rc = req ? hostfd_call(cfg.desktop_sock, req, &resp, &fd, err, sizeof(err)) : -1;
+		int fds[2] = { -1, -1 };
+		int rc = req ? hostfd_call(cfg.desktop_sock, req, &resp, fds, 2, err,
+					   sizeof(err)) : -1;
+		int fd = fds[0], afd = fds[1];
 		json_decref(req);
 		if (rc < 0 || fd < 0) {
 			const char *code = NULL;
@@ -436,6 +635,8 @@ static void *upstream(void *arg)
 			json_decref(resp);
 			if (fd >= 0)
 				close(fd);
+			if (afd >= 0)
+				close(afd);
 			if (!transient) {
 				pthread_mutex_lock(&g_lock);
 				m->wake = false;
@@ -455,6 +656,8 @@ static void *upstream(void *arg)
 		rfbClient *c = rfbGetClient(8, 3, 4);
 		if (!c) {
 			close(fd);
+			if (afd >= 0)
+				close(afd);
 			sleep_ms(1000);
 			continue;
 		}
@@ -463,7 +666,9 @@ static void *upstream(void *arg)
 		c->GotFrameBufferUpdate = up_update;
 		c->FinishedFrameBufferUpdate = up_finished;
 		c->GotBitmap = up_bitmap;
-		c->GotXCutText = up_cut;
+		/* No GotXCutText: the clipboard is the agent's (QEMU 7.2 sends
+		 * its own only as extended cut text, which libvncclient 0.9.14
+		 * cannot read). */
 		c->canHandleNewFBSize = TRUE;
 		c->appData.encodingsString = "copyrect raw";
 		c->listenSpecified = TRUE;  /* connected already: hostd's descriptor */
@@ -472,6 +677,8 @@ static void *upstream(void *arg)
 		if (!rfbInitClient(c, NULL, NULL)) {  /* frees c (and closes fd), not its frame */
 			free(m->upfb);
 			m->upfb = NULL;
+			if (afd >= 0)
+				close(afd);
 			set_state(m, "stopped", "the machine's screen did not answer");
 			sleep_ms(1000);
 			continue;
@@ -479,6 +686,7 @@ static void *upstream(void *arg)
 		pthread_mutex_lock(&m->send_lock);
 		m->up = c;
 		pthread_mutex_unlock(&m->send_lock);
+		agent_start(m, afd);
 		set_state(m, "connected", NULL);
 		for (;;) {
 			pthread_mutex_lock(&g_lock);
@@ -507,6 +715,7 @@ static void *upstream(void *arg)
 		pthread_mutex_lock(&m->send_lock);
 		m->up = NULL;
 		pthread_mutex_unlock(&m->send_lock);
+		agent_stop(m);
 		rfbClientCleanup(c);
 		free(m->upfb);
 		m->upfb = NULL;
@@ -520,6 +729,10 @@ static void *upstream(void *arg)
 			sleep_ms(1000);
 		} else {
 			log_info("%s: no viewers, upstream closed", m->title);
+			/* Not offered to the guest hours later. */
+			pthread_mutex_lock(&m->agent_lock);
+			pending_set(m, NULL, 0);
+			pthread_mutex_unlock(&m->agent_lock);
 		}
 	}
 	return NULL;
@@ -564,9 +777,12 @@ static struct mach *mach_get(const char *user, const char *name)
 	m->scr->kbdAddEvent = v_key;
 	m->scr->ptrAddEvent = v_ptr;
 	m->scr->setXCutText = v_cut;
+	m->scr->setXCutTextUTF8 = v_cut_utf8;
 	m->scr->screenData = m;
 	rfbInitServer(m->scr);
 	pthread_mutex_init(&m->send_lock, NULL);
+	pthread_mutex_init(&m->agent_lock, NULL);
+	m->agent_fd = -1;
 	pthread_cond_init(&m->cv, NULL);
 	m->state = "connecting";
 	if (pthread_create(&m->thread, NULL, upstream, m) != 0) {

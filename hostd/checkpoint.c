@@ -224,7 +224,7 @@ static int restore_memory(struct hostd *h, struct machine *m, const char *mem, b
 			return err_set(e, 503, "no_port", "no free loopback port for %s", m->name);
 		m->ssh_port = p;
 	}
-	if (machine_xml(h, m, &xml, e) < 0)
+	if (machine_xml_for_image(h, m, mem, &xml, e) < 0)
 		goto out;
 	if (!foreign) {
 		rc = virt_restore(h->virt, mem, buf_str(&xml), e);

@@ -189,14 +189,15 @@ out:
 	return rc;
 }
 
-/* J as one line on FD, with PASS_FD (>= 0) passed along (SCM_RIGHTS). */
-static void send_json(int fd, json_t *j, int pass_fd)
+/* J as one line on FD, with the NFDS descriptors FDS passed along
+ * (SCM_RIGHTS, in this order). */
+static void send_json(int fd, json_t *j, const int *fds, size_t nfds)
 {
 	char *s = json_dumps(j, JSON_COMPACT);
 	struct iovec iov[2];
 	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
 	union {
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(2 * sizeof(int))];
 		struct cmsghdr align;
 	} u;
 
@@ -204,15 +205,15 @@ static void send_json(int fd, json_t *j, int pass_fd)
 		return;
 	iov[0] = (struct iovec){ s, strlen(s) };
 	iov[1] = (struct iovec){ (char *)"\n", 1 };
-	if (pass_fd >= 0) {
+	if (nfds > 0 && nfds <= 2) {
 		memset(&u, 0, sizeof(u));
 		mh.msg_control = u.buf;
-		mh.msg_controllen = sizeof(u.buf);
+		mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
 		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
 		c->cmsg_level = SOL_SOCKET;
 		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+		c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
 	}
 	if (sendmsg(fd, &mh, MSG_NOSIGNAL) < 0)
 		log_warn("desktop: answer to the bridge: %s", strerror(errno));
@@ -224,7 +225,7 @@ static void send_err(int fd, const struct err *e)
 	json_t *j = json_pack("{s:{s:i, s:s, s:s}}", "error", "status", e->status,
 			      "code", e->code, "message", e->msg);
 	if (j)
-		send_json(fd, j, -1);
+		send_json(fd, j, NULL, 0);
 	json_decref(j);
 }
 
@@ -254,6 +255,34 @@ static int connect_unix(const char *path, int timeout_ms, struct err *e)
 	}
 }
 
+/* A descriptor connected to the agent's socket PATH, or -1.  Never waits:
+ * QEMU takes one connection at a time, and a second one (an earlier
+ * bridge's not yet closed) could sit in its backlog, or find it full. */
+static int connect_agent(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd, fl;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -1;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -1;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		log_debug("desktop: no agent socket %s: %s", path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	/* The bridge reads it with blocking calls. */
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 static void attach(struct desktop *d, int cfd, const char *user, const char *name,
 		   bool wake)
 {
@@ -261,7 +290,7 @@ static void attach(struct desktop *d, int cfd, const char *user, const char *nam
 	struct machine m;
 	char path[PATH_MAX];
 	int64_t woke = -1;
-	int vfd = -1;
+	int vfd = -1, afd = -1;
 
 	if (db_machine_get(d->h->db, user, name, &m, &e) < 0)
 		goto out;
@@ -290,11 +319,19 @@ static void attach(struct desktop *d, int cfd, const char *user, const char *nam
 	vfd = connect_unix(path, 5000, &e);
 	if (vfd < 0)
 		goto out;
-	json_t *j = json_pack("{s:s, s:I}", "state", m.state, "woke_ms", (json_int_t)woke);
+	/* The clipboard's socket, QEMU's too when the screen's is there; a
+	 * machine whose domain predates it has none: no clipboard then. */
+	machine_agent_path(d->h, m.id, path, sizeof(path));
+	afd = connect_agent(path);
+	int fds[2] = { vfd, afd };
+	json_t *j = json_pack("{s:s, s:I, s:b}", "state", m.state, "woke_ms", (json_int_t)woke,
+			      "agent", afd >= 0);
 	if (j)
-		send_json(cfd, j, vfd);
+		send_json(cfd, j, fds, afd >= 0 ? 2 : 1);
 	json_decref(j);
 	close(vfd);
+	if (afd >= 0)
+		close(afd);
 out:
 	if (err_isset(&e)) {
 		log_info("desktop: attach %s/%s: %s", user, name, e.msg);
@@ -364,7 +401,7 @@ static void *serve(void *arg)
 		json_t *r = json_pack("{s:s, s:s, s:s}", "user", user, "machine", machine,
 				      "state", m.state);
 		if (r)
-			send_json(fd, r, -1);
+			send_json(fd, r, NULL, 0);
 		json_decref(r);
 	} else if (!strcmp(op, "attach")) {
 		attach(d, fd, user, machine, wake);

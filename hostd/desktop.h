@@ -14,10 +14,13 @@
  *       the token is spent whatever the outcome (a wrong user or machine
  *       burns it too); refusals: 403 invalid_token, token_used,
  *       token_expired, wrong_machine.
- *   {"op":"attach","user","machine","wake"} -> {"state","woke_ms"} and,
- *       in the same message (SCM_RIGHTS), a descriptor connected to the
- *       machine's VNC socket.  "wake" starts a stopped or suspended machine
- *       first; without it one that is not running is 409 not_running.
+ *   {"op":"attach","user","machine","wake"} -> {"state","woke_ms","agent"}
+ *       and, in the same message (SCM_RIGHTS), a descriptor connected to
+ *       the machine's VNC socket, then, when "agent" is true, one connected
+ *       to its SPICE agent port's socket (the clipboard; a machine whose
+ *       domain predates that port has none).  "wake" starts a stopped or
+ *       suspended machine first; without it one that is not running is
+ *       409 not_running.
  * Errors are {"error":{"status","code","message"}}.  One thread per
  * connection: a wake takes seconds and must not hold up the others. */
 #ifndef BERTH_DESKTOP_H

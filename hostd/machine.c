@@ -385,11 +385,18 @@ void machine_vnc_path(struct hostd *h, const char *id, char *out, size_t outlen)
 	snprintf(out, outlen, "%s/machines/%s/vnc.sock", h->cfg.state_dir, id);
 }
 
-int machine_xml(struct hostd *h, const struct machine *m, struct buf *xml, struct err *e)
+void machine_agent_path(struct hostd *h, const char *id, char *out, size_t outlen)
+{
+	snprintf(out, outlen, "%s/machines/%s/agent.sock", h->cfg.state_dir, id);
+}
+
+static int xml_render(struct hostd *h, const struct machine *m, bool agent, struct buf *xml,
+		      struct err *e)
 {
 	struct image img;
 	struct storage_vol_info vi;
 	char dir[PATH_MAX], seed[PATH_MAX], log[PATH_MAX], vnc[PATH_MAX], name[200];
+	char agent_sock[PATH_MAX];
 
 	if (db_image_get(h->db, m->image, &img, e) < 0 ||
 	    storage_vol_info(h->st, m->volume, &vi, e) < 0)
@@ -398,6 +405,7 @@ int machine_xml(struct hostd *h, const struct machine *m, struct buf *xml, struc
 	snprintf(seed, sizeof(seed), "%s/seed.iso", dir);
 	snprintf(log, sizeof(log), "%s/console.log", dir);
 	machine_vnc_path(h, m->id, vnc, sizeof(vnc));
+	machine_agent_path(h, m->id, agent_sock, sizeof(agent_sock));
 	dom_name(h, m, name, sizeof(name));
 	struct domain_spec s = {
 		.dom_name = name, .uuid = m->id, .owner = m->owner, .name = m->name,
@@ -407,8 +415,39 @@ int machine_xml(struct hostd *h, const struct machine *m, struct buf *xml, struc
 		.seed_path = seed, .mac = m->mac, .network = h->cfg.network,
 		.nat_network = h->cfg.nat_network, .ssh_port = m->ssh_port,
 		.console_log = log, .vnc_socket = vnc,
+		.agent_socket = agent ? agent_sock : NULL,
 	};
 	return virt_domain_xml(&s, xml, e);
+}
+
+int machine_xml(struct hostd *h, const struct machine *m, struct buf *xml, struct err *e)
+{
+	return xml_render(h, m, true, xml, e);
+}
+
+int machine_xml_for_image(struct hostd *h, const struct machine *m, const char *path,
+			  struct buf *xml, struct err *e)
+{
+	struct buf head = BUF_INIT;
+	size_t need = 64 * 1024, want;
+	char *saved = NULL;
+	int r;
+
+	do {
+		want = need;
+		buf_reset(&head);
+		r = zmem_head(path, want, &head, e);
+		if (r == 0)
+			r = virt_save_image_xml(head.data, head.len, &need, &saved, e);
+		if (r == 1 && (head.len < want || need <= want))
+			r = err_set(e, 500, "memory_image", "%s is truncated", path);
+	} while (r == 1);
+	buf_free(&head);
+	if (r < 0)
+		return -1;
+	r = xml_render(h, m, strstr(saved, "com.redhat.spice.0") != NULL, xml, e);
+	free(saved);
+	return r;
 }
 
 int machine_define(struct hostd *h, const struct machine *m, struct err *e)

@@ -71,8 +71,16 @@ void machine_end(struct hostd *h, struct machine *m);
 int machine_define(struct hostd *h, const struct machine *m, struct err *e);
 /* The UNIX socket QEMU serves machine ID's screen on (VNC). */
 void machine_vnc_path(struct hostd *h, const char *id, char *out, size_t outlen);
+/* The UNIX socket QEMU binds machine ID's SPICE agent port to (the
+ * clipboard, berth-desktop's). */
+void machine_agent_path(struct hostd *h, const char *id, char *out, size_t outlen);
 /* M's domain XML (as machine_define would define it) into XML. */
 int machine_xml(struct hostd *h, const struct machine *m, struct buf *xml, struct err *e);
+/* The same, for restoring the save image PATH: without the agent's channel
+ * when the image has none (saved before berth had one; libvirt refuses a
+ * restore whose devices differ). */
+int machine_xml_for_image(struct hostd *h, const struct machine *m, const char *path,
+			  struct buf *xml, struct err *e);
 int machine_do_start(struct hostd *h, struct machine *m, enum vstate vs, struct err *e);
 int machine_do_stop(struct hostd *h, struct machine *m, enum vstate vs, int timeout_s,
 		    struct err *e);

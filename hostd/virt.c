@@ -77,7 +77,7 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 	const char *fields[] = { s->dom_name, s->uuid, s->owner, s->name, s->kernel,
 				 s->initrd, s->cmdline, s->disk_path, s->disk_format,
 				 s->seed_path, s->mac, s->nat_network, s->console_log,
-				 s->vnc_socket };
+				 s->vnc_socket, s->agent_socket };
 	bool user, nat;
 
 	if (s->vcpus < 1 || s->memory < (1 << 20) || !s->disk_path ||
@@ -180,6 +180,16 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 		buf_adds(b, "    <graphics type='vnc' socket='");
 		buf_add_xml(b, s->vnc_socket);
 		buf_adds(b, "'/>\n");
+	}
+	if (s->agent_socket) {
+		/* The clipboard, for berth-desktop, which speaks the host side
+		 * of the SPICE agent protocol on it (docs/desktop.md).  A plain
+		 * socket chardev, not QEMU's qemu-vdagent: that one blocks
+		 * migration, so save and memory snapshots. */
+		buf_adds(b, "    <channel type='unix'>\n      <source mode='bind' path='");
+		buf_add_xml(b, s->agent_socket);
+		buf_adds(b, "'/>\n      <target type='virtio' name='com.redhat.spice.0'/>\n"
+			    "    </channel>\n");
 	}
 	buf_adds(b, "    <video><model type='vga'/></video>\n"
 		    "    <memballoon model='none'/>\n"

@@ -42,6 +42,9 @@ struct domain_spec {
 	int ssh_port;              /* "user": 127.0.0.1:PORT -> guest :22 */
 	const char *console_log;   /* serial console is logged here */
 	const char *vnc_socket;    /* the screen: VNC on this UNIX socket (NULL: none) */
+	const char *agent_socket;  /* the clipboard: a virtio-serial port named
+				      com.redhat.spice.0 (the vdagent's), bound
+				      to this UNIX socket (NULL: none) */
 };
 
 /* Render the domain XML for S into OUT.  Pure: no libvirt call.  Every

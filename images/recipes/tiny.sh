@@ -30,6 +30,9 @@
 #  - the ACPI power button (virDomainShutdown, QEMU system_powerdown) powers
 #    off cleanly (busybox acpid); `poweroff` and `reboot` work.
 #  - root shells on ttyS0 and tty1; boot messages on ttyS0.
+#  - /usr/bin/clipagent: the guest side of the SPICE agent's clipboard on
+#    the com.redhat.spice.0 virtio port (images/recipes/tiny/clipagent.c),
+#    started by the desktop test, not at boot.
 set -Eeuo pipefail
 umask 022
 
@@ -39,7 +42,7 @@ ROOT_SIZE=256M
 # Modules the initramfs loads (with their dependencies, in this order).
 # A name the kernel has built in is skipped.
 MODULES="virtio_pci virtio_blk virtio_net ext4 crc32c_generic isofs af_packet
-button evdev"
+button evdev virtio_console"
 # Loaded when this kernel has them, silently skipped otherwise.
 OPTIONAL_MODULES="virtio_rng psmouse"
 
@@ -280,6 +283,13 @@ $BUSYBOX --list-full | while read -r a; do
 	esac
 	ln -s /bin/busybox "$R/$a"
 done
+
+# The clipboard's guest side (desktop tests): clipagent speaks the SPICE
+# agent protocol on the com.redhat.spice.0 virtio port (virtio_console).
+command -v cc >/dev/null 2>&1 || die "cc not found (install gcc and libc6-dev)"
+cc -static -O2 -Wall -o "$R/usr/bin/clipagent" \
+	"$(dirname -- "${BASH_SOURCE[0]}")/tiny/clipagent.c" ||
+	die "cannot build clipagent"
 
 # dropbear, dbclient, sftp-server, rsync and exactly the libraries ldd
 # lists, plus the loader.

@@ -12,6 +12,12 @@
 //   mouse ID X Y [click]         move the pointer to the screen's pixel X,Y
 //                                (the canvas may be scaled), then click there
 //   type ID TEXT...              click the screen, type TEXT and Enter
+//   clipset ID TEXT...           put TEXT in the page's clipboard box, as
+//                                typing there would (it goes to the machine)
+//   clipwait ID TEXT... [S]      until the page's clipboard box holds TEXT
+//                                (the machine's clipboard arrived); S: the
+//                                last word when it is a number (default 30)
+//   clip ID                      what the page's clipboard box holds
 //   shot ID FILE                 a screenshot
 //   close ID | quit
 import { createRequire } from 'node:module';
@@ -130,6 +136,29 @@ for await (const line of rl) {
       await p.keyboard.type(a.join(' '), { delay: 30 });
       await p.keyboard.press('Enter');
       say('ok typed');
+    } else if (cmd === 'clipset') {
+      const text = a.join(' ');
+      await p.evaluate((t) => {
+        const el = document.getElementById('clipboard');
+        el.value = t;
+        el.dispatchEvent(new Event('input'));
+      }, text);
+      say(`ok ${text}`);
+    } else if (cmd === 'clipwait') {
+      let secs = 30;
+      if (a.length > 1 && /^[0-9]+$/.test(a[a.length - 1])) secs = Number(a.pop());
+      const want = a.join(' ');
+      const end = Date.now() + secs * 1000;
+      let got = '';
+      for (;;) {
+        got = await p.evaluate(() => document.getElementById('clipboard').value);
+        if (got === want) break;
+        if (Date.now() > end) throw new Error(`the clipboard box holds ${JSON.stringify(got)}, wanted ${JSON.stringify(want)}`);
+        await new Promise((res) => setTimeout(res, 100));
+      }
+      say(`ok ${got}`);
+    } else if (cmd === 'clip') {
+      say(`ok ${await p.evaluate(() => document.getElementById('clipboard').value)}`);
     } else if (cmd === 'shot') {
       await p.screenshot({ path: a[0] });
       say(`ok ${a[0]}`);

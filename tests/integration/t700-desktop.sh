@@ -4,8 +4,9 @@
 # console pattern read from the canvas, typing and a mouse click that reach
 # the guest, two viewers seeing the same update, live desktop sessions in
 # hostd, refused tokens (reused, expired, another user's or machine's,
-# unknown), waking a suspended machine with a visible "waking" state, and
-# a viewer that stays across suspend/resume and a restart.
+# unknown), waking a suspended machine with a visible "waking" state, a
+# viewer that stays across suspend/resume and a restart, and the clipboard
+# both ways (the guest's SPICE agent port, the tiny image's clipagent).
 . "$(dirname "$0")/../lib.sh"
 
 NODE_MODULES=$ROOT/build/node/node_modules
@@ -414,6 +415,53 @@ for _ in $(seq 120); do
 	sleep 0.1
 done
 check_eq "the bridge reopened it after hostd's restart" 1 "$sess"
+# The clipboard both ways, through the guest's SPICE agent port: the bridge
+# is the agent's host (desktop/vdagent.h), the tiny image's clipagent the
+# guest's agent.  noVNC sends ISO 8859-1 (libvncserver offers it no
+# extended-clipboard Notify): é is one byte and must reach the guest as
+# UTF-8.  The other way libvncserver hands noVNC UTF-8 (extended clipboard
+# Provide), so a € arrives whole.
+for _ in $(seq 60); do berth exec dt -- true 2>/dev/null && break; sleep 1; done
+berth exec dt -- clipagent -d /tmp/clip-in || not_ok "clipagent starts in the guest"
+# guest_clip WANT: until the guest's /tmp/clip-in holds WANT (30 s); its
+# bytes in hex on stdout.
+guest_clip() {
+	local want hex
+	want=$(printf '%s' "$1" | od -An -tx1 | tr -d ' \n')
+	for _ in $(seq 30); do
+		hex=$(berth exec dt -- od -An -tx1 /tmp/clip-in 2>/dev/null | tr -d ' \n')
+		[ "$hex" = "$want" ] && break
+		sleep 1
+	done
+	echo "$hex"
+}
+CLIP_IN="from the browser: café"
+brc "text is put in the page's clipboard box" clipset C "$CLIP_IN"
+check_eq "it arrives in the guest, é as UTF-8" \
+	"$(printf '%s' "$CLIP_IN" | od -An -tx1 | tr -d ' \n')" "$(guest_clip "$CLIP_IN")"
+check "the bridge spoke to the guest's agent" grep -q "agent: the guest's agent is there" \
+	"$T/desktop.log"
+# The guest's agent restarts, now offering its own text.
+berth exec dt -- killall clipagent || not_ok "clipagent stops"
+berth exec dt -- clipagent -d -o "from the guest: ü €" /tmp/clip-in ||
+	not_ok "clipagent starts again, offering text"
+brc "the guest's clipboard appears in the page, € and all" clipwait C "from the guest: ü €" 30
+# Across a suspend and resume the bridge attaches the agent port again; text
+# put in the page while the machine sleeps reaches it when it is back.
+berth suspend dt >/dev/null || not_ok "suspend dt (clipboard)"
+brc "the page shows 'machine stopped' (clipboard)" wait C stopped 30
+CLIP_IN2="while it slept: naïve"
+brc "text is put in the box while the machine is suspended" clipset C "$CLIP_IN2"
+berth resume dt >/dev/null || not_ok "resume dt (clipboard)"
+brc "the page reconnects (clipboard)" wait C connected 60
+check_eq "the text arrives in the guest once it is back" \
+	"$(printf '%s' "$CLIP_IN2" | od -An -tx1 | tr -d ' \n')" "$(guest_clip "$CLIP_IN2")"
+CLIP_IN3="after the resume: Ærø"
+brc "new text in the page's clipboard box" clipset C "$CLIP_IN3"
+check_eq "and text put in the box after the resume" \
+	"$(printf '%s' "$CLIP_IN3" | od -An -tx1 | tr -d ' \n')" "$(guest_clip "$CLIP_IN3")"
+berth exec dt -- killall clipagent 2>/dev/null
+
 echo quit >&"${NODE[1]}"
 for _ in $(seq 100); do kill -0 "$BRW_PID" 2>/dev/null || break; sleep 0.1; done
 kill "$BRW_PID" 2>/dev/null

@@ -419,12 +419,43 @@ static void test_invalid(void)
 	}
 }
 
+/* The clipboard: the SPICE agent's virtio-serial port on a UNIX socket
+ * (berth-desktop), only when asked. */
+static void test_agent(void)
+{
+	struct domain_spec s = spec_user();
+	struct err e;
+	char *xml;
+	int rc;
+
+	xml = render(&s, &rc, &e);
+	check_lacks(xml, "<channel", "agent: none without a socket");
+	free(xml);
+	s.agent_socket = "/var/lib/berth/machines/1/agent.sock";
+	xml = render(&s, &rc, &e);
+	check(rc == 0, "agent: renders");
+	check_has(xml, "<channel type='unix'>\n      <source mode='bind' "
+		  "path='/var/lib/berth/machines/1/agent.sock'/>\n      <target type='virtio' "
+		  "name='com.redhat.spice.0'/>\n    </channel>", "agent: the channel on the socket");
+	check_lacks(xml, "qemu-vdagent", "agent: not QEMU's own vdagent (it blocks save)");
+	check_wellformed(xml, "agent: well-formed (xmllint)");
+	check_schema(xml, "agent: valid per libvirt's schema");
+	free(xml);
+	s.agent_socket = "/tmp/a'g&<.sock";
+	xml = render(&s, &rc, &e);
+	check_has(xml, "path='/tmp/a&apos;g&amp;&lt;.sock'", "agent: socket path escaped");
+	free(xml);
+	s.agent_socket = "/tmp/a\001.sock";
+	refused(&s, "agent socket with a control character");
+}
+
 int main(void)
 {
 	test_user();
 	test_nat();
 	test_escaping();
 	test_vnc();
+	test_agent();
 	test_invalid();
 	return tap_done("test_domain_xml");
 }

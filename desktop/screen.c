@@ -57,8 +57,6 @@ struct mach {
 				  never frees it */
 	bool up_native;        /* up sends in QEMU's own pixel format (see
 				  up_alloc); up_update converts */
-	bool up_asked;         /* the next update is asked for already (see
-				  up_bitmap); on M's upstream thread only */
 	pthread_mutex_t agent_lock; /* writes to the agent; guards agent */
 	struct vdagent *agent; /* the clipboard (the guest's SPICE agent port),
 				  NULL: none (no port, or it broke) */
@@ -196,9 +194,10 @@ static int resize(struct mach *m, int w, int h)
  * colour (x8r8g8b8), the bridge asks for exactly that: QEMU's encoder then
  * copies bytes instead of converting each pixel on its one VNC worker
  * thread, and up_update converts while copying, once for all viewers.
- * Measured with a page-flipping 1280x800 guest: asking for the screen's
- * own format, 2 of 3 bridge runs got 0.3-0.5 screens/s while direct
- * clients got 29-32; asking for QEMU's, 33 (QEMU's cap) like direct. */
+ * Measured with a page-flipping 1280x800 guest (raw, 6 s runs): QEMU used
+ * 58 % of a core asking for the screen's format, 30 % asking for its own,
+ * for the same 32.5 screens/s; with two CPU-bound processes beside it,
+ * 27.3 screens/s against 31.9. */
 static void up_choose_format(struct mach *m, rfbClient *c)
 {
 	const rfbPixelFormat *q = &c->si.format;
@@ -258,38 +257,9 @@ static void up_update(rfbClient *c, int x, int y, int w, int h)
 	atomic_fetch_add(&rects_in, 1);
 }
 
-/* A raw rectangle's next rows, as read: libvncclient's own copy, plus one
- * thing.  When the first rows of an update arrive, the next update is
- * asked for at once, not only after the last row (libvncclient asks then
- * too; QEMU merges the two).  QEMU answers at its next refresh, and each
- * refresh (30 ms at best) that finds changes but no request adds 50 ms to
- * its refresh interval, up to 3 s (vnc_refresh): reading 4 MB at 1280x800
- * takes long enough on a loaded host that the request after the last row
- * often missed a refresh.  QEMU queues at most about one update for a
- * client (its throttle), so asking early adds no backlog beyond that.
- * Measured on a loaded host (load 2 on 2 cores), 8 rounds each: median
- * 26.6 screens/s asking early, 21.7 without; both far from steady there. */
-static void up_bitmap(rfbClient *c, const uint8_t *buf, int x, int y, int w, int h)
-{
-	struct mach *m = rfbClientGetClientData(c, &tag);
-	size_t row = (size_t)w * 4, stride = (size_t)c->width * 4;
-
-	if (!m->up_asked) {
-		m->up_asked = true;
-		SendIncrementalFramebufferUpdateRequest(c);
-	}
-	if (!c->frameBuffer || c->format.bitsPerPixel != 32 || x < 0 || y < 0 || w < 0 ||
-	    h < 0 || x + w > c->width || y + h > c->height)
-		return;
-	for (int i = 0; i < h; i++)
-		memcpy(c->frameBuffer + (size_t)(y + i) * stride + (size_t)x * 4, buf + i * row, row);
-}
-
 static void up_finished(rfbClient *c)
 {
-	struct mach *m = rfbClientGetClientData(c, &tag);
-
-	m->up_asked = false;
+	(void)c;
 	atomic_fetch_add(&frames_in, 1);
 }
 
@@ -665,7 +635,6 @@ static void *upstream(void *arg)
 		c->MallocFrameBuffer = up_alloc;
 		c->GotFrameBufferUpdate = up_update;
 		c->FinishedFrameBufferUpdate = up_finished;
-		c->GotBitmap = up_bitmap;
 		/* No GotXCutText: the clipboard is the agent's (QEMU 7.2 sends
 		 * its own only as extended cut text, which libvncclient 0.9.14
 		 * cannot read). */
@@ -695,12 +664,11 @@ static void *upstream(void *arg)
 			if (n == 0)
 				break;
 			/* libvncclient may hold the start of the next message
-			 * in its own buffer (c->buffered), where select() in
-			 * WaitForMessage cannot see it.  Since up_bitmap asks
-			 * early, QEMU's next update can follow the current one
-			 * at once and be read with its end; waiting on the
-			 * socket would then leave it there until QEMU sent
-			 * something else. */
+			 * in its own buffer (c->buffered: it reads up to 8 KiB
+			 * when it needs a few bytes), where select() in
+			 * WaitForMessage cannot see it; waiting on the socket
+			 * would leave it there until QEMU sent something
+			 * else. */
 			int r = c->buffered > 0 ? 1 : WaitForMessage(c, 200000);
 			if (r < 0)
 				break;

@@ -9,7 +9,14 @@
  * the screen's size, 32 bpp) are drawn once into three KMS dumb buffers in
  * video memory; then, RATE times a second (default 60), the CRTC is pointed
  * at the next one.  Three, not two: QEMU looks at the screen about every
- * 30 ms, and two flips between looks would bring back the frame it saw.  On bochs that is a
+ * 30 ms, and two flips between looks would bring back the frame it saw.
+ * And before each flip the number of the flip is written into the first
+ * 32 pixels of the frame about to be shown (red and blue bits): QEMU adds
+ * 50 ms to its refresh interval at every look that finds nothing changed,
+ * and three frames at 60 flips/s repeat every 50 ms, so once its interval
+ * was a multiple of 50 ms every look found the frame it had seen and the
+ * interval grew to 3 s (0.3 screens/s in some runs).  Every shown frame
+ * now differs from every earlier one.  On bochs that is a
  * write of the display start register, so every refresh QEMU shows a
  * complete new frame while the guest spends almost no CPU: what is measured
  * is the display path (QEMU's VGA, its VNC server, berth-desktop, the
@@ -155,8 +162,10 @@ static void find_output(int fd, struct drm_mode_crtc *crtc, uint32_t *connector)
 }
 
 /* A dumb buffer of the mode's size, filled with one 32-bit pixel value,
- * registered as a framebuffer; returns its id. */
-static uint32_t make_frame(int fd, const struct drm_mode_modeinfo *m, uint32_t pixel)
+ * registered as a framebuffer; returns its id, and in *MAPPED the buffer,
+ * mapped. */
+static uint32_t make_frame(int fd, const struct drm_mode_modeinfo *m, uint32_t pixel,
+			   uint32_t **mapped)
 {
 	struct drm_mode_create_dumb cd = { .width = m->hdisplay, .height = m->vdisplay, .bpp = 32 };
 	struct drm_mode_fb_cmd fb = { 0 };
@@ -177,7 +186,7 @@ static uint32_t make_frame(int fd, const struct drm_mode_modeinfo *m, uint32_t p
 		die("mmap of a dumb buffer");
 	for (size_t i = 0; i < cd.size / 4; i++)
 		p[i] = pixel;
-	munmap(p, cd.size);
+	*mapped = p;
 	return fb.fb_id;
 }
 
@@ -197,7 +206,7 @@ int main(int argc, char **argv)
 	const char *countfile = NULL;
 	double rate = 60;
 	struct drm_mode_crtc crtc;
-	uint32_t connector, frames[NFRAMES];
+	uint32_t connector, frames[NFRAMES], *maps[NFRAMES];
 	struct timespec next;
 	struct sigaction sa = { .sa_handler = on_signal };
 	long period_ns;
@@ -235,13 +244,15 @@ int main(int argc, char **argv)
 	}
 	find_output(fd, &crtc, &connector);
 	for (size_t i = 0; i < NFRAMES; i++)
-		frames[i] = make_frame(fd, &crtc.mode, colours[i]);
+		frames[i] = make_frame(fd, &crtc.mode, colours[i], &maps[i]);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 
 	period_ns = (long)(1e9 / rate);
 	clock_gettime(CLOCK_MONOTONIC, &next);
 	while (!stop) {
+		for (int bit = 0; bit < 32; bit++)
+			maps[n % NFRAMES][bit] = (n + 1) >> bit & 1 ? 0x00ff0000 : 0x000000ff;
 		if (show(fd, &crtc, &connector, frames[n % NFRAMES]) < 0) {
 			if (errno == EINTR)
 				continue;

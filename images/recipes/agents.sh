@@ -123,6 +123,7 @@ DESKTOP_PACKAGES=(
 	xserver-xorg-core xserver-xorg-input-libinput lightdm
 	lightdm-gtk-greeter xfce4 xfce4-terminal dbus-user-session dbus-x11
 	fonts-dejavu-core adwaita-icon-theme x11-xserver-utils
+	spice-vdagent xclip
 )
 # Timers and services that only slow a TCG boot or do nothing in a VM
 # booted by hostd (dockerd and containerd start when docker.socket is

@@ -55,8 +55,6 @@ struct mach {
 	rfbClient *up;
 	char *upfb;            /* up's frame buffer (up_alloc's): libvncclient
 				  never frees it */
-	bool up_native;        /* up sends in QEMU's own pixel format (see
-				  up_alloc); up_update converts */
 	pthread_mutex_t agent_lock; /* writes to the agent; guards agent */
 	struct vdagent *agent; /* the clipboard (the guest's SPICE agent port),
 				  NULL: none (no port, or it broke) */
@@ -201,13 +199,12 @@ static int resize(struct mach *m, int w, int h)
 static void up_choose_format(struct mach *m, rfbClient *c)
 {
 	const rfbPixelFormat *q = &c->si.format;
-
-	m->up_native = q->bitsPerPixel == 32 && q->depth == 24 && q->trueColour &&
-		       !q->bigEndian && q->redMax == 255 && q->greenMax == 255 &&
-		       q->blueMax == 255 && q->redShift % 8 == 0 && q->greenShift % 8 == 0 &&
-		       q->blueShift % 8 == 0 && q->redShift <= 24 && q->greenShift <= 24 &&
-		       q->blueShift <= 24;
-	c->format = m->up_native ? *q : m->scr->serverFormat;
+	bool native = q->bitsPerPixel == 32 && q->depth == 24 && q->trueColour &&
+		      !q->bigEndian && q->redMax == 255 && q->greenMax == 255 &&
+		      q->blueMax == 255 && q->redShift % 8 == 0 && q->greenShift % 8 == 0 &&
+		      q->blueShift % 8 == 0 && q->redShift <= 24 && q->greenShift <= 24 &&
+		      q->blueShift <= 24;
+	c->format = native ? *q : m->scr->serverFormat;
 }
 
 static rfbBool up_alloc(rfbClient *c)
@@ -241,7 +238,7 @@ static void up_update(rfbClient *c, int x, int y, int w, int h)
 		const uint32_t *src = (const uint32_t *)(c->frameBuffer +
 							 ((size_t)row * c->width + x) * 4);
 
-		if (!m->up_native || same) {
+		if (same) {
 			memcpy(dst, src, (size_t)w * 4);
 			continue;
 		}

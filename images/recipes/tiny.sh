@@ -98,7 +98,7 @@ CACHE=${BERTH_CACHE:-/var/cache/berth}
 
 [ "$(id -u)" = 0 ] || die "must run as root (the root filesystem's files must belong to root)"
 for tool in apt-get apt-cache dpkg-deb depmod modprobe cpio gzip mke2fs \
-	qemu-img ldd flock; do
+	qemu-img ldd flock cc; do
 	command -v "$tool" >/dev/null 2>&1 ||
 		die "$tool not found (run deploy/install-deps.sh run)"
 done
@@ -286,7 +286,6 @@ done
 
 # The clipboard's guest side (desktop tests): clipagent speaks the SPICE
 # agent protocol on the com.redhat.spice.0 virtio port (virtio_console).
-command -v cc >/dev/null 2>&1 || die "cc not found (install gcc and libc6-dev)"
 cc -static -O2 -Wall -o "$R/usr/bin/clipagent" \
 	"$(dirname -- "${BASH_SOURCE[0]}")/tiny/clipagent.c" ||
 	die "cannot build clipagent"
@@ -308,7 +307,6 @@ done
 # tiny-fb: fbflip (tiny-fb/fbflip.c), which shows whole frames in turn by
 # page flipping, for bench/desktop.py; static, so it needs no more libraries.
 if [ -n "$FB" ]; then
-	command -v cc >/dev/null 2>&1 || die "cc not found (run deploy/install-deps.sh build)"
 	cc -static -O2 -Wall -o "$R/usr/bin/fbflip" \
 		"$(dirname -- "${BASH_SOURCE[0]}")/tiny-fb/fbflip.c" ||
 		die "cannot build fbflip (static linking needs libc6-dev)"

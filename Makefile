@@ -33,7 +33,7 @@ endif
 COMMON_SRC  := common/log.c common/util.c common/run.c common/buf.c \
                common/err.c common/sshexec.c common/hostapi.c common/daemon.c
 STORAGE_SRC := storage/storage.c storage/qcow2.c storage/lvm_thin.c storage/volio.c
-HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/config.c hostd/db.c hostd/virt.c \
+HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/busy.c hostd/config.c hostd/db.c hostd/virt.c \
                hostd/seed.c hostd/api.c hostd/machine.c hostd/image.c \
                hostd/keys.c hostd/checkpoint.c hostd/userkeys.c hostd/sessions.c \
                hostd/catalog.c hostd/zmem.c hostd/meter.c hostd/usage.c hostd/metrics.c \

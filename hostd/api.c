@@ -505,7 +505,7 @@ static struct reply ssh_credential(struct api *a, const char *owner, const char 
 	/* "running" with an operation under way may be a suspend (the idle
 	 * policy's): its end is waited for (up to a minute), then the state
 	 * read again, so a connection never gets a guest being saved. */
-	for (int64_t t0 = mono_ms(); !strcmp(m.state, "running") && hostd_busy(a->h, m.id) &&
+	for (int64_t t0 = mono_ms(); !strcmp(m.state, "running") && busy_held(a->h->busy, m.id) &&
 	     mono_ms() - t0 < 60000;) {
 		usleep(100 * 1000);
 		if (db_machine_get(a->h->db, owner, name, &m, &e) < 0)

@@ -661,17 +661,17 @@ struct import *import_begin(struct hostd *h, const struct import_opts *o, struct
 	snprintf(im->cmdline, sizeof(im->cmdline), "%s", o->cmdline ? o->cmdline : "");
 	snprintf(im->user, sizeof(im->user), "%s", o->user ? o->user : "root");
 	im->length = o->length;
-	if (hostd_busy_acquire(h, im->key, "import", o->name, e) < 0) {
+	if (busy_acquire(h->busy, im->key, "import", o->name, e) < 0) {
 		free(im);
 		return NULL;
 	}
 	if (db_image_get(h->db, o->name, &img, NULL) == 0) {
-		hostd_busy_release(h, im->key);
+		busy_release(h->busy, im->key);
 		free(im);
 		return err_set(e, 409, "exists", "image %s exists", o->name), NULL;
 	}
 	if (storage_vol_exists(h->st, im->volume)) {
-		hostd_busy_release(h, im->key);
+		busy_release(h->busy, im->key);
 		free(im);
 		return err_set(e, 409, "exists", "volume %s exists (an image being deleted?)",
 			       im->volume), NULL;
@@ -722,7 +722,7 @@ static void import_free(struct import *im, bool keep_volume)
 	pthread_mutex_destroy(&im->hmu);
 	pthread_cond_destroy(&im->hcv);
 	EVP_MD_CTX_free(im->md);
-	hostd_busy_release(im->h, im->key);
+	busy_release(im->h->busy, im->key);
 	free(im);
 }
 
@@ -1059,7 +1059,7 @@ ssize_t export_read(struct export *x, void *buf, size_t max)
 				}
 				x->zin = (ZSTD_inBuffer){ zero ? x->zeros : x->in, n, 0 };
 				x->off += n;
-				hostd_busy_progress(x->h, x->m.id, x->off, x->size);
+				busy_progress(x->h->busy, x->m.id, x->off, x->size);
 			}
 		}
 		size_t r = ZSTD_compressStream2(x->cz, &out, &x->zin,

@@ -388,10 +388,10 @@ out:
 		return -1;
 	if (live) {
 		/* The fork starts from the source's memory in its own domain. */
-		if (hostd_busy_acquire(h, f.id, "fork", f.name, e) < 0 ||
+		if (busy_acquire(h->busy, f.id, "fork", f.name, e) < 0 ||
 		    (rc = restore_memory(h, &f, mem, true, e)) < 0) {
 			unlink(mem);
-			hostd_busy_release(h, f.id);
+			busy_release(h->busy, f.id);
 			machine_delete(h, owner, new_name, NULL);
 			volume_gc(h, base);
 			return -1;
@@ -400,7 +400,7 @@ out:
 		/* As below: a thin snapshot made only to fork from goes now. */
 		volume_gc(h, base);
 		db_machine_set_state(h->db, f.id, "running", NULL);
-		hostd_busy_release(h, f.id);
+		busy_release(h->busy, f.id);
 		log_info("live fork %s/%s -> %s", owner, name, new_name);
 		rename_running(h, &f);
 		if (wait && machine_wait_ready(h, &f, h->cfg.boot_timeout_s, e) < 0)

@@ -11,14 +11,13 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "hostd/busy.h"
 #include "hostd/config.h"
 #include "hostd/db.h"
 #include "hostd/keys.h"
 #include "hostd/sessions.h"
 #include "hostd/virt.h"
 #include "storage/storage.h"
-
-#define BUSY_MAX 256
 
 struct hostd {
 	struct config cfg;
@@ -51,27 +50,8 @@ struct hostd {
 	pthread_mutex_t usage_lock;
 	pthread_cond_t usage_cv;
 
-	/* Operations in progress, by machine id or "image:NAME": a second
-	 * operation on the same object gets 409 instead of racing. */
-	pthread_mutex_t busy_lock;
-	struct {
-		char key[80];
-		const char *op;
-		uint64_t done, total;  /* progress of a long one, in bytes */
-	} busy[BUSY_MAX];
+	struct busy *busy;          /* operations in progress (hostd/busy.h) */
 };
-
-/* Mark KEY busy with OP.  409 "busy" naming WHAT when it already is. */
-int hostd_busy_acquire(struct hostd *h, const char *key, const char *op,
-		       const char *what, struct err *e);
-void hostd_busy_release(struct hostd *h, const char *key);
-bool hostd_busy(struct hostd *h, const char *key);
-/* The operation on KEY has done DONE of TOTAL bytes. */
-void hostd_busy_progress(struct hostd *h, const char *key, uint64_t done, uint64_t total);
-/* The operation on KEY and its progress (TOTAL 0: none told); false when
- * KEY is not busy. */
-bool hostd_busy_get(struct hostd *h, const char *key, const char **op, uint64_t *done,
-		    uint64_t *total);
 
 /* Test hook: when $BERTH_TEST_CRASH_AT equals POINT, log it, write
  * STATE/crash-point and stop here for good, so a test can SIGKILL hostd in

@@ -171,7 +171,7 @@ static void activity(struct hostd *h, const struct machine *m, struct seen *copy
 		copy->cpu_percent = 0;
 		copy->cpu_ms = 0;
 	}
-	if (hostd_busy(h, m->id))
+	if (busy_held(h->busy, m->id))
 		snprintf(why, whylen, "operation");
 	else if (sessions_count(h->sessions, m->id) > 0)
 		snprintf(why, whylen, "session");
@@ -190,7 +190,7 @@ static bool active_since(struct hostd *h, const struct machine *m, int64_t since
 	struct seen *s;
 	bool active;
 
-	if (sessions_count(h->sessions, m->id) > 0 || hostd_busy(h, m->id))
+	if (sessions_count(h->sessions, m->id) > 0 || busy_held(h->busy, m->id))
 		return true;
 	pthread_mutex_lock(&d->lock);
 	s = find(d, m->id, false);

@@ -99,7 +99,7 @@ int image_build(struct hostd *h, const char *recipe, const char *name,
 	/* One build per name: a second would run the whole recipe only to
 	 * find the name taken at its import. */
 	snprintf(mark, sizeof(mark), "build:%s", name);
-	if (hostd_busy_acquire(h, mark, "build", name, e) < 0) {
+	if (busy_acquire(h->busy, mark, "build", name, e) < 0) {
 		snprintf(e->msg, sizeof(e->msg), "image %s is being built already", name);
 		return -1;
 	}
@@ -140,7 +140,7 @@ int image_build(struct hostd *h, const char *recipe, const char *name,
 out:
 	if (tmp[0])
 		remove_recursive(tmp);
-	hostd_busy_release(h, mark);
+	busy_release(h->busy, mark);
 	return rc;
 }
 
@@ -153,7 +153,7 @@ int image_delete(struct hostd *h, const char *name, struct err *e)
 	if (db_image_get(h->db, name, &img, e) < 0)
 		return -1;
 	snprintf(key, sizeof(key), "image:%s", name);
-	if (hostd_busy_acquire(h, key, "delete", name, e) < 0)
+	if (busy_acquire(h->busy, key, "delete", name, e) < 0)
 		return -1;
 	users = db_image_users(h->db, name, e);
 	if (users < 0)
@@ -172,7 +172,7 @@ int image_delete(struct hostd *h, const char *name, struct err *e)
 	remove_tree(dir, NULL);
 	rc = 0;
 out:
-	hostd_busy_release(h, key);
+	busy_release(h->busy, key);
 	return rc;
 }
 

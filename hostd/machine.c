@@ -598,7 +598,7 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 	 * that start-up reconciliation undoes. */
 	if (db_machine_insert(h->db, &m, e) < 0)
 		return -1;
-	if (hostd_busy_acquire(h, m.id, "create", m.name, e) < 0)
+	if (busy_acquire(h->busy, m.id, "create", m.name, e) < 0)
 		goto undo;
 	hostd_crash_point(h, "create-after-row");
 	if (storage_vol_create(h->st, m.volume, base ? base : img.volume, m.disk, e) < 0)
@@ -618,7 +618,7 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 	hostd_crash_point(h, "create-after-define");
 	if (db_machine_set_state(h->db, m.id, "stopped", e) < 0)
 		goto undo;
-	hostd_busy_release(h, m.id);
+	busy_release(h->busy, m.id);
 	log_info("created machine %s/%s (%s, %d vCPU, %llu MiB, image %s)", m.owner,
 		 m.name, m.id, m.vcpus, (unsigned long long)(m.memory >> 20), m.image);
 	return db_machine_get_id(h->db, m.id, out, e);
@@ -627,7 +627,7 @@ undo:
 	if (machine_destroy_all(h, &m, NULL) < 0)
 		log_error("create %s/%s: cleanup incomplete; start-up reconciliation will retry",
 			  m.owner, m.name);
-	hostd_busy_release(h, m.id);
+	busy_release(h->busy, m.id);
 	return -1;
 }
 
@@ -751,18 +751,18 @@ int machine_begin(struct hostd *h, const char *owner, const char *name, const ch
 {
 	if (db_machine_get(h->db, owner, name, m, e) < 0)
 		return -1;
-	if (hostd_busy_acquire(h, m->id, op, m->name, e) < 0)
+	if (busy_acquire(h->busy, m->id, op, m->name, e) < 0)
 		return -1;
 	/* Read it again under the mark: the operation before may have moved
 	 * its port or volume. */
 	if (db_machine_get_id(h->db, m->id, m, e) < 0) {
-		hostd_busy_release(h, m->id);
+		busy_release(h->busy, m->id);
 		return -1;
 	}
 	if (strcmp(m->state, "creating") == 0 || strcmp(m->state, "deleting") == 0 ||
 	    machine_state(h, m->id, vs, e) < 0) {
 		err_set(e, 409, "busy", "machine %s is %s", name, m->state);
-		hostd_busy_release(h, m->id);
+		busy_release(h->busy, m->id);
 		return -1;
 	}
 	return 0;
@@ -775,7 +775,7 @@ void machine_end(struct hostd *h, struct machine *m)
 	/* Record what libvirt says now, whatever happened. */
 	if (machine_state(h, m->id, &vs, NULL) == 0 && vs != VS_BUSY && vs != VS_MISSING)
 		db_machine_set_state(h->db, m->id, vstate_name(vs), NULL);
-	hostd_busy_release(h, m->id);
+	busy_release(h->busy, m->id);
 }
 
 int machine_act(struct hostd *h, const char *owner, const char *name,
@@ -860,17 +860,17 @@ int machine_delete(struct hostd *h, const char *owner, const char *name,
 
 	if (db_machine_get(h->db, owner, name, &m, e) < 0)
 		return -1;
-	if (hostd_busy_acquire(h, m.id, "delete", m.name, e) < 0)
+	if (busy_acquire(h->busy, m.id, "delete", m.name, e) < 0)
 		return -1;
 	if (db_machine_get_id(h->db, m.id, &m, e) < 0) {
-		hostd_busy_release(h, m.id);
+		busy_release(h->busy, m.id);
 		return -1;
 	}
 	/* Journal first: a crash from here on is finished at start-up. */
 	rc = db_machine_set_state(h->db, m.id, "deleting", e);
 	if (rc == 0)
 		rc = machine_destroy_all(h, &m, e);
-	hostd_busy_release(h, m.id);
+	busy_release(h->busy, m.id);
 	if (rc == 0)
 		log_info("deleted machine %s/%s", m.owner, m.name);
 	return rc;
@@ -970,7 +970,7 @@ void machine_write_json(struct hostd *h, const struct machine *m, const char *us
 	}
 	buf_adds(b, "}");
 	/* A long operation in progress (an export), with its progress. */
-	if (hostd_busy_get(h, m->id, &op, &done, &total) && total) {
+	if (busy_get(h->busy, m->id, &op, &done, &total) && total) {
 		add_key(b, "operation");
 		buf_adds(b, "{\"op\":");
 		buf_add_json_str(b, op);
@@ -1009,7 +1009,7 @@ void machine_on_event(const char *uuid, enum vstate now, void *data)
 
 	/* An operation in progress records its own outcome; the events it
 	 * causes on the way (paused during a save, ...) are not states. */
-	if (hostd_busy(h, uuid))
+	if (busy_held(h->busy, uuid))
 		return;
 	if (db_machine_get_id(h->db, uuid, &m, NULL) < 0)
 		return;

@@ -171,7 +171,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	h.started_ms = mono_ms();
-	pthread_mutex_init(&h.busy_lock, NULL);
+	h.busy = busy_new();
 	config_defaults(&h.cfg, state);
 	snprintf(path, sizeof(path), "%s/berth.conf", state);
 	if (config_load(&h.cfg, config ? config : path, config != NULL, &e) < 0)
@@ -285,6 +285,7 @@ out:
 	keys_free(&h.key);
 	db_close(h.db);
 	sessions_free(h.sessions);
+	busy_free(h.busy);
 	if (lock_fd >= 0)
 		close(lock_fd);
 	return rc;

@@ -15,7 +15,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
-#include "hostd/catalog.h"
+#include "hostd/transfer.h"
 #include "hostd/checkpoint.h"
 #include "hostd/desktop.h"
 #include "hostd/idle.h"

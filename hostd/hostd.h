@@ -14,7 +14,7 @@
 #include "hostd/busy.h"
 #include "hostd/config.h"
 #include "hostd/db.h"
-#include "hostd/keys.h"
+#include "hostd/gwkey.h"
 #include "hostd/sessions.h"
 #include "hostd/virt.h"
 #include "storage/storage.h"

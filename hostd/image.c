@@ -11,7 +11,7 @@
 #include "common/log.h"
 #include "common/run.h"
 #include "common/util.h"
-#include "hostd/catalog.h"
+#include "hostd/transfer.h"
 #include "common/banned.h"
 
 /* rm -rf PATH, from argv: a recipe's build directory may have subdirectories. */

@@ -217,7 +217,7 @@ int main(int argc, char **argv)
 			h.last_alive = strtoll(alive, NULL, 10);
 	}
 	snprintf(path, sizeof(path), "%s/keys", state);
-	if (keys_load_or_create(path, &h.key, &e) < 0)
+	if (gwkey_load_or_create(path, &h.key, &e) < 0)
 		goto fail;
 	snprintf(vols, sizeof(vols), "%s/volumes", state);
 	if (!strcmp(h.cfg.storage, "lvm-thin") && !h.cfg.storage_location[0]) {
@@ -282,7 +282,7 @@ out:
 	usage_stop(&h);
 	virt_close(h.virt);
 	storage_close(h.st);
-	keys_free(&h.key);
+	gwkey_free(&h.key);
 	db_close(h.db);
 	sessions_free(h.sessions);
 	busy_free(h.busy);

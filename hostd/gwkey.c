@@ -1,4 +1,4 @@
-#include "hostd/keys.h"
+#include "hostd/gwkey.h"
 
 #include <errno.h>
 #include <libssh/libssh.h>
@@ -81,7 +81,7 @@ out:
 	return rc;
 }
 
-int keys_load_or_create(const char *dir, struct gateway_key *k, struct err *e)
+int gwkey_load_or_create(const char *dir, struct gateway_key *k, struct err *e)
 {
 	char priv[PATH_MAX], pub[PATH_MAX];
 
@@ -100,7 +100,7 @@ int keys_load_or_create(const char *dir, struct gateway_key *k, struct err *e)
 	k->private_pem = file_read(priv, 65536, e);
 	k->public_line = file_read(pub, 65536, e);
 	if (!k->private_pem || !k->public_line) {
-		keys_free(k);
+		gwkey_free(k);
 		return -1;
 	}
 	/* One line, no trailing newline. */
@@ -108,7 +108,7 @@ int keys_load_or_create(const char *dir, struct gateway_key *k, struct err *e)
 	return 0;
 }
 
-void keys_free(struct gateway_key *k)
+void gwkey_free(struct gateway_key *k)
 {
 	free(k->private_pem);
 	free(k->public_line);

@@ -1,4 +1,4 @@
-#include "hostd/catalog.h"
+#include "hostd/transfer.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -2,8 +2,8 @@
  * or zstd-compressed file into a new base volume, and `berth image export`
  * streams a machine's (or a checkpoint's) disk out as one zstd frame.  Both
  * run in constant memory whatever the image's size. */
-#ifndef BERTH_CATALOG_H
-#define BERTH_CATALOG_H
+#ifndef BERTH_TRANSFER_H
+#define BERTH_TRANSFER_H
 
 #include <stdint.h>
 #include <sys/types.h>

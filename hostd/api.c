@@ -21,9 +21,10 @@
 #include "hostd/idle.h"
 #include "hostd/image.h"
 #include "hostd/machine.h"
-#include "hostd/metrics.h"
+#include "hostd/prometheus.h"
 #include "hostd/sessions.h"
 #include "hostd/tokens.h"
+#include "hostd/sampler.h"
 #include "hostd/usage.h"
 #include "hostd/userkeys.h"
 #include "common/banned.h"
@@ -416,7 +417,7 @@ out:
 	if (err_isset(&e))
 		return fail(&e);
 	/* Storage is billed from its creation, not from the next minute. */
-	usage_sample(a->h, &m);
+	sampler_record(a->h, &m);
 	rep = ok(201, machine_out(a, &m));
 	if (ready >= 0)
 		json_object_set_new(rep.body, "ready_ms", json_integer(ready));
@@ -528,7 +529,7 @@ static struct reply ssh_credential(struct api *a, const char *owner, const char 
 			err_clear(&e);
 			usleep(200 * 1000);
 		}
-		metrics_wake(mono_ms() - t0);
+		prom_wake(mono_ms() - t0);
 	}
 	if (db_image_get(a->h->db, m.image, &img, &e) < 0)
 		return fail(&e);
@@ -783,7 +784,7 @@ static struct reply do_metrics(struct api *a, uid_t uid)
 
 	if (uid != 0)
 		return fail_now(403, "forbidden", "only root may read the metrics");
-	if (metrics_text(a->h, &out, &e) < 0) {
+	if (prom_text(a->h, &out, &e) < 0) {
 		buf_free(&out);
 		return fail(&e);
 	}
@@ -906,7 +907,7 @@ static struct reply do_fork(struct api *a, const char *owner, const char *name,
 	if (machine_fork(a->h, owner, name, new_name, from, live, start, wait, &m, &e) < 0) {
 		rep = fail(&e);
 	} else {
-		usage_sample(a->h, &m);
+		sampler_record(a->h, &m);
 		rep = ok(201, machine_out(a, &m));
 		json_object_set_new(rep.body, "took_ms", json_real((double)(mono_us() - t0) / 1000.0));
 	}
@@ -1403,7 +1404,7 @@ static struct reply route(struct api *a, struct MHD_Connection *c, const char *m
 static enum MHD_Result send_reply(struct MHD_Connection *c, struct reply r, int64_t t0,
 				  bool http)
 {
-	metrics_api(r.status);
+	prom_api(r.status);
 	if (r.stream) {
 		enum MHD_Result sret = MHD_queue_response(c, (unsigned)r.status, r.stream);
 		MHD_destroy_response(r.stream);

@@ -989,13 +989,13 @@ out:
 
 static void sample_from_row(sqlite3_stmt *st, void *out)
 {
-	struct meter_sample *s = out;
+	struct bill_sample *s = out;
 
 	s->t = sqlite3_column_int64(st, 0);
 	s->bytes = (uint64_t)sqlite3_column_int64(st, 1);
 }
 
-int db_samples(struct db *db, const char *id, struct meter_sample **out, size_t *n,
+int db_samples(struct db *db, const char *id, struct bill_sample **out, size_t *n,
 	       struct err *e)
 {
 	sqlite3_stmt *st;

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
-#include "hostd/meter.h"
+#include "hostd/billing.h"
 
 struct db;
 
@@ -209,7 +209,7 @@ int db_samples_latest(struct db *db, struct db_latest_sample **out, size_t *n,
 const struct db_latest_sample *db_sample_find(const struct db_latest_sample *s, size_t n,
 					      const char *machine_id);
 /* Machine ID's samples, by time; *OUT malloc'd. */
-int db_samples(struct db *db, const char *id, struct meter_sample **out, size_t *n,
+int db_samples(struct db *db, const char *id, struct bill_sample **out, size_t *n,
 	       struct err *e);
 
 struct db_usage_row {
@@ -221,7 +221,7 @@ struct db_usage_row {
 /* One storage sample of a machine (db_samples_all). */
 struct db_sample_row {
 	char machine_id[37];
-	struct meter_sample s;
+	struct bill_sample s;
 };
 /* The samples of every machine that has ledger rows of OWNER (NULL: every
  * machine), by machine id then time: one query for GET /v1/usage instead

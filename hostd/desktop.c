@@ -19,7 +19,7 @@
 #include "common/util.h"
 #include "hostd/hostd.h"
 #include "hostd/machine.h"
-#include "hostd/metrics.h"
+#include "hostd/prometheus.h"
 #include "common/banned.h"
 
 #define MAX_TOKENS 1024
@@ -312,7 +312,7 @@ static void attach(struct desktop *d, int cfd, const char *user, const char *nam
 			usleep(200 * 1000);
 		}
 		woke = mono_ms() - t0;
-		metrics_wake(woke);
+		prom_wake(woke);
 		log_info("desktop: woke %s/%s in %lld ms", user, name, (long long)woke);
 	}
 	machine_vnc_path(d->h, m.id, path, sizeof(path));

@@ -42,13 +42,13 @@ struct hostd {
 
 	struct idle *idle;          /* the idle policy (hostd/idle.c) */
 
-	/* The storage sampler and the heartbeat (hostd/usage.c); last_alive
+	/* The storage sampler and the heartbeat (hostd/sampler.c); last_alive
 	 * is the previous run's last heartbeat (0: none), read at start. */
-	pthread_t usage_thread, heart_thread;
+	pthread_t sampler_thread, heart_thread;
 	int64_t last_alive;
-	bool usage_on, usage_quit;
-	pthread_mutex_t usage_lock;
-	pthread_cond_t usage_cv;
+	bool sampler_on, sampler_quit;
+	pthread_mutex_t sampler_lock;
+	pthread_cond_t sampler_cv;
 
 	struct busy *busy;          /* operations in progress (hostd/busy.h) */
 };

@@ -12,7 +12,7 @@
 #include "common/util.h"
 #include "hostd/hostd.h"
 #include "hostd/machine.h"
-#include "hostd/metrics.h"
+#include "hostd/prometheus.h"
 #include "hostd/sessions.h"
 #include "hostd/virt.h"
 #include "common/banned.h"
@@ -218,7 +218,7 @@ static void suspend_quiet(struct hostd *h, const struct machine *m, int64_t quie
 		log_warn("idle: suspend %s/%s: %s", m->owner, m->name, e.msg);
 		return;
 	}
-	metrics_idle_suspend();
+	prom_idle_suspend();
 }
 
 void idle_check(struct hostd *h)

@@ -15,7 +15,7 @@
 #include "common/sshexec.h"
 #include "common/util.h"
 #include "hostd/idle.h"
-#include "hostd/meter.h"
+#include "hostd/billing.h"
 #include "hostd/seed.h"
 #include "hostd/sessions.h"
 #include "hostd/zmem.h"
@@ -1262,7 +1262,7 @@ static void reconcile_images(struct hostd *h, const struct machine *m, enum vsta
 }
 
 /* When machine M, running in the ledger, stopped while hostd was down
- * (meter_stop_time): the host's boot time against hostd's last heartbeat,
+ * (bill_stop_time): the host's boot time against hostd's last heartbeat,
  * or libvirt's log of its domain, which QEMU's end writes to last. */
 static int64_t stopped_at(struct hostd *h, const struct machine *m)
 {
@@ -1282,7 +1282,7 @@ static int64_t stopped_at(struct hostd *h, const struct machine *m)
 	snprintf(path, sizeof(path), "/var/log/libvirt/qemu/%s.log", name);
 	if (stat(path, &st) == 0)
 		log_mtime = st.st_mtime;
-	return meter_stop_time(m->state_since, h->last_alive, boot, log_mtime, now_s());
+	return bill_stop_time(m->state_since, h->last_alive, boot, log_mtime, now_s());
 }
 
 void machine_reconcile(struct hostd *h)

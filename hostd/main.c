@@ -30,6 +30,7 @@
 #include "hostd/http.h"
 #include "hostd/image.h"
 #include "hostd/machine.h"
+#include "hostd/sampler.h"
 #include "hostd/usage.h"
 #include "common/banned.h"
 
@@ -241,7 +242,8 @@ int main(int argc, char **argv)
 	machine_reconcile(&h);
 	image_reconcile(&h);
 	/* Prices recorded, storage sampled now and every minute. */
-	if (usage_start(&h, &e) < 0 || idle_start(&h, &e) < 0)
+	if (usage_prices_sync(&h, &e) < 0 || sampler_start(&h, &e) < 0 ||
+	    idle_start(&h, &e) < 0)
 		goto fail;
 
 	snprintf(path, sizeof(path), "%s/desktop.sock", state);
@@ -279,7 +281,7 @@ fail:
 out:
 	idle_stop(&h);
 	desktop_stop(h.desktop);
-	usage_stop(&h);
+	sampler_stop(&h);
 	virt_close(h.virt);
 	storage_close(h.st);
 	gwkey_free(&h.key);

@@ -9,7 +9,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
-#include "hostd/meter.h"
+#include "hostd/billing.h"
 #include "common/banned.h"
 
 #define SAMPLE_EVERY_S 60
@@ -52,143 +52,6 @@ out:
 	return rc;
 }
 
-void usage_sample(struct hostd *h, const struct machine *m)
-{
-	struct storage_vol_info vi;
-	struct checkpoint *c = NULL;
-	size_t n = 0;
-	uint64_t bytes = 0;
-
-	/* What the machine holds alone: its volume and its checkpoints'
-	 * (an image's base is the image's). */
-	if (storage_vol_info(h->st, m->volume, &vi, NULL) == 0)
-		bytes += vi.allocated_bytes;
-	if (db_ckpt_list(h->db, m->id, &c, &n, NULL) == 0)
-		for (size_t i = 0; i < n; i++)
-			if (strcmp(c[i].volume, m->volume) != 0 &&
-			    storage_vol_info(h->st, c[i].volume, &vi, NULL) == 0)
-				bytes += vi.allocated_bytes;
-	free(c);
-	db_sample_add(h->db, m->id, now_s(), bytes, NULL);
-}
-
-static void sample_all(struct hostd *h)
-{
-	struct machine *ms = NULL;
-	size_t n = 0;
-
-	if (db_machine_list(h->db, NULL, &ms, &n, NULL) < 0)
-		return;
-	for (size_t i = 0; i < n; i++)
-		if (strcmp(ms[i].state, "creating") && strcmp(ms[i].state, "deleting"))
-			usage_sample(h, &ms[i]);
-	free(ms);
-}
-
-/* The heartbeat: the last second hostd is known to have run, durable (the
- * database is synchronous).  After a power cut, start-up closes the
- * running intervals of machines that died with the host there. */
-static void heartbeat(struct hostd *h)
-{
-	static bool failing;
-	char v[32];
-	struct err e = { 0 };
-
-	snprintf(v, sizeof(v), "%lld", (long long)now_s());
-	if (db_meta_set(h->db, "alive", v, &e) < 0) {
-		if (!failing)
-			log_warn("heartbeat: %s (said once until it works again)", e.msg);
-		failing = true;
-	} else {
-		failing = false;
-	}
-}
-
-/* Wait on the usage condition until SECONDS pass or hostd stops (the
- * caller holds usage_lock); whether to go on. */
-static bool usage_wait(struct hostd *h, int seconds)
-{
-	struct timespec until;
-
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += seconds;
-	while (!h->usage_quit &&
-	       pthread_cond_timedwait(&h->usage_cv, &h->usage_lock, &until) != ETIMEDOUT)
-		;
-	return !h->usage_quit;
-}
-
-static void *sampler(void *arg)
-{
-	struct hostd *h = arg;
-
-	pthread_mutex_lock(&h->usage_lock);
-	do {
-		pthread_mutex_unlock(&h->usage_lock);
-		sample_all(h);
-		pthread_mutex_lock(&h->usage_lock);
-	} while (usage_wait(h, SAMPLE_EVERY_S));
-	pthread_mutex_unlock(&h->usage_lock);
-	return NULL;
-}
-
-/* Its own thread: a minute's sampling of many machines must not delay it. */
-static void *heart(void *arg)
-{
-	struct hostd *h = arg;
-
-	pthread_mutex_lock(&h->usage_lock);
-	do {
-		pthread_mutex_unlock(&h->usage_lock);
-		heartbeat(h);
-		pthread_mutex_lock(&h->usage_lock);
-	} while (usage_wait(h, 1));
-	pthread_mutex_unlock(&h->usage_lock);
-	return NULL;
-}
-
-static void usage_stop_threads(struct hostd *h, bool heart_too);
-
-int usage_start(struct hostd *h, struct err *e)
-{
-	if (usage_prices_sync(h, e) < 0)
-		return -1;
-	pthread_mutex_init(&h->usage_lock, NULL);
-	pthread_cond_init(&h->usage_cv, NULL);
-	h->usage_quit = false;
-	if (pthread_create(&h->usage_thread, NULL, sampler, h) != 0)
-		return err_set(e, 500, "internal", "cannot start the storage sampler");
-	if (pthread_create(&h->heart_thread, NULL, heart, h) != 0) {
-		usage_stop_threads(h, false);
-		return err_set(e, 500, "internal", "cannot start the heartbeat");
-	}
-	h->usage_on = true;
-	return 0;
-}
-
-static void usage_stop_threads(struct hostd *h, bool heart_too)
-{
-	pthread_mutex_lock(&h->usage_lock);
-	h->usage_quit = true;
-	pthread_cond_broadcast(&h->usage_cv);
-	pthread_mutex_unlock(&h->usage_lock);
-	pthread_join(h->usage_thread, NULL);
-	if (heart_too)
-		pthread_join(h->heart_thread, NULL);
-}
-
-void usage_stop(struct hostd *h)
-{
-	if (!h->usage_on)
-		return;
-	usage_stop_threads(h, true);
-	h->usage_on = false;
-	/* A clean stop: the machines go on running without hostd, so its
-	 * last heartbeat says nothing of when they stop (a power cut days
-	 * later must not end their intervals here): none is left. */
-	db_meta_set(h->db, "alive", "0", NULL);
-}
-
 static bool billed_running(const char *state)
 {
 	return !strcmp(state, "running") || !strcmp(state, "paused");
@@ -202,24 +65,24 @@ static json_t *money(uint64_t nano)
 	return json_string(s);
 }
 
-/* One machine's meter over [SINCE, NOW) from its ledger rows R[0..N) and
+/* One machine's bill over [SINCE, NOW) from its ledger rows R[0..N) and
  * its storage samples S[0..NS) (by time; changed and restored here);
  * *LAST (may be NULL) gets the bytes of its latest storage sample. */
-static void meter_of(const struct db_usage_row *r, size_t n, int64_t since, int64_t now,
-		     const struct price *p, size_t np, struct meter_sample *s, size_t ns,
-		     struct meter *m, uint64_t *last)
+static void bill_of(const struct db_usage_row *r, size_t n, int64_t since, int64_t now,
+		     const struct price *p, size_t np, struct bill_sample *s, size_t ns,
+		     struct bill *m, uint64_t *last)
 {
 	size_t k = 0;
 	int64_t end = r[n - 1].end ? r[n - 1].end : now, saved;
 
 	for (size_t i = 0; i < n; i++) {
-		struct meter_interval iv = {
+		struct bill_interval iv = {
 			.start = r[i].start < since ? since : r[i].start,
 			.end = r[i].end ? r[i].end : now,
 			.running = billed_running(r[i].state),
 			.vcpus = r[i].vcpus, .memory = r[i].memory,
 		};
-		meter_add_interval(m, &iv, p, np);
+		bill_add_interval(m, &iv, p, np);
 	}
 	if (!ns)
 		return;
@@ -231,21 +94,21 @@ static void meter_of(const struct db_usage_row *r, size_t n, int64_t since, int6
 	saved = s[k].t;
 	if (s[k].t < since)
 		s[k].t = since;
-	meter_add_storage(m, s + k, ns - k, end, p, np);
+	bill_add_storage(m, s + k, ns - k, end, p, np);
 	s[k].t = saved;
 }
 
 /* The same, reading the machine's samples from the database. */
-static void machine_meter(struct hostd *h, const struct db_usage_row *r, size_t n,
+static void machine_bill(struct hostd *h, const struct db_usage_row *r, size_t n,
 			  int64_t since, int64_t now, const struct price *p, size_t np,
-			  struct meter *m, uint64_t *last)
+			  struct bill *m, uint64_t *last)
 {
-	struct meter_sample *s = NULL;
+	struct bill_sample *s = NULL;
 	size_t ns = 0;
 
 	if (db_samples(h->db, r[0].machine_id, &s, &ns, NULL) < 0)
 		ns = 0;
-	meter_of(r, n, since, now, p, np, s, ns, m, last);
+	bill_of(r, n, since, now, p, np, s, ns, m, last);
 	free(s);
 }
 
@@ -286,7 +149,7 @@ static uint64_t rate_nano(const struct price *pr, const char *state, int vcpus,
 /* The cost of machine rows R[0..N) with samples S[0..NS) in each of NB
  * buckets of STEP seconds from SINCE (the last one ends at NOW), into
  * OUT[0..NB), each rounded down once. */
-static void machine_series(const struct db_usage_row *r, size_t n, struct meter_sample *s,
+static void machine_series(const struct db_usage_row *r, size_t n, struct bill_sample *s,
 			   size_t ns, int64_t since, int64_t now, int64_t step,
 			   const struct price *p, size_t np, uint64_t *out, size_t nb)
 {
@@ -295,16 +158,16 @@ static void machine_series(const struct db_usage_row *r, size_t n, struct meter_
 	for (size_t b = 0; b < nb; b++) {
 		int64_t b0 = since + (int64_t)b * step, b1 = b0 + step < now ? b0 + step : now;
 		int64_t send = b1 < life_end ? b1 : life_end;
-		struct meter m = { 0 };
+		struct bill m = { 0 };
 
 		for (size_t i = 0; i < n; i++) {
-			struct meter_interval iv = {
+			struct bill_interval iv = {
 				.start = r[i].start < b0 ? b0 : r[i].start,
 				.end = r[i].end && r[i].end < b1 ? r[i].end : b1,
 				.running = billed_running(r[i].state),
 				.vcpus = r[i].vcpus, .memory = r[i].memory,
 			};
-			meter_add_interval(&m, &iv, p, np);
+			bill_add_interval(&m, &iv, p, np);
 		}
 		if (ns && send > b0) {
 			/* The last sample at or before B0 holds from B0. */
@@ -314,10 +177,10 @@ static void machine_series(const struct db_usage_row *r, size_t n, struct meter_
 			int64_t saved = s[k].t;
 			if (s[k].t < b0)
 				s[k].t = b0;
-			meter_add_storage(&m, s + k, ns - k, send, p, np);
+			bill_add_storage(&m, s + k, ns - k, send, p, np);
 			s[k].t = saved;
 		}
-		out[b] = meter_total_nano(&m);
+		out[b] = bill_total_nano(&m);
 	}
 }
 
@@ -335,20 +198,20 @@ static json_t *series_json(const uint64_t *v, size_t n)
 	return a;
 }
 
-struct user_meter {
+struct user_bill {
 	char owner[64];
-	struct meter m;
+	struct bill m;
 };
 
-static json_t *meter_json(const struct meter *m)
+static json_t *bill_json(const struct bill *m)
 {
 	return json_pack("{s:I, s:I, s:o, s:o, s:o, s:I}",
 			 "running_s", (json_int_t)m->running_s,
 			 "storage_gib_s", (json_int_t)(m->storage_bs >> 30),
-			 "compute", money(meter_compute_nano(m)),
-			 "storage", money(meter_storage_nano(m)),
-			 "total", money(meter_total_nano(m)),
-			 "total_nano", (json_int_t)meter_total_nano(m));
+			 "compute", money(bill_compute_nano(m)),
+			 "storage", money(bill_storage_nano(m)),
+			 "total", money(bill_total_nano(m)),
+			 "total_nano", (json_int_t)bill_total_nano(m));
 }
 
 json_t *usage_json(struct hostd *h, const char *owner, int64_t since, int64_t now,
@@ -366,16 +229,16 @@ json_t *usage_json_series(struct hostd *h, const char *owner, int64_t since, int
 	/* Every machine's samples and which machines exist, in one query each
 	 * (not two per machine). */
 	struct db_sample_row *sr = NULL;
-	struct meter_sample *ss = NULL;
+	struct bill_sample *ss = NULL;
 	char (*ids)[37] = NULL;
 	size_t nsr = 0, nids = 0, cur = 0;
 	struct db_usage_row *r = NULL;
 	struct price *p = NULL;
-	struct user_meter *um = NULL;
+	struct user_bill *um = NULL;
 	size_t n = 0, np = 0, nu = 0;
 	char currency[16];
 	json_t *machines = json_array(), *users = json_array(), *out = NULL;
-	struct meter total = { 0 };
+	struct bill total = { 0 };
 
 	if (!bucket || !total_series)
 		abort();
@@ -397,7 +260,7 @@ json_t *usage_json_series(struct hostd *h, const char *owner, int64_t since, int
 		size_t j = i, u;
 		while (j < n && !strcmp(r[j].machine_id, r[i].machine_id))
 			j++;
-		struct meter m = { 0 };
+		struct bill m = { 0 };
 		const struct db_usage_row *last = &r[j - 1];
 		uint64_t bytes = 0, rate = 0;
 		/* Its samples: both lists are sorted by machine id. */
@@ -406,8 +269,8 @@ json_t *usage_json_series(struct hostd *h, const char *owner, int64_t since, int
 		size_t s0 = cur;
 		while (cur < nsr && !strcmp(sr[cur].machine_id, r[i].machine_id))
 			cur++;
-		meter_of(r + i, j - i, since, now, p, np, ss + s0, cur - s0, &m, &bytes);
-		json_t *mj = meter_json(&m);
+		bill_of(r + i, j - i, since, now, p, np, ss + s0, cur - s0, &m, &bytes);
+		json_t *mj = bill_json(&m);
 		/* Its rate now (the dashboard's live counter): 0 once deleted. */
 		if (!last->end && np)
 			rate = rate_nano(&p[np - 1], last->state, last->vcpus, last->memory, bytes);
@@ -432,20 +295,20 @@ json_t *usage_json_series(struct hostd *h, const char *owner, int64_t since, int
 			;
 		if (u == nu)
 			snprintf(um[nu++].owner, sizeof(um->owner), "%s", last->owner);
-		meter_merge(&um[u].m, &m);
-		meter_merge(&total, &m);
+		bill_merge(&um[u].m, &m);
+		bill_merge(&total, &m);
 		i = j;
 	}
 	for (size_t u = 0; u < nu; u++) {
-		json_t *uj = meter_json(&um[u].m);
+		json_t *uj = bill_json(&um[u].m);
 		json_object_set_new(uj, "owner", json_string(um[u].owner));
 		json_array_append_new(users, uj);
 	}
 	out = json_pack("{s:s, s:I, s:I, s:O, s:O, s:o, s:I}", "currency", currency,
 			"since", (json_int_t)since, "until", (json_int_t)now,
 			"machines", machines, "users", users,
-			"total", money(meter_total_nano(&total)),
-			"total_nano", (json_int_t)meter_total_nano(&total));
+			"total", money(bill_total_nano(&total)),
+			"total_nano", (json_int_t)bill_total_nano(&total));
 	if (step > 0) {
 		json_object_set_new(out, "step", json_integer(step));
 		json_object_set_new(out, "series", series_json(total_series, nb));
@@ -470,20 +333,20 @@ void usage_machine(struct hostd *h, const struct machine *m, json_t *j)
 	struct price *p = NULL;
 	size_t n = 0, np = 0;
 	char currency[16];
-	struct meter mt = { 0 };
+	struct bill mt = { 0 };
 	uint64_t bytes = 0;
 
 	if (load_prices(h, &p, &np, currency, sizeof(currency), NULL) < 0 || np == 0 ||
 	    db_usage_rows(h->db, m->owner, m->id, 0, &r, &n, NULL) < 0)
 		goto out;
 	if (n)
-		machine_meter(h, r, n, 0, now_s(), p, np, &mt, &bytes);
+		machine_bill(h, r, n, 0, now_s(), p, np, &mt, &bytes);
 	/* The current rate, per hour: compute while running, storage always. */
 	uint64_t per_hour = rate_nano(&p[np - 1], m->state, m->vcpus, m->memory, bytes);
 	json_object_set_new(j, "cost", json_pack("{s:s, s:o, s:I, s:o, s:I}",
 						 "currency", currency,
-						 "total", money(meter_total_nano(&mt)),
-						 "total_nano", (json_int_t)meter_total_nano(&mt),
+						 "total", money(bill_total_nano(&mt)),
+						 "total_nano", (json_int_t)bill_total_nano(&mt),
 						 "per_hour", money(per_hour),
 						 "per_hour_nano", (json_int_t)per_hour));
 out:

@@ -1,5 +1,5 @@
 /* Billing: the price list's history, storage samples every minute, and
- * usage totals per machine and per user from the ledger (hostd/meter.c
+ * usage totals per machine and per user from the ledger (hostd/billing.c
  * does the arithmetic). */
 #ifndef BERTH_USAGE_H
 #define BERTH_USAGE_H
@@ -12,13 +12,6 @@
 /* Parse the configured prices; when they differ from the last recorded
  * ones, record them as in force from now.  400 "invalid_price". */
 int usage_prices_sync(struct hostd *h, struct err *e);
-/* Record machine M's allocated storage now (its volume and its
- * checkpoints'). */
-void usage_sample(struct hostd *h, const struct machine *m);
-/* Sample every machine now, then every minute in a thread until
- * usage_stop. */
-int usage_start(struct hostd *h, struct err *e);
-void usage_stop(struct hostd *h);
 /* OWNER's usage (NULL: every user's) over [SINCE, NOW).  NULL with E set. */
 json_t *usage_json(struct hostd *h, const char *owner, int64_t since, int64_t now,
 		   struct err *e);

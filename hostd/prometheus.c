@@ -1,4 +1,4 @@
-#include "hostd/metrics.h"
+#include "hostd/prometheus.h"
 
 #include <jansson.h>
 #include <stdatomic.h>
@@ -19,18 +19,18 @@ static _Atomic uint64_t wake_count, wake_sum_ms;
 static _Atomic uint64_t api_status[600];
 static _Atomic uint64_t idle_suspends;
 
-void metrics_idle_suspend(void)
+void prom_idle_suspend(void)
 {
 	idle_suspends++;
 }
 
-void metrics_api(int status)
+void prom_api(int status)
 {
 	if (status >= 100 && status < 600)
 		api_status[status]++;
 }
 
-void metrics_wake(int64_t ms)
+void prom_wake(int64_t ms)
 {
 	size_t i = 0;
 
@@ -43,7 +43,7 @@ void metrics_wake(int64_t ms)
 	wake_sum_ms += (uint64_t)ms;
 }
 
-int metrics_text(struct hostd *h, struct buf *out, struct err *e)
+int prom_text(struct hostd *h, struct buf *out, struct err *e)
 {
 	static const char *const states[] = { "creating", "stopped", "running", "paused",
 					      "suspended", "deleting", NULL };

@@ -1,4 +1,4 @@
-#include "hostd/meter.h"
+#include "hostd/billing.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -36,8 +36,8 @@ static void split(int64_t a, int64_t b, const struct price *p, size_t n,
 }
 
 struct icx {
-	struct meter *m;
-	const struct meter_interval *i;
+	struct bill *m;
+	const struct bill_interval *i;
 };
 
 static void add_compute(int64_t secs, const struct price *pr, void *data)
@@ -50,7 +50,7 @@ static void add_compute(int64_t secs, const struct price *pr, void *data)
 	c->m->running_s += (uint64_t)secs;
 }
 
-void meter_add_interval(struct meter *m, const struct meter_interval *i,
+void bill_add_interval(struct bill *m, const struct bill_interval *i,
 			const struct price *prices, size_t n)
 {
 	struct icx c = { m, i };
@@ -61,7 +61,7 @@ void meter_add_interval(struct meter *m, const struct meter_interval *i,
 }
 
 struct scx {
-	struct meter *m;
+	struct bill *m;
 	uint64_t bytes;
 };
 
@@ -74,7 +74,7 @@ static void add_storage(int64_t secs, const struct price *pr, void *data)
 	c->m->storage_bs += bs;
 }
 
-void meter_add_storage(struct meter *m, const struct meter_sample *s, size_t n_s,
+void bill_add_storage(struct bill *m, const struct bill_sample *s, size_t n_s,
 		       int64_t end, const struct price *prices, size_t n)
 {
 	if (n == 0)
@@ -89,26 +89,26 @@ void meter_add_storage(struct meter *m, const struct meter_sample *s, size_t n_s
 	}
 }
 
-uint64_t meter_compute_nano(const struct meter *m)
+uint64_t bill_compute_nano(const struct bill *m)
 {
 	return (uint64_t)(m->compute / ((unsigned __int128)HOUR * GIB));
 }
 
-uint64_t meter_storage_nano(const struct meter *m)
+uint64_t bill_storage_nano(const struct bill *m)
 {
 	return (uint64_t)(m->storage / ((unsigned __int128)MONTH_S * GIB));
 }
 
 /* The sum of the exact amounts, rounded down once: the two parts over one
  * denominator (MONTH_S is 730 hours). */
-uint64_t meter_total_nano(const struct meter *m)
+uint64_t bill_total_nano(const struct bill *m)
 {
 	unsigned __int128 num = m->compute * 730u + m->storage;
 
 	return (uint64_t)(num / ((unsigned __int128)MONTH_S * GIB));
 }
 
-void meter_merge(struct meter *m, const struct meter *m2)
+void bill_merge(struct bill *m, const struct bill *m2)
 {
 	m->compute += m2->compute;
 	m->storage += m2->storage;
@@ -157,7 +157,7 @@ void price_format(uint64_t nano, char *out, size_t outlen)
 		 (unsigned long long)(nano % 1000000000ull));
 }
 
-int64_t meter_stop_time(int64_t since, int64_t alive, int64_t boot, int64_t log_mtime,
+int64_t bill_stop_time(int64_t since, int64_t alive, int64_t boot, int64_t log_mtime,
 			int64_t now)
 {
 	int64_t t = now;

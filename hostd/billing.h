@@ -1,16 +1,16 @@
-/* The per-second meter: what a machine's life costs, from its ledger
- * (state intervals), its storage samples and the price history, in exact
- * integer arithmetic.
+/* The arithmetic of the bill, per second: what a machine's life costs,
+ * from its ledger (state intervals), its storage samples and the price
+ * history, in exact integer arithmetic.
  *
  * Money is counted in nano-units of the configured currency (1e-9 USD, say):
  * prices are given per hour (compute) and per 730-hour month (storage), so
- * a second's share is rarely a whole number of nano-units.  The meter sums
+ * a second's share is rarely a whole number of nano-units.  A bill sums
  * exact numerators (price × quantity × seconds, in 128-bit integers) over a
  * common denominator and divides once at the end: no rounding per second,
  * no floating point, and the total of a machine's life does not depend on
  * how its intervals were split.  Pure functions: no database, no clock. */
-#ifndef BERTH_METER_H
-#define BERTH_METER_H
+#ifndef BERTH_BILLING_H
+#define BERTH_BILLING_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -28,7 +28,7 @@ struct price {
 
 /* One ledger interval [start, end): RUNNING means billed for compute
  * (running or paused: the vCPUs and memory are held). */
-struct meter_interval {
+struct bill_interval {
 	int64_t start, end;
 	bool running;
 	int vcpus;
@@ -36,12 +36,12 @@ struct meter_interval {
 };
 
 /* The machine's storage allocation: BYTES from T until the next sample. */
-struct meter_sample {
+struct bill_sample {
 	int64_t t;
 	uint64_t bytes;
 };
 
-struct meter {
+struct bill {
 	unsigned __int128 compute;  /* Σ price × (vCPUs·2^30 + memory bytes) × s */
 	unsigned __int128 storage;  /* Σ price × bytes × s */
 	uint64_t running_s;         /* seconds billed for compute */
@@ -50,11 +50,11 @@ struct meter {
 
 /* Add the compute of interval I under PRICES (N of them, sorted by
  * `from`; the first applies before its `from` too). */
-void meter_add_interval(struct meter *m, const struct meter_interval *i,
+void bill_add_interval(struct bill *m, const struct bill_interval *i,
 			const struct price *prices, size_t n);
 /* Add storage: SAMPLES (N_S, sorted by t) from the first sample until END
  * (the machine's deletion, or now), under PRICES. */
-void meter_add_storage(struct meter *m, const struct meter_sample *samples, size_t n_s,
+void bill_add_storage(struct bill *m, const struct bill_sample *samples, size_t n_s,
 		       int64_t end, const struct price *prices, size_t n);
 /* When a machine that the ledger has running stopped while hostd was not
  * looking, for closing its running interval (all seconds since the epoch;
@@ -66,14 +66,14 @@ void meter_add_storage(struct meter *m, const struct meter_sample *samples, size
  *    "shutting down" line) after the interval began (SINCE): then;
  *  - else NOW.
  * Never before SINCE nor after NOW. */
-int64_t meter_stop_time(int64_t since, int64_t alive, int64_t boot, int64_t log_mtime,
+int64_t bill_stop_time(int64_t since, int64_t alive, int64_t boot, int64_t log_mtime,
 			int64_t now);
 /* Totals in nano-units, each rounded down once. */
-uint64_t meter_compute_nano(const struct meter *m);
-uint64_t meter_storage_nano(const struct meter *m);
-uint64_t meter_total_nano(const struct meter *m);
+uint64_t bill_compute_nano(const struct bill *m);
+uint64_t bill_storage_nano(const struct bill *m);
+uint64_t bill_total_nano(const struct bill *m);
 /* M2's sums into M. */
-void meter_merge(struct meter *m, const struct meter *m2);
+void bill_merge(struct bill *m, const struct bill *m2);
 
 /* "0.02" (currency units) into nano-units: up to 9 decimals, no sign, no
  * exponent.  400 "invalid_price" naming WHAT otherwise. */

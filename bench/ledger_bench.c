@@ -38,7 +38,7 @@ static double median(double *v, int n)
 /* State changes per second over SECONDS, round-robin over N machines. */
 static double berth_round(struct db *db, int n, double seconds)
 {
-	static const char *const states[] = { "running", "suspended", "running", "stopped" };
+	static const enum mstate states[] = { MS_RUNNING, MS_SUSPENDED, MS_RUNNING, MS_STOPPED };
 	struct err e = { 0 };
 	int64_t t0 = mono_ms(), writes = 0;
 	char id[40];

@@ -15,16 +15,17 @@
 
 #include "common/log.h"
 #include "common/util.h"
-#include "hostd/transfer.h"
 #include "hostd/checkpoint.h"
 #include "hostd/desktop.h"
 #include "hostd/idle.h"
 #include "hostd/image.h"
 #include "hostd/machine.h"
+#include "hostd/machine_json.h"
+#include "hostd/memimage.h"
 #include "hostd/prometheus.h"
 #include "hostd/sessions.h"
 #include "hostd/tokens.h"
-#include "hostd/sampler.h"
+#include "hostd/transfer.h"
 #include "hostd/usage.h"
 #include "hostd/userkeys.h"
 #include "common/banned.h"
@@ -52,15 +53,21 @@ struct reply {
 	char *text;            /* a body already encoded (malloc'd), instead of BODY */
 };
 
+/* A request in progress, from its head to its answer. */
 struct req {
+	int64_t t0;
+	char owner[64];             /* the caller (caller()) */
+	uid_t uid;
+	const struct api_route *route;
+	const char *args[4];        /* its {params}, pointing into scratch */
+	char scratch[1024];
 	struct buf body;
 	bool too_big;
-	int64_t t0;
-	/* PUT /v1/images/NAME: the body streams into an import instead of
-	 * being buffered; an answer decided before it (a refusal) is kept in
-	 * early while the body is read and dropped. */
-	bool streaming;
+	/* An upload's body streams into an import instead of being
+	 * buffered. */
 	struct import *import;
+	/* An answer decided at the head (a refusal): kept while the body is
+	 * read and dropped. */
 	bool has_early;
 	struct reply early;
 };
@@ -69,6 +76,9 @@ static struct reply ok(int status, json_t *body)
 {
 	return (struct reply){ status, body, NULL };
 }
+
+static struct reply fail_now(int status, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* Replace every byte of S that is not part of valid UTF-8 with '?': error
  * messages quote URLs, request values and tools' stderr, and may have been
@@ -105,8 +115,6 @@ static struct reply fail(const struct err *e)
 						 "message", msg) };
 }
 
-static struct reply fail_now(int status, const char *code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
 static struct reply fail_now(int status, const char *code, const char *fmt, ...)
 {
 	struct err e = { 0 };
@@ -293,9 +301,23 @@ static int get_idle(json_t *j, int64_t *out, bool *set, struct err *e)
 		       "(e.g. 90s, 15m, 2h), \"never\" or \"default\"");
 }
 
-static struct reply do_info(struct api *a)
+/* One request as a handler sees it. */
+struct call {
+	struct api *a;
+	struct hostd *h;
+	struct MHD_Connection *conn;
+	const char *method, *url;
+	const struct api_route *route;
+	const char *owner;          /* on whose behalf it acts */
+	uid_t uid;                  /* the socket peer's (HTTP_UID over HTTP) */
+	const char *arg[4];         /* the route's {params}, in order */
+	const struct buf *body;     /* the body (empty for an upload) */
+	struct import *import;      /* an upload's import, fed as it arrived */
+};
+
+static struct reply do_info(struct call *c)
 {
-	struct hostd *h = a->h;
+	struct hostd *h = c->h;
 	struct storage_pool_info pi;
 	json_t *st = json_pack("{s:s, s:s}", "backend", storage_name(h->st),
 			       "location", storage_location(h->st));
@@ -315,12 +337,47 @@ static struct reply do_info(struct api *a)
 				 "desktop_url", h->cfg.desktop_url));
 }
 
-static json_t *machine_out(struct api *a, const struct machine *m)
+/* What machine M's JSON says beyond its row (machine_json.h), from the
+ * modules that know it.  USER: its image's login user; ALLOCATED: its
+ * storage (-1: unknown). */
+static void facts_of(struct hostd *h, const struct machine *m, const char *user,
+		     int64_t allocated, struct machine_facts *f)
 {
-	return machine_json(a->h, m);
+	memset(f, 0, sizeof(*f));
+	f->user = user;
+	f->allocated = allocated;
+	f->memory_bytes = memimage_bytes(h, m);
+	f->sessions = sessions_count(h->sessions, m->id);
+	idle_view(h, m, &f->idle);
+	if (!busy_get(h->busy, m->id, &f->op, &f->done, &f->total))
+		f->op = NULL;
 }
 
-static struct reply do_list(struct api *a, const char *owner)
+/* Machine M's JSON, its storage read live. */
+static json_t *machine_out(struct hostd *h, const struct machine *m)
+{
+	struct storage_vol_info vi;
+	struct image img;
+	struct machine_facts f;
+
+	facts_of(h, m, db_image_get(h->db, m->image, &img, NULL) == 0 ? img.user : "root",
+		 storage_vol_info(h->st, m->volume, &vi, NULL) == 0
+			 ? (int64_t)vi.allocated_bytes : -1, &f);
+	return machine_json(h, m, &f);
+}
+
+/* M's JSON with READY_MS (>= 0: the time until its SSH answered). */
+static struct reply machine_reply(struct call *c, int status, const struct machine *m,
+				  int64_t ready_ms)
+{
+	struct reply rep = ok(status, machine_out(c->h, m));
+
+	if (ready_ms >= 0)
+		json_object_set_new(rep.body, "ready_ms", json_integer(ready_ms));
+	return rep;
+}
+
+static struct reply do_list(struct call *c)
 {
 	struct machine *ms = NULL;
 	struct image *imgs = NULL;
@@ -329,15 +386,16 @@ static struct reply do_list(struct api *a, const char *owner)
 	struct err e = { 0 };
 	struct buf out = BUF_INIT;
 	struct reply rep = { .status = 200 };
+	struct machine_facts f;
 
 	/* Thousands of machines (bench/billing.py): the images and the
 	 * storage samples are read once, not per machine, and the reply is
 	 * written as text, without a JSON tree to build and free.  A listed
 	 * machine's "allocated" is its last storage sample (at most a
 	 * minute old: what it is billed for); GET of one reads it live. */
-	if (db_machine_list(a->h->db, owner, &ms, &n, &e) < 0 ||
-	    db_image_list(a->h->db, &imgs, &ni, &e) < 0 ||
-	    db_samples_latest(a->h->db, &samples, &ns, &e) < 0) {
+	if (db_machine_list(c->h->db, c->owner, &ms, &n, &e) < 0 ||
+	    db_image_list(c->h->db, &imgs, &ni, &e) < 0 ||
+	    db_samples_latest(c->h->db, &samples, &ns, &e) < 0) {
 		free(ms);
 		free(imgs);
 		return fail(&e);
@@ -352,7 +410,8 @@ static struct reply do_list(struct api *a, const char *owner)
 		const struct db_latest_sample *s = db_sample_find(samples, ns, ms[i].id);
 		if (i)
 			buf_adds(&out, ",");
-		machine_write_json(a->h, &ms[i], user, s ? (int64_t)s->bytes : -1, &out);
+		facts_of(c->h, &ms[i], user, s ? (int64_t)s->bytes : -1, &f);
+		machine_json_write(c->h, &ms[i], &f, &out);
 	}
 	buf_adds(&out, "]}");
 	free(ms);
@@ -362,18 +421,18 @@ static struct reply do_list(struct api *a, const char *owner)
 	return rep;
 }
 
-static struct reply do_create(struct api *a, const char *owner, const struct buf *body)
+static struct reply do_create(struct call *c)
 {
 	static const char *const allowed[] = { "name", "image", "vcpus", "memory", "disk",
 					       "start", "wait", "idle", NULL };
 	struct err e = { 0 };
 	struct machine m;
-	struct create_req r = { .owner = owner, .image = "tiny", .vcpus = 1,
+	struct create_req r = { .owner = c->owner, .image = "tiny", .vcpus = 1,
 				.memory = 512ULL << 20 };
-	bool start = false, wait = false;
-	json_t *j = api_parse_body(body, allowed, &e), *v;
+	json_t *j = api_parse_body(c->body, allowed, &e), *v;
 	int64_t ready = -1;
-	struct reply rep;
+	uint64_t mem = 0;
+	bool idle_set;
 
 	if (!j)
 		return fail(&e);
@@ -390,51 +449,47 @@ static struct reply do_create(struct api *a, const char *owner, const struct buf
 	}
 	if (v)
 		r.image = json_string_value(v);
-	uint64_t mem = 0;
-	bool idle_set;
 	if (get_idle(j, &r.idle_timeout, &idle_set, &e) < 0 ||
 	    get_int(j, "vcpus", 1, 1 << 20, &r.vcpus, &e) < 0 ||
 	    api_get_size(j, "memory", 1ULL << 20, &mem, &e) < 0 ||
 	    api_get_size(j, "disk", 1, &r.disk, &e) < 0 ||
-	    get_bool(j, "start", &start, &e) < 0 || get_bool(j, "wait", &wait, &e) < 0)
+	    get_bool(j, "start", &r.start, &e) < 0 || get_bool(j, "wait", &r.wait, &e) < 0)
 		goto out;
 	if (mem)
 		r.memory = mem;
-	if (machine_create(a->h, &r, &m, &e) < 0)
-		goto out;
-	if (start) {
-		/* Create-and-start gives a running machine or nothing. */
-		struct act_opts o = { .wait = wait };
-		if (machine_act(a->h, owner, r.name, ACT_START, &o, &m, &ready, &e) < 0) {
-			if (machine_delete(a->h, owner, r.name, NULL) < 0)
-				log_error("create %s: cannot remove the machine that failed to start",
-					  r.name);
-			goto out;
-		}
-	}
+	machine_create(c->h, &r, &m, &ready, &e);
 out:
 	json_decref(j);
 	if (err_isset(&e))
 		return fail(&e);
-	/* Storage is billed from its creation, not from the next minute. */
-	sampler_record(a->h, &m);
-	rep = ok(201, machine_out(a, &m));
-	if (ready >= 0)
-		json_object_set_new(rep.body, "ready_ms", json_integer(ready));
+	return machine_reply(c, 201, &m, ready);
+}
+
+static struct reply do_show(struct call *c)
+{
+	struct err e = { 0 };
+	struct machine m;
+	struct reply rep;
+
+	if (db_machine_get(c->h->db, c->owner, c->arg[0], &m, &e) < 0)
+		return fail(&e);
+	rep = ok(200, machine_out(c->h, &m));
+	/* One machine: its cost so far, its rate and its allocation split
+	 * (the list skips them). */
+	usage_machine(c->h, &m, rep.body);
 	return rep;
 }
 
 /* PATCH /v1/machines/NAME: change a setting of a machine (its idle
  * timeout), whatever its state. */
-static struct reply do_patch(struct api *a, const char *owner, const char *name,
-			     const struct buf *body)
+static struct reply do_patch(struct call *c)
 {
 	static const char *const allowed[] = { "idle", NULL };
 	struct err e = { 0 };
 	struct machine m;
 	int64_t idle = 0;
 	bool set;
-	json_t *j = api_parse_body(body, allowed, &e);
+	json_t *j = api_parse_body(c->body, allowed, &e);
 
 	if (!j || get_idle(j, &idle, &set, &e) < 0) {
 		json_decref(j);
@@ -443,31 +498,41 @@ static struct reply do_patch(struct api *a, const char *owner, const char *name,
 	json_decref(j);
 	if (!set)
 		return fail_now(400, "nothing_to_change", "nothing to change: give \"idle\"");
-	if (db_machine_get(a->h->db, owner, name, &m, &e) < 0 ||
-	    db_machine_set_idle(a->h->db, m.id, idle, &e) < 0 ||
-	    db_machine_get_id(a->h->db, m.id, &m, &e) < 0)
+	if (db_machine_get(c->h->db, c->owner, c->arg[0], &m, &e) < 0 ||
+	    db_machine_set_idle(c->h->db, m.id, idle, &e) < 0 ||
+	    db_machine_get_id(c->h->db, m.id, &m, &e) < 0)
 		return fail(&e);
-	log_info("machine %s/%s: idle timeout %lld (0: default, -1: never)", owner, name,
+	log_info("machine %s/%s: idle timeout %lld (0: default, -1: never)", c->owner, c->arg[0],
 		 (long long)idle);
-	return ok(200, machine_out(a, &m));
+	return machine_reply(c, 200, &m, -1);
 }
 
-static struct reply do_action(struct api *a, const char *owner, const char *name,
-			      const char *action, const struct buf *body)
+static struct reply do_delete(struct call *c)
+{
+	struct err e = { 0 };
+
+	if (machine_delete(c->h, c->owner, c->arg[0], &e) < 0)
+		return fail(&e);
+	return ok(200, json_pack("{s:s}", "deleted", c->arg[0]));
+}
+
+/* POST /v1/machines/NAME/ACTION: ACTION is the route's last segment, or
+ * the catch-all's {action}. */
+static struct reply do_action(struct call *c)
 {
 	static const char *const allowed[] = { "timeout", "wait", NULL };
+	const char *action = c->arg[1] ? c->arg[1] : strrchr(c->route->path, '/') + 1;
 	struct err e = { 0 };
 	enum machine_action act;
 	struct act_opts o = { 0 };
 	struct machine m;
 	int64_t ready = -1;
 	json_t *j;
-	struct reply rep;
 
 	if (machine_action_parse(action, &act) < 0)
 		return fail_now(404, "not_found", "no action '%s' (start, stop, suspend, "
 				"resume, restart)", action);
-	j = api_parse_body(body, allowed, &e);
+	j = api_parse_body(c->body, allowed, &e);
 	if (!j)
 		return fail(&e);
 	if (get_int(j, "timeout", 1, 3600, &o.timeout_s, &e) < 0 ||
@@ -476,12 +541,9 @@ static struct reply do_action(struct api *a, const char *owner, const char *name
 		return fail(&e);
 	}
 	json_decref(j);
-	if (machine_act(a->h, owner, name, act, &o, &m, &ready, &e) < 0)
+	if (machine_act(c->h, c->owner, c->arg[0], act, &o, &m, &ready, &e) < 0)
 		return fail(&e);
-	rep = ok(200, machine_out(a, &m));
-	if (ready >= 0)
-		json_object_set_new(rep.body, "ready_ms", json_integer(ready));
-	return rep;
+	return machine_reply(c, 200, &m, ready);
 }
 
 /* The SSH credential of OWNER's machine NAME: its endpoint, the image's
@@ -490,7 +552,7 @@ static struct reply do_action(struct api *a, const char *owner, const char *name
  * without it a machine that is not running is 409 "not_running" with its
  * "state".  For the gateway (GATEWAY), a machine OWNER does not have is
  * 404 "no_machine", "no machine NAME": the same whoever else has one. */
-static struct reply ssh_credential(struct api *a, const char *owner, const char *name,
+static struct reply ssh_credential(struct hostd *h, const char *owner, const char *name,
 				   bool wake, bool gateway)
 {
 	struct err e = { 0 };
@@ -498,53 +560,31 @@ static struct reply ssh_credential(struct api *a, const char *owner, const char 
 	struct image img;
 	char host[64];
 	int port, r;
-	int64_t ready = -1;
+	int64_t woke = -1;
 	struct reply rep;
 
-	if (db_machine_get(a->h->db, owner, name, &m, &e) < 0)
-		goto lookup_failed;
-	/* "running" with an operation under way may be a suspend (the idle
-	 * policy's): its end is waited for (up to a minute), then the state
-	 * read again, so a connection never gets a guest being saved. */
-	for (int64_t t0 = mono_ms(); !strcmp(m.state, "running") && busy_held(a->h->busy, m.id) &&
-	     mono_ms() - t0 < 60000;) {
-		usleep(100 * 1000);
-		if (db_machine_get(a->h->db, owner, name, &m, &e) < 0)
-			goto lookup_failed;
+	if (wake ? machine_wake(h, owner, name, true, &m, &woke, &e) < 0
+		 : machine_settle(h, owner, name, &m, &e) < 0)
+		goto failed;
+	if (m.state != MS_RUNNING) {
+		rep = fail_now(409, "not_running", "machine %s is %s", name, mstate_name(m.state));
+		json_object_set_new(rep.body, "state", json_string(mstate_name(m.state)));
+		return rep;
 	}
-	if (strcmp(m.state, "running") != 0) {
-		if (!wake) {
-			rep = fail_now(409, "not_running", "machine %s is %s", name, m.state);
-			json_object_set_new(rep.body, "state", json_string(m.state));
-			return rep;
-		}
-		struct act_opts o = { .wait = true };
-		int64_t t0 = mono_ms();
-		/* Another operation on it (the idle policy suspending it, say)
-		 * is waited for, up to a minute, then the wake goes on. */
-		while (machine_act(a->h, owner, name, ACT_START, &o, &m, &ready, &e) < 0) {
-			if (e.status != 409 || strcmp(e.code, "busy") != 0 ||
-			    mono_ms() - t0 > 60000)
-				goto lookup_failed;
-			err_clear(&e);
-			usleep(200 * 1000);
-		}
-		prom_wake(mono_ms() - t0);
-	}
-	if (db_image_get(a->h->db, m.image, &img, &e) < 0)
+	if (db_image_get(h->db, m.image, &img, &e) < 0)
 		return fail(&e);
-	r = machine_endpoint(a->h, &m, host, sizeof(host), &port, &e);
+	r = machine_endpoint(h, &m, host, sizeof(host), &port, &e);
 	if (r < 0)
 		return fail(&e);
 	if (r > 0)
 		return fail_now(503, "no_address", "machine %s has no address yet", name);
 	/* A connection is about to start: the idle policy must not take the
 	 * machine away before its session or exec is registered. */
-	idle_touch(a->h, m.id, "connect");
+	idle_touch(h, m.id, "connect");
 	return ok(200, json_pack("{s:s, s:i, s:s, s:s, s:I}", "host", host, "port", port,
-				 "user", img.user, "private_key", a->h->key.private_pem,
-				 "woke_ms", (json_int_t)ready));
-lookup_failed:
+				 "user", img.user, "private_key", h->key.private_pem,
+				 "woke_ms", (json_int_t)woke));
+failed:
 	/* No such machine (or it went while waking): the gateway's answer
 	 * must not tell another owner's machine from none. */
 	if (gateway && e.status == 404)
@@ -552,10 +592,8 @@ lookup_failed:
 	return fail(&e);
 }
 
-/* POST /v1/machines/NAME/ssh: the credential `berth exec` uses.  Root
- * only. */
-static struct reply do_ssh(struct api *a, struct MHD_Connection *c, const char *owner,
-			   const char *name, uid_t uid, const struct buf *body)
+/* POST /v1/machines/NAME/ssh: the credential `berth exec` uses. */
+static struct reply do_ssh(struct call *c)
 {
 	static const char *const allowed[] = { "wake", NULL };
 	struct err e = { 0 };
@@ -566,63 +604,45 @@ static struct reply do_ssh(struct api *a, struct MHD_Connection *c, const char *
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
 
-	if (uid != 0)
-		return fail_now(403, "forbidden", "only root may obtain SSH credentials");
-	j = api_parse_body(body, allowed, &e);
+	j = api_parse_body(c->body, allowed, &e);
 	if (!j || get_bool(j, "wake", &wake, &e) < 0) {
 		json_decref(j);
 		return fail(&e);
 	}
 	json_decref(j);
-	rep = ssh_credential(a, owner, name, wake, false);
+	rep = ssh_credential(c->h, c->owner, c->arg[0], wake, false);
 	/* berth exec holds the machine active while its process lives. */
 	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	if (rep.status == 200 && ci &&
 	    getsockopt(ci->connect_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
-	    db_machine_get(a->h->db, owner, name, &m, NULL) == 0)
-		idle_exec(a->h, m.id, cred.pid);
+	    db_machine_get(c->h->db, c->owner, c->arg[0], &m, NULL) == 0)
+		idle_exec(c->h, m.id, cred.pid);
 	return rep;
 }
 
 /* POST /v1/machines/NAME/desktop: a one-time URL of the machine's screen
  * (hostd/desktop.h). */
-static struct reply do_desktop(struct api *a, const char *owner, const char *name,
-			       const struct buf *body)
+static struct reply do_desktop(struct call *c)
 {
 	static const char *const allowed[] = { NULL };
 	struct err e = { 0 };
 	char token[64], url[512];
 	int64_t expires;
-	json_t *j = api_parse_body(body, allowed, &e);
+	json_t *j = api_parse_body(c->body, allowed, &e);
 
 	if (!j)
 		return fail(&e);
 	json_decref(j);
-	if (desktop_mint(a->h->desktop, owner, name, token, sizeof(token), &expires, &e) < 0)
+	if (desktop_mint(c->h->desktop, c->owner, c->arg[0], token, sizeof(token), &expires,
+			 &e) < 0)
 		return fail(&e);
 	/* The token rides in the fragment: browsers never send it in a
 	 * request line or a Referer. */
-	snprintf(url, sizeof(url), "%s/%s/%s/#token=%s", a->h->cfg.desktop_url, owner, name,
-		 token);
+	snprintf(url, sizeof(url), "%s/%s/%s/#token=%s", c->h->cfg.desktop_url, c->owner,
+		 c->arg[0], token);
 	return ok(200, json_pack("{s:s, s:s, s:I}", "url", url, "token", token,
 				 "expires", (json_int_t)expires));
-}
-
-static struct reply do_images(struct api *a)
-{
-	struct image *imgs;
-	size_t n;
-	struct err e = { 0 };
-	json_t *arr;
-
-	if (db_image_list(a->h->db, &imgs, &n, &e) < 0)
-		return fail(&e);
-	arr = json_array();
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(arr, image_json(a->h, &imgs[i]));
-	free(imgs);
-	return ok(200, json_pack("{s:o}", "images", arr));
 }
 
 static const char *query_arg(struct MHD_Connection *c, const char *key)
@@ -630,53 +650,6 @@ static const char *query_arg(struct MHD_Connection *c, const char *key)
 	const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, key);
 
 	return v && *v ? v : NULL;
-}
-
-/* PUT /v1/images/NAME?sha256=&format=&like=&user=&origin=: the body is the
- * image file.  Boot settings come from the image LIKE (its kernel, initrd,
- * command line and user), else the disk boots by its own boot loader. */
-static struct import *start_import(struct api *a, struct MHD_Connection *c, const char *name,
-				   struct reply *early)
-{
-	struct import_opts o = { .name = name, .boot = "firmware", .user = "root" };
-	struct image like;
-	struct err e = { 0 };
-	char owner[64];
-	uid_t uid = (uid_t)-1;
-	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-						     MHD_HTTP_HEADER_CONTENT_LENGTH);
-	struct import *im;
-
-	if (caller(a, c, owner, sizeof(owner), &uid, &e) < 0) {
-		*early = fail(&e);
-		return NULL;
-	}
-	if (uid != 0) {
-		*early = fail_now(403, "forbidden", "only root may import images");
-		return NULL;
-	}
-	o.sha256 = query_arg(c, "sha256");
-	o.format = query_arg(c, "format");
-	o.origin = query_arg(c, "origin");
-	o.length = cl ? strtoull(cl, NULL, 10) : 0;
-	const char *like_name = query_arg(c, "like");
-	if (like_name) {
-		if (db_image_get(a->h->db, like_name, &like, &e) < 0) {
-			*early = fail(&e);
-			return NULL;
-		}
-		o.boot = like.boot;
-		o.kernel = like.kernel;
-		o.initrd = like.initrd;
-		o.cmdline = like.cmdline;
-		o.user = like.user;
-	}
-	if (query_arg(c, "user"))
-		o.user = query_arg(c, "user");
-	im = import_begin(a->h, &o, &e);
-	if (!im)
-		*early = fail(&e);
-	return im;
 }
 
 static ssize_t export_reader(void *cls, uint64_t pos, char *buf, size_t max)
@@ -697,17 +670,16 @@ static void export_free(void *cls)
 /* GET /v1/machines/NAME/export[?checkpoint=C]: the disk as one zstd frame.
  * A failure half-way ends the chunked body without its last chunk, which
  * a client sees as a truncated transfer. */
-static struct reply do_export(struct api *a, struct MHD_Connection *c, const char *owner,
-			      const char *name)
+static struct reply do_export(struct call *c)
 {
 	struct err e = { 0 };
-	const char *ckpt = query_arg(c, "checkpoint");
+	const char *ckpt = query_arg(c->conn, "checkpoint");
 	struct export *x;
 	char size[32];
 
 	if (ckpt && !name_valid(ckpt))
 		return fail_now(400, "invalid_name", "invalid checkpoint name '%s'", ckpt);
-	x = export_begin(a->h, owner, name, ckpt, &e);
+	x = export_begin(c->h, c->owner, c->arg[0], ckpt, &e);
 	if (!x)
 		return fail(&e);
 	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1 << 20,
@@ -723,7 +695,133 @@ static struct reply do_export(struct api *a, struct MHD_Connection *c, const cha
 	return (struct reply){ 200, NULL, resp };
 }
 
-static struct reply do_image_build(struct api *a, uid_t uid, const struct buf *body)
+static struct reply do_checkpoint(struct call *c)
+{
+	static const char *const allowed[] = { "name", "memory", NULL };
+	struct err e = { 0 };
+	struct checkpoint ck;
+	const char *ckpt = NULL;
+	int memory = 0;
+	json_t *j = api_parse_body(c->body, allowed, &e);
+	struct reply rep;
+
+	if (!j)
+		return fail(&e);
+	if (json_unpack(j, "{s?s, s?b}", "name", &ckpt, "memory", &memory) < 0) {
+		json_decref(j);
+		return fail_now(400, "invalid_json", "name must be a string, memory true or false");
+	}
+	int64_t t0 = mono_us();
+	if (checkpoint_create(c->h, c->owner, c->arg[0], ckpt, memory, &ck, &e) < 0) {
+		rep = fail(&e);
+	} else {
+		rep = ok(201, checkpoint_json(&ck));
+		json_object_set_new(rep.body, "took_ms", json_real((double)(mono_us() - t0) / 1000.0));
+	}
+	json_decref(j);
+	return rep;
+}
+
+static struct reply do_checkpoints(struct call *c)
+{
+	struct err e = { 0 };
+	json_t *l = checkpoint_list_json(c->h, c->owner, c->arg[0], &e);
+
+	return l ? ok(200, l) : fail(&e);
+}
+
+static struct reply do_checkpoint_delete(struct call *c)
+{
+	struct err e = { 0 };
+
+	if (checkpoint_delete(c->h, c->owner, c->arg[0], c->arg[1], &e) < 0)
+		return fail(&e);
+	return ok(200, json_pack("{s:s}", "deleted", c->arg[1]));
+}
+
+static struct reply do_restore(struct call *c)
+{
+	static const char *const allowed[] = { "checkpoint", "wait", NULL };
+	struct err e = { 0 };
+	struct machine m;
+	const char *ckpt = NULL;
+	int wait = 0;
+	json_t *j = api_parse_body(c->body, allowed, &e);
+	struct reply rep;
+
+	if (!j)
+		return fail(&e);
+	if (json_unpack(j, "{s:s, s?b}", "checkpoint", &ckpt, "wait", &wait) < 0) {
+		json_decref(j);
+		return fail_now(400, "invalid_json", "checkpoint (a string) is required");
+	}
+	if (checkpoint_restore(c->h, c->owner, c->arg[0], ckpt, wait, &m, &e) < 0)
+		rep = fail(&e);
+	else
+		rep = machine_reply(c, 200, &m, -1);
+	json_decref(j);
+	return rep;
+}
+
+static struct reply do_fork(struct call *c)
+{
+	static const char *const allowed[] = { "name", "from", "live", "start", "wait", NULL };
+	struct err e = { 0 };
+	struct machine m;
+	struct fork_req r = { .owner = c->owner, .name = c->arg[0] };
+	int start = 0, wait = 0, live = 0;
+	json_t *j = api_parse_body(c->body, allowed, &e);
+	struct reply rep;
+
+	if (!j)
+		return fail(&e);
+	if (json_unpack(j, "{s:s, s?s, s?b, s?b, s?b}", "name", &r.new_name, "from", &r.from,
+			"live", &live, "start", &start, "wait", &wait) < 0) {
+		json_decref(j);
+		return fail_now(400, "invalid_json", "name (a string) is required; from is a "
+				"string, start and wait are true or false");
+	}
+	r.live = live;
+	r.start = start;
+	r.wait = wait;
+	int64_t t0 = mono_us();
+	if (checkpoint_fork(c->h, &r, &m, &e) < 0) {
+		rep = fail(&e);
+	} else {
+		rep = machine_reply(c, 201, &m, -1);
+		json_object_set_new(rep.body, "took_ms", json_real((double)(mono_us() - t0) / 1000.0));
+	}
+	json_decref(j);
+	return rep;
+}
+
+static struct reply do_images(struct call *c)
+{
+	struct image *imgs;
+	size_t n;
+	struct err e = { 0 };
+	json_t *arr;
+
+	if (db_image_list(c->h->db, &imgs, &n, &e) < 0)
+		return fail(&e);
+	arr = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(arr, image_json(c->h, &imgs[i]));
+	free(imgs);
+	return ok(200, json_pack("{s:o}", "images", arr));
+}
+
+static struct reply do_image_show(struct call *c)
+{
+	struct err e = { 0 };
+	struct image img;
+
+	if (db_image_get(c->h->db, c->arg[0], &img, &e) < 0)
+		return fail(&e);
+	return ok(200, image_json(c->h, &img));
+}
+
+static struct reply do_image_build(struct call *c)
 {
 	static const char *const allowed[] = { "recipe", "name", NULL };
 	struct err e = { 0 };
@@ -732,59 +830,113 @@ static struct reply do_image_build(struct api *a, uid_t uid, const struct buf *b
 	json_t *j;
 	struct reply rep;
 
-	if (uid != 0)
-		return fail_now(403, "forbidden", "only root may build images");
-	j = api_parse_body(body, allowed, &e);
+	j = api_parse_body(c->body, allowed, &e);
 	if (!j)
 		return fail(&e);
 	if (json_unpack(j, "{s:s, s?s}", "recipe", &recipe, "name", &name) < 0) {
 		json_decref(j);
 		return fail_now(400, "invalid_json", "recipe (a string) is required");
 	}
-	if (image_build(a->h, recipe, name ? name : recipe, &img, &e) < 0)
+	if (image_build(c->h, recipe, name ? name : recipe, &img, &e) < 0)
 		rep = fail(&e);
 	else
-		rep = ok(201, image_json(a->h, &img));
+		rep = ok(201, image_json(c->h, &img));
 	json_decref(j);
 	return rep;
 }
 
+/* PUT /v1/images/NAME?sha256=&format=&like=&user=&origin=: the body is the
+ * image file.  Boot settings come from the image LIKE (its kernel, initrd,
+ * command line and user), else the disk boots by its own boot loader.
+ * Called when the head arrived: NULL with *EARLY set when refused. */
+static struct import *import_start(struct hostd *h, struct MHD_Connection *c,
+				   const char *name, struct reply *early)
+{
+	struct import_opts o = { .name = name, .boot = "firmware", .user = "root" };
+	struct image like;
+	struct err e = { 0 };
+	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+						     MHD_HTTP_HEADER_CONTENT_LENGTH);
+	struct import *im;
+
+	o.sha256 = query_arg(c, "sha256");
+	o.format = query_arg(c, "format");
+	o.origin = query_arg(c, "origin");
+	o.length = cl ? strtoull(cl, NULL, 10) : 0;
+	const char *like_name = query_arg(c, "like");
+	if (like_name) {
+		if (db_image_get(h->db, like_name, &like, &e) < 0) {
+			*early = fail(&e);
+			return NULL;
+		}
+		o.boot = like.boot;
+		o.kernel = like.kernel;
+		o.initrd = like.initrd;
+		o.cmdline = like.cmdline;
+		o.user = like.user;
+	}
+	if (query_arg(c, "user"))
+		o.user = query_arg(c, "user");
+	im = import_begin(h, &o, &e);
+	if (!im)
+		*early = fail(&e);
+	return im;
+}
+
+/* The end of PUT /v1/images/NAME: the whole body was fed to the import. */
+static struct reply do_image_put(struct call *c)
+{
+	struct image img;
+	struct err e = { 0 };
+
+	if (import_end(c->import, &img, &e) < 0)
+		return fail(&e);
+	return ok(201, image_json(c->h, &img));
+}
+
+static struct reply do_image_delete(struct call *c)
+{
+	struct err e = { 0 };
+
+	if (image_delete(c->h, c->arg[0], &e) < 0)
+		return fail(&e);
+	return ok(200, json_pack("{s:s}", "deleted", c->arg[0]));
+}
+
 static void ledger_row(const char *id, const char *owner, const char *name,
-		       const char *state, int64_t start, int64_t end, void *data)
+		       enum mstate state, int64_t start, int64_t end, void *data)
 {
 	json_array_append_new(data, json_pack("{s:s, s:s, s:s, s:s, s:I, s:o}",
-		"machine_id", id, "owner", owner, "name", name, "state", state,
+		"machine_id", id, "owner", owner, "name", name, "state", mstate_name(state),
 		"start", (json_int_t)start, "end", end ? json_integer(end) : json_null()));
 }
 
-static struct reply do_ledger(struct api *a, const char *owner)
+static struct reply do_ledger(struct call *c)
 {
 	struct err e = { 0 };
 	json_t *all = json_array(), *mine = json_array();
 	size_t i;
 	json_t *row;
 
-	if (db_ledger_walk(a->h->db, NULL, ledger_row, all, &e) < 0) {
+	if (db_ledger_walk(c->h->db, NULL, ledger_row, all, &e) < 0) {
 		json_decref(all);
 		json_decref(mine);
 		return fail(&e);
 	}
 	json_array_foreach(all, i, row)
-		if (strcmp(json_string_value(json_object_get(row, "owner")), owner) == 0)
+		if (strcmp(json_string_value(json_object_get(row, "owner")), c->owner) == 0)
 			json_array_append(mine, row);
 	json_decref(all);
 	return ok(200, json_pack("{s:o}", "ledger", mine));
 }
 
-/* GET /metrics: Prometheus text, for root. */
-static struct reply do_metrics(struct api *a, uid_t uid)
+/* GET /metrics: Prometheus text. */
+static struct reply do_metrics(struct call *c)
 {
 	struct buf out = BUF_INIT;
 	struct err e = { 0 };
 
-	if (uid != 0)
-		return fail_now(403, "forbidden", "only root may read the metrics");
-	if (prom_text(a->h, &out, &e) < 0) {
+	if (prom_text(c->h, &out, &e) < 0) {
 		buf_free(&out);
 		return fail(&e);
 	}
@@ -794,14 +946,13 @@ static struct reply do_metrics(struct api *a, uid_t uid)
 	return (struct reply){ 200, NULL, resp };
 }
 
-/* GET /v1/usage?since=EPOCH[&all=1]: the caller's usage; root's all=1
- * gives every user's. */
-static struct reply do_usage(struct api *a, struct MHD_Connection *c, const char *owner,
-			     uid_t uid)
+/* GET /v1/usage?since=EPOCH[&all=1][&step=S]: the caller's usage (the
+ * all=1 row: every user's). */
+static struct reply do_usage(struct call *c)
 {
 	struct err e = { 0 };
-	const char *since_s = query_arg(c, "since");
-	const char *all = query_arg(c, "all");
+	const char *since_s = query_arg(c->conn, "since");
+	const char *all = query_arg(c->conn, "all");
 	int64_t now = now_s(), since = 0;
 	char *end = NULL;
 
@@ -813,10 +964,8 @@ static struct reply do_usage(struct api *a, struct MHD_Connection *c, const char
 					"since '%s' is not a time in seconds since the epoch, "
 					"not in the future", since_s);
 	}
-	if (all && strcmp(all, "1") == 0 && uid != 0)
-		return fail_now(403, "forbidden", "only root may see every user's usage");
 	/* step=S: the cost per S-second bucket too (the dashboard's chart). */
-	const char *step_s = query_arg(c, "step");
+	const char *step_s = query_arg(c->conn, "step");
 	int64_t step = 0;
 	if (step_s) {
 		errno = 0;
@@ -826,93 +975,9 @@ static struct reply do_usage(struct api *a, struct MHD_Connection *c, const char
 					"from 60 to 2678400 giving at most 1000 buckets since %lld",
 					step_s, (long long)since);
 	}
-	json_t *j = usage_json_series(a->h, all && strcmp(all, "1") == 0 ? NULL : owner, since,
-				      now, step, &e);
+	json_t *j = usage_json_series(c->h, all && strcmp(all, "1") == 0 ? NULL : c->owner,
+				      since, now, step, &e);
 	return j ? ok(200, j) : fail(&e);
-}
-
-static struct reply do_checkpoint(struct api *a, const char *owner, const char *name,
-				  const struct buf *body)
-{
-	static const char *const allowed[] = { "name", "memory", NULL };
-	struct err e = { 0 };
-	struct checkpoint c;
-	const char *ckpt = NULL;
-	int memory = 0;
-	json_t *j = api_parse_body(body, allowed, &e);
-	struct reply rep;
-
-	if (!j)
-		return fail(&e);
-	if (json_unpack(j, "{s?s, s?b}", "name", &ckpt, "memory", &memory) < 0) {
-		json_decref(j);
-		return fail_now(400, "invalid_json", "name must be a string, memory true or false");
-	}
-	int64_t t0 = mono_us();
-	if (checkpoint_create(a->h, owner, name, ckpt, memory, &c, &e) < 0) {
-		rep = fail(&e);
-	} else {
-		rep = ok(201, checkpoint_json(&c));
-		json_object_set_new(rep.body, "took_ms", json_real((double)(mono_us() - t0) / 1000.0));
-	}
-	json_decref(j);
-	return rep;
-}
-
-static struct reply do_restore(struct api *a, const char *owner, const char *name,
-			       const struct buf *body)
-{
-	static const char *const allowed[] = { "checkpoint", "wait", NULL };
-	struct err e = { 0 };
-	struct machine m;
-	const char *ckpt = NULL;
-	int wait = 0;
-	json_t *j = api_parse_body(body, allowed, &e);
-	struct reply rep;
-
-	if (!j)
-		return fail(&e);
-	if (json_unpack(j, "{s:s, s?b}", "checkpoint", &ckpt, "wait", &wait) < 0) {
-		json_decref(j);
-		return fail_now(400, "invalid_json", "checkpoint (a string) is required");
-	}
-	if (machine_restore(a->h, owner, name, ckpt, wait, &m, &e) < 0)
-		rep = fail(&e);
-	else
-		rep = ok(200, machine_out(a, &m));
-	json_decref(j);
-	return rep;
-}
-
-static struct reply do_fork(struct api *a, const char *owner, const char *name,
-			    const struct buf *body)
-{
-	static const char *const allowed[] = { "name", "from", "live", "start", "wait", NULL };
-	struct err e = { 0 };
-	struct machine m;
-	const char *new_name = NULL, *from = NULL;
-	int start = 0, wait = 0, live = 0;
-	json_t *j = api_parse_body(body, allowed, &e);
-	struct reply rep;
-
-	if (!j)
-		return fail(&e);
-	if (json_unpack(j, "{s:s, s?s, s?b, s?b, s?b}", "name", &new_name, "from", &from,
-			"live", &live, "start", &start, "wait", &wait) < 0) {
-		json_decref(j);
-		return fail_now(400, "invalid_json", "name (a string) is required; from is a "
-				"string, start and wait are true or false");
-	}
-	int64_t t0 = mono_us();
-	if (machine_fork(a->h, owner, name, new_name, from, live, start, wait, &m, &e) < 0) {
-		rep = fail(&e);
-	} else {
-		sampler_record(a->h, &m);
-		rep = ok(201, machine_out(a, &m));
-		json_object_set_new(rep.body, "took_ms", json_real((double)(mono_us() - t0) / 1000.0));
-	}
-	json_decref(j);
-	return rep;
 }
 
 /* A positive integer id from a path segment (keys, sessions); -1 when S
@@ -929,14 +994,14 @@ static int64_t parse_id(const char *s)
 	return errno || *end ? -1 : (int64_t)v;
 }
 
-static struct reply do_keys(struct api *a, const char *owner)
+static struct reply do_keys(struct call *c)
 {
 	struct userkey *ks;
 	size_t n;
 	struct err e = { 0 };
 	json_t *arr;
 
-	if (db_key_list(a->h->db, owner, &ks, &n, &e) < 0)
+	if (db_key_list(c->h->db, c->owner, &ks, &n, &e) < 0)
 		return fail(&e);
 	arr = json_array();
 	for (size_t i = 0; i < n; i++)
@@ -966,17 +1031,17 @@ static int get_key_line(const struct buf *body, json_t **j, const char **line,
 	return 0;
 }
 
-static struct reply do_key_add(struct api *a, const char *owner, const struct buf *body)
+static struct reply do_key_add(struct call *c)
 {
 	struct err e = { 0 };
 	struct userkey k;
 	const char *line = NULL;
 	json_t *j = NULL;
 
-	if (get_key_line(body, &j, &line, &e) == 0 && userkey_parse(line, &k, &e) == 0) {
-		snprintf(k.owner, sizeof(k.owner), "%s", owner);
-		if (db_key_insert(a->h->db, &k, &e) == 0)
-			log_info("key %lld of %s added: %s %s", (long long)k.id, owner, k.type,
+	if (get_key_line(c->body, &j, &line, &e) == 0 && userkey_parse(line, &k, &e) == 0) {
+		snprintf(k.owner, sizeof(k.owner), "%s", c->owner);
+		if (db_key_insert(c->h->db, &k, &e) == 0)
+			log_info("key %lld of %s added: %s %s", (long long)k.id, c->owner, k.type,
 				 k.fingerprint);
 	}
 	json_decref(j);
@@ -985,28 +1050,28 @@ static struct reply do_key_add(struct api *a, const char *owner, const struct bu
 	return ok(201, userkey_json(&k));
 }
 
-static struct reply do_key_delete(struct api *a, const char *owner, const char *id_s)
+static struct reply do_key_delete(struct call *c)
 {
 	struct err e = { 0 };
-	int64_t id = parse_id(id_s);
+	int64_t id = parse_id(c->arg[0]);
 
 	if (id < 0)
 		return fail_now(400, "invalid_id", "invalid key id '%.40s': a positive integer "
-				"(berth key ls shows them)", id_s);
-	if (db_key_delete(a->h->db, owner, id, &e) < 0)
+				"(berth key ls shows them)", c->arg[0]);
+	if (db_key_delete(c->h->db, c->owner, id, &e) < 0)
 		return fail(&e);
-	log_info("key %lld of %s removed", (long long)id, owner);
+	log_info("key %lld of %s removed", (long long)id, c->owner);
 	return ok(200, json_pack("{s:I}", "deleted", (json_int_t)id));
 }
 
-static struct reply do_tokens(struct api *a, const char *owner)
+static struct reply do_tokens(struct call *c)
 {
 	struct token *ts;
 	size_t n;
 	struct err e = { 0 };
 	json_t *arr;
 
-	if (db_token_list(a->h->db, owner, &ts, &n, &e) < 0)
+	if (db_token_list(c->h->db, c->owner, &ts, &n, &e) < 0)
 		return fail(&e);
 	arr = json_array();
 	for (size_t i = 0; i < n; i++)
@@ -1017,13 +1082,13 @@ static struct reply do_tokens(struct api *a, const char *owner)
 
 /* POST /v1/tokens {"name"}: the secret is in this answer and nowhere
  * else. */
-static struct reply do_token_create(struct api *a, const char *owner, const struct buf *body)
+static struct reply do_token_create(struct call *c)
 {
 	static const char *const allowed[] = { "name", NULL };
 	struct err e = { 0 };
 	struct token t;
 	char secret[TOKEN_SECRET_LEN + 1];
-	json_t *j = api_parse_body(body, allowed, &e), *v;
+	json_t *j = api_parse_body(c->body, allowed, &e), *v;
 	struct reply rep;
 
 	if (!j)
@@ -1033,7 +1098,7 @@ static struct reply do_token_create(struct api *a, const char *owner, const stru
 		json_decref(j);
 		return fail_now(400, "invalid_token_name", "name must be a string");
 	}
-	if (token_create(a->h, owner, v ? json_string_value(v) : NULL, &t, secret,
+	if (token_create(c->h, c->owner, v ? json_string_value(v) : NULL, &t, secret,
 			 sizeof(secret), &e) < 0) {
 		rep = fail(&e);
 	} else {
@@ -1045,17 +1110,17 @@ static struct reply do_token_create(struct api *a, const char *owner, const stru
 	return rep;
 }
 
-static struct reply do_token_delete(struct api *a, const char *owner, const char *id_s)
+static struct reply do_token_delete(struct call *c)
 {
 	struct err e = { 0 };
-	int64_t id = parse_id(id_s);
+	int64_t id = parse_id(c->arg[0]);
 
 	if (id < 0)
 		return fail_now(400, "invalid_id", "invalid token id '%.40s': a positive integer "
-				"(berth token ls shows them)", id_s);
-	if (db_token_delete(a->h->db, owner, id, &e) < 0)
+				"(berth token ls shows them)", c->arg[0]);
+	if (db_token_delete(c->h->db, c->owner, id, &e) < 0)
 		return fail(&e);
-	log_info("token %lld of %s revoked", (long long)id, owner);
+	log_info("token %lld of %s revoked", (long long)id, c->owner);
 	return ok(200, json_pack("{s:I}", "deleted", (json_int_t)id));
 }
 
@@ -1079,10 +1144,21 @@ static int get_user_machine(json_t *j, const char **user, const char **machine,
 	return 0;
 }
 
+/* GET /v1/gateway/epoch: which run of hostd this is.  Live sessions do
+ * not survive a restart, so a gateway that sees a new epoch opens its
+ * connections' sessions again. */
+static struct reply gw_epoch(struct call *c)
+{
+	char epoch[64];
+
+	snprintf(epoch, sizeof(epoch), "%ld-%lld", (long)getpid(), (long long)c->h->started_ms);
+	return ok(200, json_pack("{s:s}", "epoch", epoch));
+}
+
 /* POST /v1/gateway/auth: whose is this key?  Nothing but 404
  * "unknown_key" for a key nobody registered, or one no one could (an RSA
  * key too short, a refused type). */
-static struct reply gw_auth(struct api *a, const struct buf *body)
+static struct reply gw_auth(struct call *c)
 {
 	struct err e = { 0 };
 	struct userkey k, found;
@@ -1090,12 +1166,12 @@ static struct reply gw_auth(struct api *a, const struct buf *body)
 	json_t *j = NULL;
 	struct reply rep;
 
-	if (get_key_line(body, &j, &line, &e) < 0) {
+	if (get_key_line(c->body, &j, &line, &e) < 0) {
 		rep = fail(&e);
 	} else if (userkey_parse(line, &k, &e) < 0) {
 		log_debug("gateway auth: %s", e.msg);
 		rep = e.status == 400 ? fail_now(404, "unknown_key", "unknown key") : fail(&e);
-	} else if (db_key_find(a->h->db, k.type, k.blob, &found, &e) < 0) {
+	} else if (db_key_find(c->h->db, k.type, k.blob, &found, &e) < 0) {
 		rep = fail(&e);
 	} else {
 		rep = ok(200, json_pack("{s:s, s:I, s:s}", "user", found.owner,
@@ -1107,31 +1183,31 @@ static struct reply gw_auth(struct api *a, const struct buf *body)
 }
 
 /* POST /v1/gateway/connect: the SSH credential of a user's machine. */
-static struct reply gw_connect(struct api *a, const struct buf *body)
+static struct reply gw_connect(struct call *c)
 {
 	static const char *const allowed[] = { "user", "machine", "wake", NULL };
 	struct err e = { 0 };
 	const char *user = NULL, *machine = NULL;
 	bool wake = false;
-	json_t *j = api_parse_body(body, allowed, &e);
+	json_t *j = api_parse_body(c->body, allowed, &e);
 	struct reply rep;
 
 	if (!j || get_user_machine(j, &user, &machine, &e) < 0 ||
 	    get_bool(j, "wake", &wake, &e) < 0)
 		rep = fail(&e);
 	else
-		rep = ssh_credential(a, user, machine, wake, true);
+		rep = ssh_credential(c->h, user, machine, wake, true);
 	json_decref(j);
 	return rep;
 }
 
 /* POST /v1/gateway/sessions: a gateway connected a user to a machine. */
-static struct reply gw_session_open(struct api *a, const struct buf *body)
+static struct reply gw_session_open(struct call *c)
 {
 	static const char *const allowed[] = { "user", "machine", "kind", "from", NULL };
 	struct err e = { 0 };
 	const char *user = NULL, *machine = NULL, *kind, *from = "";
-	json_t *j = api_parse_body(body, allowed, &e), *v;
+	json_t *j = api_parse_body(c->body, allowed, &e), *v;
 	struct machine m;
 	int64_t id = -1;
 
@@ -1150,14 +1226,14 @@ static struct reply gw_session_open(struct api *a, const struct buf *body)
 	}
 	if (v)
 		from = json_string_value(v);
-	if (db_machine_get(a->h->db, user, machine, &m, &e) < 0) {
+	if (db_machine_get(c->h->db, user, machine, &m, &e) < 0) {
 		if (e.status == 404) {
 			err_clear(&e);
 			err_set(&e, 404, "no_machine", "no machine %s", machine);
 		}
 		goto out;
 	}
-	id = sessions_open(a->h->sessions, m.id, user, machine, kind, from, &e);
+	id = sessions_open(c->h->sessions, m.id, user, machine, kind, from, &e);
 out:
 	json_decref(j);
 	if (err_isset(&e))
@@ -1166,18 +1242,18 @@ out:
 }
 
 /* DELETE /v1/gateway/sessions/ID: the connection ended. */
-static struct reply gw_session_close(struct api *a, const char *id_s, const struct buf *body)
+static struct reply gw_session_close(struct call *c)
 {
 	static const char *const allowed[] = { "bytes_in", "bytes_out", NULL };
 	struct err e = { 0 };
-	int64_t id = parse_id(id_s);
+	int64_t id = parse_id(c->arg[0]);
 	json_t *j, *v;
 	uint64_t bytes[2] = { 0, 0 };
 	struct session s;
 
 	if (id < 0)
-		return fail_now(400, "invalid_id", "invalid session id '%.40s'", id_s);
-	j = api_parse_body(body, allowed, &e);
+		return fail_now(400, "invalid_id", "invalid session id '%.40s'", c->arg[0]);
+	j = api_parse_body(c->body, allowed, &e);
 	if (!j)
 		return fail(&e);
 	for (int i = 0; i < 2; i++) {
@@ -1190,7 +1266,7 @@ static struct reply gw_session_close(struct api *a, const char *id_s, const stru
 		bytes[i] = v ? (uint64_t)json_integer_value(v) : 0;
 	}
 	json_decref(j);
-	if (sessions_close(a->h->sessions, id, bytes[0], bytes[1], &s, &e) < 0)
+	if (sessions_close(c->h->sessions, id, bytes[0], bytes[1], &s, &e) < 0)
 		return fail(&e);
 	return ok(200, json_pack("{s:I, s:I}", "closed", (json_int_t)id,
 				 "seconds", (json_int_t)(now_s() - s.opened)));
@@ -1198,12 +1274,12 @@ static struct reply gw_session_close(struct api *a, const char *id_s, const stru
 
 /* DELETE /v1/gateway/sessions {"kind"}: a gateway starts, and whatever it
  * had open before (it crashed, or was killed) is over. */
-static struct reply gw_sessions_reset(struct api *a, const struct buf *body)
+static struct reply gw_sessions_reset(struct call *c)
 {
 	static const char *const allowed[] = { "kind", NULL };
 	struct err e = { 0 };
 	const char *kind = NULL;
-	json_t *j = api_parse_body(body, allowed, &e);
+	json_t *j = api_parse_body(c->body, allowed, &e);
 	int n;
 
 	if (!j)
@@ -1213,192 +1289,175 @@ static struct reply gw_sessions_reset(struct api *a, const struct buf *body)
 		json_decref(j);
 		return fail_now(400, "invalid_kind", "kind must be \"ssh\" or \"desktop\"");
 	}
-	n = sessions_drop_kind(a->h->sessions, kind);
+	n = sessions_drop_kind(c->h->sessions, kind);
 	json_decref(j);
 	return ok(200, json_pack("{s:i}", "dropped", n));
 }
 
-/* The /v1/gateway routes (root and the gateway user only). */
-static struct reply route_gateway(struct api *a, const char *method, const char *url,
-				  char **seg, size_t n, const struct buf *body)
-{
-	bool post = !strcmp(method, "POST"), del = !strcmp(method, "DELETE");
+/* Who may call what: the one table of routes.  Callers act on their own
+ * things (machines, keys, tokens, usage) unless a row says otherwise. */
+#define ANYONE (CALLER_ROOT | CALLER_USER | CALLER_TOKEN)
+#define LOCAL (CALLER_ROOT | CALLER_USER)
+#define GATEWAY (CALLER_ROOT | CALLER_GATEWAY)
+#define ROOT CALLER_ROOT
+#define GW_ONLY "only root and the gateway user may use the /v1/gateway routes"
 
-	if (n == 3 && !strcmp(method, "GET") && !strcmp(seg[2], "epoch")) {
-		/* Which run of hostd this is: live sessions do not survive
-		 * a restart, so a gateway that sees a new epoch opens its
-		 * connections' sessions again. */
-		char epoch[64];
-		snprintf(epoch, sizeof(epoch), "%ld-%lld", (long)getpid(),
-			 (long long)a->h->started_ms);
-		return ok(200, json_pack("{s:s}", "epoch", epoch));
-	}
-	if (n == 3 && post && !strcmp(seg[2], "auth"))
-		return gw_auth(a, body);
-	if (n == 3 && post && !strcmp(seg[2], "connect"))
-		return gw_connect(a, body);
-	if (n == 3 && post && !strcmp(seg[2], "sessions"))
-		return gw_session_open(a, body);
-	if (n == 3 && del && !strcmp(seg[2], "sessions"))
-		return gw_sessions_reset(a, body);
-	if (n == 4 && del && !strcmp(seg[2], "sessions"))
-		return gw_session_close(a, seg[3], body);
-	return fail_now(404, "not_found", "no route %s %s", method, url);
-}
+static const struct api_route routes[] = {
+	{ "GET", "/v1/info", ANYONE, .fn = do_info },
+	{ "GET", "/v1/ledger", ANYONE, .fn = do_ledger },
+	{ "GET", "/v1/usage", ROOT, .query_all = true,
+	  .refusal = "only root may see every user's usage", .fn = do_usage },
+	{ "GET", "/v1/usage", ANYONE, .fn = do_usage },
+	{ "GET", "/metrics", ROOT, .socket_only = true,
+	  .refusal = "only root may read the metrics", .fn = do_metrics },
 
-/* Split "/v1/machines/NAME/ACTION" into at most 4 segments. */
-static size_t split_path(char *path, char *seg[], size_t max)
-{
-	size_t n = 0;
-	char *save = NULL;
+	{ "GET", "/v1/machines", ANYONE, .fn = do_list },
+	{ "POST", "/v1/machines", ANYONE, .fn = do_create },
+	{ "GET", "/v1/machines/{name}", ANYONE, .fn = do_show },
+	{ "PATCH", "/v1/machines/{name}", ANYONE, .fn = do_patch },
+	{ "DELETE", "/v1/machines/{name}", ANYONE, .fn = do_delete },
+	{ "POST", "/v1/machines/{name}/start", ANYONE, .fn = do_action },
+	{ "POST", "/v1/machines/{name}/stop", ANYONE, .fn = do_action },
+	{ "POST", "/v1/machines/{name}/suspend", ANYONE, .fn = do_action },
+	{ "POST", "/v1/machines/{name}/resume", ANYONE, .fn = do_action },
+	{ "POST", "/v1/machines/{name}/restart", ANYONE, .fn = do_action },
+	{ "POST", "/v1/machines/{name}/desktop", ANYONE, .fn = do_desktop },
+	{ "POST", "/v1/machines/{name}/ssh", ROOT,
+	  .refusal = "only root may obtain SSH credentials", .fn = do_ssh },
+	{ "GET", "/v1/machines/{name}/export", ANYONE, .fn = do_export },
+	{ "POST", "/v1/machines/{name}/checkpoints", ANYONE, .fn = do_checkpoint },
+	{ "GET", "/v1/machines/{name}/checkpoints", ANYONE, .fn = do_checkpoints },
+	{ "DELETE", "/v1/machines/{name}/checkpoints/{ckpt}", ANYONE,
+	  .fn = do_checkpoint_delete },
+	{ "POST", "/v1/machines/{name}/restore", ANYONE, .fn = do_restore },
+	{ "POST", "/v1/machines/{name}/fork", ANYONE, .fn = do_fork },
+	{ "POST", "/v1/machines/{name}/{action}", ANYONE, .catch_all = true, .fn = do_action },
 
-	for (char *s = strtok_r(path, "/", &save); s && n < max; s = strtok_r(NULL, "/", &save))
-		seg[n++] = s;
-	return n;
-}
-
-static struct reply route(struct api *a, struct MHD_Connection *c, const char *method,
-			  const char *url, const struct buf *body)
-{
-	char owner[64], path[1024];
-	char *seg[6] = { 0 };
-	size_t n;
-	uid_t uid = (uid_t)-1;
-	struct err e = { 0 };
-	bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST"),
-	     del = !strcmp(method, "DELETE");
-
-	if (caller(a, c, owner, sizeof(owner), &uid, &e) < 0)
-		return fail(&e);
-	if (strlen(url) >= sizeof(path))
-		return fail_now(414, "uri_too_long", "request path too long");
-	snprintf(path, sizeof(path), "%s", url);
-	n = split_path(path, seg, 6);
-	/* The gateway user's calls are confined to the gateway routes, and
-	 * those are for it and root alone. */
-	bool gateway_route = n >= 2 && !strcmp(seg[0], "v1") && !strcmp(seg[1], "gateway");
-	/* The gateways' routes do not exist over HTTP. */
-	if (a->http && (gateway_route || n < 1 || strcmp(seg[0], "v1") != 0))
-		return fail_now(404, "not_found", "no route %s %s", method, url);
 	/* A token makes no credentials: a stolen one must not outlive its
 	 * revocation through new tokens or SSH keys. */
-	if (a->http && post && n == 2 && (!strcmp(seg[1], "tokens") || !strcmp(seg[1], "keys")))
-		return fail_now(403, "forbidden", "%s are added on the host (berth %s), "
-				"not with an API token", seg[1], !strcmp(seg[1], "keys")
-				? "key add" : "token create");
-	bool gateway_user = a->h->has_gateway && uid == a->h->gateway_uid;
-	if (gateway_user && !gateway_route)
-		return fail_now(403, "forbidden", "the gateway user %s may use only the "
-				"/v1/gateway routes", a->h->cfg.gateway_user);
-	if (gateway_route && uid != 0 && !gateway_user)
-		return fail_now(403, "forbidden", "only root and the gateway user may use the "
-				"/v1/gateway routes");
-	if (gateway_route)
-		return route_gateway(a, method, url, seg, n, body);
-	if (n == 1 && !strcmp(seg[0], "metrics") && get)
-		return do_metrics(a, uid);
-	if (n < 2 || strcmp(seg[0], "v1") != 0)
-		return fail_now(404, "not_found", "no route %s %s", method, url);
+	{ "GET", "/v1/keys", ANYONE, .fn = do_keys },
+	{ "POST", "/v1/keys", LOCAL,
+	  .refusal = "keys are added on the host (berth key add), not with an API token",
+	  .fn = do_key_add },
+	{ "DELETE", "/v1/keys/{id}", ANYONE, .fn = do_key_delete },
+	{ "GET", "/v1/tokens", ANYONE, .fn = do_tokens },
+	{ "POST", "/v1/tokens", LOCAL,
+	  .refusal = "tokens are added on the host (berth token create), not with an API "
+		     "token", .fn = do_token_create },
+	{ "DELETE", "/v1/tokens/{id}", ANYONE, .fn = do_token_delete },
 
-	if (n == 2 && !strcmp(seg[1], "info") && get)
-		return do_info(a);
-	if (n == 2 && !strcmp(seg[1], "ledger") && get)
-		return do_ledger(a, owner);
-	if (n == 2 && !strcmp(seg[1], "usage") && get)
-		return do_usage(a, c, owner, uid);
-	if (!strcmp(seg[1], "machines")) {
-		if (n == 2 && get)
-			return do_list(a, owner);
-		if (n == 2 && post)
-			return do_create(a, owner, body);
-		if (n >= 3 && !name_valid(seg[2]))
-			return fail_now(400, "invalid_name", "invalid machine name '%s'", seg[2]);
-		if (n == 3 && get) {
-			struct machine m;
-			uint64_t ex, sh;
-			if (db_machine_get(a->h->db, owner, seg[2], &m, &e) < 0)
-				return fail(&e);
-			struct reply rep = ok(200, machine_out(a, &m));
-			usage_machine(a->h, &m, rep.body);
-			/* One machine: its allocation split too (the list skips it). */
-			if (storage_vol_usage(a->h->st, m.volume, &ex, &sh, NULL) == 0)
-				json_object_set_new(rep.body, "usage", json_pack("{s:I, s:I}",
-					"exclusive", (json_int_t)ex, "shared", (json_int_t)sh));
-			return rep;
+	{ "GET", "/v1/images", ANYONE, .fn = do_images },
+	{ "POST", "/v1/images", ROOT, .refusal = "only root may build images",
+	  .fn = do_image_build },
+	{ "GET", "/v1/images/{image}", ANYONE, .fn = do_image_show },
+	{ "PUT", "/v1/images/{image}", ROOT, .refusal = "only root may import images",
+	  .upload = true, .fn = do_image_put },
+	{ "DELETE", "/v1/images/{image}", ROOT, .refusal = "only root may delete images",
+	  .fn = do_image_delete },
+
+	/* The gateways' requests: for their user and root, on the socket. */
+	{ "GET", "/v1/gateway/epoch", GATEWAY, .socket_only = true, .refusal = GW_ONLY,
+	  .fn = gw_epoch },
+	{ "POST", "/v1/gateway/auth", GATEWAY, .socket_only = true, .refusal = GW_ONLY,
+	  .fn = gw_auth },
+	{ "POST", "/v1/gateway/connect", GATEWAY, .socket_only = true, .refusal = GW_ONLY,
+	  .fn = gw_connect },
+	{ "POST", "/v1/gateway/sessions", GATEWAY, .socket_only = true, .refusal = GW_ONLY,
+	  .fn = gw_session_open },
+	{ "DELETE", "/v1/gateway/sessions", GATEWAY, .socket_only = true, .refusal = GW_ONLY,
+	  .fn = gw_sessions_reset },
+	{ "DELETE", "/v1/gateway/sessions/{id}", GATEWAY, .socket_only = true,
+	  .refusal = GW_ONLY, .fn = gw_session_close },
+};
+
+const struct api_route *api_routes(size_t *n)
+{
+	*n = sizeof(routes) / sizeof(routes[0]);
+	return routes;
+}
+
+int api_authorize(const struct api_route *r, enum api_caller who, bool http,
+		  const char *gateway_user, const char *url, struct err *e)
+{
+	if (http && r->socket_only)
+		return err_set(e, 404, "not_found", "no route %s %s", r->method,
+			       url ? url : r->path);
+	if (r->who & who)
+		return 0;
+	if (who == CALLER_GATEWAY)
+		return err_set(e, 403, "forbidden", "the gateway user %s may use only the "
+			       "/v1/gateway routes", gateway_user);
+	if (r->refusal)
+		return err_set(e, 403, "forbidden", "%s", r->refusal);
+	return err_set(e, 403, "forbidden", "%s %s is not open to this caller", r->method,
+		       r->path);
+}
+
+/* Whether the segments SEG[0..N) match PATTERN, filling ARGS with its
+ * {params}' values; *BAD gets a {name} value that is no machine name. */
+static bool path_match(const char *pattern, char *const *seg, size_t n, const char *args[4],
+		       const char **bad)
+{
+	size_t i = 0, na = 0;
+	const char *p = pattern;
+
+	*bad = NULL;
+	while (*p == '/') {
+		const char *q = ++p;
+		size_t len;
+		while (*q && *q != '/')
+			q++;
+		len = (size_t)(q - p);
+		if (i >= n)
+			return false;
+		if (p[0] == '{') {
+			if (na < 4)
+				args[na++] = seg[i];
+			if (len == 6 && strncmp(p, "{name}", 6) == 0 && !name_valid(seg[i]) && !*bad)
+				*bad = seg[i];
+		} else if (strlen(seg[i]) != len || strncmp(seg[i], p, len) != 0) {
+			return false;
 		}
-		if (n == 3 && !strcmp(method, "PATCH"))
-			return do_patch(a, owner, seg[2], body);
-		if (n == 3 && del) {
-			struct machine m;
-			if (db_machine_get(a->h->db, owner, seg[2], &m, &e) < 0 ||
-			    machine_delete(a->h, owner, seg[2], &e) < 0)
-				return fail(&e);
-			/* A deleted machine has no sessions left. */
-			sessions_drop_machine(a->h->sessions, m.id);
-			return ok(200, json_pack("{s:s}", "deleted", seg[2]));
-		}
-		if (n == 4 && post && !strcmp(seg[3], "desktop"))
-			return do_desktop(a, owner, seg[2], body);
-		if (n == 4 && post && !strcmp(seg[3], "ssh"))
-			return do_ssh(a, c, owner, seg[2], uid, body);
-		if (n == 4 && get && !strcmp(seg[3], "export"))
-			return do_export(a, c, owner, seg[2]);
-		if (n == 4 && !strcmp(seg[3], "checkpoints")) {
-			if (post)
-				return do_checkpoint(a, owner, seg[2], body);
-			if (get) {
-				json_t *l = checkpoint_list_json(a->h, owner, seg[2], &e);
-				return l ? ok(200, l) : fail(&e);
-			}
-		}
-		if (n == 5 && del && !strcmp(seg[3], "checkpoints")) {
-			if (checkpoint_delete(a->h, owner, seg[2], seg[4], &e) < 0)
-				return fail(&e);
-			return ok(200, json_pack("{s:s}", "deleted", seg[4]));
-		}
-		if (n == 4 && post && !strcmp(seg[3], "restore"))
-			return do_restore(a, owner, seg[2], body);
-		if (n == 4 && post && !strcmp(seg[3], "fork"))
-			return do_fork(a, owner, seg[2], body);
-		if (n == 4 && post)
-			return do_action(a, owner, seg[2], seg[3], body);
+		i++;
+		p = q;
 	}
-	if (!strcmp(seg[1], "tokens")) {
-		if (n == 2 && get)
-			return do_tokens(a, owner);
-		if (n == 2 && post)
-			return do_token_create(a, owner, body);
-		if (n == 3 && del)
-			return do_token_delete(a, owner, seg[2]);
+	return i == n;
+}
+
+const struct api_route *api_route_find(const char *method, const char *path, bool all,
+				       char *scratch, size_t scratch_len, const char *args[4],
+				       struct err *e)
+{
+	char *seg[8] = { 0 }, *save = NULL;
+	size_t n = 0;
+	const char *bad = NULL;
+
+	if (strlen(path) >= scratch_len) {
+		err_set(e, 414, "uri_too_long", "request path too long");
+		return NULL;
 	}
-	if (!strcmp(seg[1], "keys")) {
-		if (n == 2 && get)
-			return do_keys(a, owner);
-		if (n == 2 && post)
-			return do_key_add(a, owner, body);
-		if (n == 3 && del)
-			return do_key_delete(a, owner, seg[2]);
+	snprintf(scratch, scratch_len, "%s", path);
+	for (char *s = strtok_r(scratch, "/", &save); s; s = strtok_r(NULL, "/", &save)) {
+		if (n == sizeof(seg) / sizeof(seg[0]))
+			goto none;
+		seg[n++] = s;
 	}
-	if (!strcmp(seg[1], "images")) {
-		if (n == 2 && get)
-			return do_images(a);
-		if (n == 2 && post)
-			return do_image_build(a, uid, body);
-		if (n == 3 && get) {
-			struct image img;
-			if (db_image_get(a->h->db, seg[2], &img, &e) < 0)
-				return fail(&e);
-			return ok(200, image_json(a->h, &img));
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		const struct api_route *r = &routes[i];
+		if (!path_match(r->path, seg, n, args, &bad))
+			continue;
+		/* A malformed machine name is refused whatever else the
+		 * request is. */
+		if (bad) {
+			err_set(e, 400, "invalid_name", "invalid machine name '%s'", bad);
+			return NULL;
 		}
-		if (n == 3 && del) {
-			if (uid != 0)
-				return fail_now(403, "forbidden", "only root may delete images");
-			if (image_delete(a->h, seg[2], &e) < 0)
-				return fail(&e);
-			return ok(200, json_pack("{s:s}", "deleted", seg[2]));
-		}
+		if (strcmp(r->method, method) == 0 && (!r->query_all || all))
+			return r;
 	}
-	return fail_now(404, "not_found", "no route %s %s", method, url);
+none:
+	err_set(e, 404, "not_found", "no route %s %s", method, path);
+	return NULL;
 }
 
 static enum MHD_Result send_reply(struct MHD_Connection *c, struct reply r, int64_t t0,
@@ -1453,6 +1512,55 @@ static enum MHD_Result send_reply(struct MHD_Connection *c, struct reply r, int6
 	return ret;
 }
 
+static struct reply too_large(const struct api *a)
+{
+	return fail_now(413, "body_too_large", "request body larger than %llu bytes",
+			(unsigned long long)a->h->cfg.max_body);
+}
+
+/* The caller's class for the route table. */
+static enum api_caller caller_class(const struct api *a, uid_t uid)
+{
+	if (a->http)
+		return CALLER_TOKEN;
+	if (uid == 0)
+		return CALLER_ROOT;
+	if (a->h->has_gateway && uid == a->h->gateway_uid)
+		return CALLER_GATEWAY;
+	return CALLER_USER;
+}
+
+/* The head of request R arrived: who calls, which route, whether they may,
+ * and for an upload the import its body streams into.  A refusal is kept
+ * in R->early. */
+static void begin_request(struct api *a, struct req *r, struct MHD_Connection *c,
+			  const char *url, const char *method)
+{
+	struct err e = { 0 };
+	const char *all = query_arg(c, "all");
+	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+						     MHD_HTTP_HEADER_CONTENT_LENGTH);
+
+	if (caller(a, c, r->owner, sizeof(r->owner), &r->uid, &e) < 0 ||
+	    !(r->route = api_route_find(method, url, all && !strcmp(all, "1"), r->scratch,
+					sizeof(r->scratch), r->args, &e)) ||
+	    api_authorize(r->route, caller_class(a, r->uid), a->http, a->h->cfg.gateway_user,
+			  url, &e) < 0) {
+		r->early = fail(&e);
+		r->has_early = true;
+		return;
+	}
+	if (r->route->upload) {
+		r->import = import_start(a->h, c, r->args[0], &r->early);
+		r->has_early = !r->import;
+		return;
+	}
+	if (cl && strtoull(cl, NULL, 10) > a->h->cfg.max_body) {
+		r->early = too_large(a);
+		r->has_early = true;
+	}
+}
+
 enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url,
 			    const char *method, const char *version,
 			    const char *upload_data, size_t *upload_data_size,
@@ -1460,6 +1568,7 @@ enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url
 {
 	struct api *a = cls;
 	struct req *r = *con_cls;
+	struct reply rep;
 
 	(void)version;
 	if (!r) {
@@ -1469,72 +1578,41 @@ enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url
 		r->t0 = mono_us();
 		ext_time_reset();
 		*con_cls = r;
-		char name[64];
-		if (!strcmp(method, "PUT") && sscanf(url, "/v1/images/%63[a-z0-9-]", name) == 1 &&
-		    strlen(url) == strlen("/v1/images/") + strlen(name)) {
-			r->streaming = true;
-			r->import = start_import(a, c, name, &r->early);
-			r->has_early = !r->import;
-			if (a->http && r->has_early) {
-				/* Refused (no token, not root): the body is not read. */
-				r->has_early = false;
-				return send_reply(c, r->early, r->t0, a->http);
-			}
-			return MHD_YES;
-		}
-		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-							     MHD_HTTP_HEADER_CONTENT_LENGTH);
-		if (cl && strtoull(cl, NULL, 10) > a->h->cfg.max_body)
-			r->too_big = true;
-		if (a->http) {
-			/* From the network: no body is read for a caller
-			 * without a valid token, nor one that is too large. */
-			char who[64];
-			uid_t uid;
-			struct err e = { 0 };
-			if (caller(a, c, who, sizeof(who), &uid, &e) < 0)
-				return send_reply(c, fail(&e), r->t0, a->http);
-			if (r->too_big)
-				return send_reply(c, fail_now(413, "body_too_large",
-					"request body larger than %llu bytes",
-					(unsigned long long)a->h->cfg.max_body), r->t0, a->http);
+		begin_request(a, r, c, url, method);
+		/* From the network, no body is read for a refused request: the
+		 * answer goes now. */
+		if (a->http && r->has_early) {
+			r->has_early = false;
+			return send_reply(c, r->early, r->t0, a->http);
 		}
 		return MHD_YES;
 	}
-	if (r->streaming) {
-		if (*upload_data_size) {
-			if (r->import)
-				import_feed(r->import, upload_data, *upload_data_size);
-			*upload_data_size = 0;
-			return MHD_YES;
-		}
-		struct reply srep = r->early;
-		if (!r->has_early) {
-			struct image img;
-			struct err e = { 0 };
-			struct import *im = r->import;
-			r->import = NULL;
-			srep = import_end(im, &img, &e) < 0 ? fail(&e) : ok(201, image_json(a->h, &img));
-		}
-		r->has_early = false;
-		if (srep.status >= 500)
-			log_warn("%s %s: %d", method, url, srep.status);
-		return send_reply(c, srep, r->t0, a->http);
-	}
 	if (*upload_data_size) {
-		if (!r->too_big && r->body.len + *upload_data_size <= a->h->cfg.max_body)
+		if (r->has_early)
+			;       /* refused: read and dropped */
+		else if (r->import)
+			import_feed(r->import, upload_data, *upload_data_size);
+		else if (!r->too_big && r->body.len + *upload_data_size <= a->h->cfg.max_body)
 			buf_add(&r->body, upload_data, *upload_data_size);
 		else
 			r->too_big = true;
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
-	struct reply rep;
-	if (r->too_big)
-		rep = fail_now(413, "body_too_large", "request body larger than %llu bytes",
-			       (unsigned long long)a->h->cfg.max_body);
-	else
-		rep = route(a, c, method, url, &r->body);
+	if (r->has_early) {
+		rep = r->early;
+		r->has_early = false;
+	} else if (r->too_big) {
+		rep = too_large(a);
+	} else {
+		struct call call = { .a = a, .h = a->h, .conn = c, .method = method, .url = url,
+				     .route = r->route, .owner = r->owner, .uid = r->uid,
+				     .body = &r->body, .import = r->import };
+		memcpy(call.arg, r->args, sizeof(call.arg));
+		/* The handler owns the import from here. */
+		r->import = NULL;
+		rep = r->route->fn(&call);
+	}
 	if (rep.status >= 500)
 		log_warn("%s %s: %d %s", method, url, rep.status,
 			 json_string_value(json_object_get(json_object_get(rep.body, "error"),

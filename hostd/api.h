@@ -1,16 +1,74 @@
 /* hostd's JSON API over HTTP/1.1 on a UNIX socket (libmicrohttpd, one
- * thread per connection).  Routes and bodies are documented in
- * docs/api.md. */
+ * thread per connection), and over the HTTP listener for bearer tokens.
+ * Routes and bodies are documented in docs/api.md.
+ *
+ * Every route is a row of one table (api_routes): method, path, who may
+ * call it and the handler.  Who calls is decided once per request
+ * (caller(): the peer's uid on the socket, the token's user over HTTP),
+ * and whether they may is decided only by api_authorize, which reads the
+ * row; handlers parse, call the modules and encode. */
 #ifndef BERTH_API_H
 #define BERTH_API_H
 
 #include <jansson.h>
 #include <microhttpd.h>
+#include <stdbool.h>
+#include <stddef.h>
 
 #include "common/buf.h"
 #include "hostd/hostd.h"
 
 struct api;
+
+/* Who calls: the classes of caller a route admits (bits). */
+enum api_caller {
+	CALLER_ROOT = 1 << 0,     /* uid 0 on the socket (may act for a user
+				     with X-Berth-User) */
+	CALLER_USER = 1 << 1,     /* any other local user on the socket, as
+				     themselves */
+	CALLER_TOKEN = 1 << 2,    /* a bearer token's user, over HTTP */
+	CALLER_GATEWAY = 1 << 3,  /* the gateways' user (gateway_user) on the
+				     socket */
+};
+
+struct call;
+struct reply;
+
+/* One route.  PATH's segments are literals or {param}; {name} is a machine
+ * name (checked: 400 "invalid_name").  A caller whose class is not in WHO
+ * gets 403 with REFUSAL (or a generic message); over HTTP a SOCKET_ONLY
+ * route does not exist (404).  QUERY_ALL: the row matches only requests
+ * with ?all=1 (a wider scope than the same path's other row).  UPLOAD: the
+ * body streams into an import as it arrives instead of being buffered.
+ * CATCH_ALL: no route of its own but the 404 for what no row above matched
+ * on that path (a better message); not in docs/api.md. */
+struct api_route {
+	const char *method;
+	const char *path;
+	unsigned who;
+	bool socket_only;
+	const char *refusal;
+	bool query_all;
+	bool upload;
+	bool catch_all;
+	struct reply (*fn)(struct call *c);
+};
+
+/* The table, N rows (for the unit tests and the docs check). */
+const struct api_route *api_routes(size_t *n);
+/* May a caller of class WHO (over HTTP when HTTP) use route R?  0, or -1
+ * with E: 404 for a socket-only route over HTTP, 403 with the reason
+ * otherwise.  GATEWAY_USER and URL (the request's; NULL: R's pattern) are
+ * for the messages. */
+int api_authorize(const struct api_route *r, enum api_caller who, bool http,
+		  const char *gateway_user, const char *url, struct err *e);
+/* The route for METHOD and PATH (no query string; ALL: the query has
+ * all=1), with its parameters' values into ARGS[0..3] (pointers into
+ * SCRATCH, SCRATCH_LEN bytes).  NULL with E: 404 for no route, 400 for an
+ * invalid machine name, 414 for a path too long. */
+const struct api_route *api_route_find(const char *method, const char *path, bool all,
+				       char *scratch, size_t scratch_len, const char *args[4],
+				       struct err *e);
 
 /* Listen on the UNIX socket PATH (refusing when another hostd answers
  * there).  NULL with E set. */

@@ -9,7 +9,7 @@
 #include "common/log.h"
 #include "common/sshexec.h"
 #include "common/util.h"
-#include "hostd/machine.h"
+#include "hostd/machine_steps.h"
 #include "common/banned.h"
 
 /* A new volume name for machine M's next top: m-UUID-RANDOM. */
@@ -218,12 +218,8 @@ static int restore_memory(struct hostd *h, struct machine *m, const char *mem, b
 	char copy[PATH_MAX];
 	int rc = -1;
 
-	if (strcmp(h->cfg.network, "user") == 0 && !port_is_free(m->ssh_port)) {
-		int p = machine_pick_port(h);
-		if (p < 0 || db_machine_set_port(h->db, m->id, p, e) < 0)
-			return err_set(e, 503, "no_port", "no free loopback port for %s", m->name);
-		m->ssh_port = p;
-	}
+	if (machine_port_refresh(h, m, e) < 0)
+		return -1;
 	if (machine_xml_for_image(h, m, mem, &xml, e) < 0)
 		goto out;
 	if (!foreign) {
@@ -240,8 +236,8 @@ out:
 	return rc;
 }
 
-int machine_restore(struct hostd *h, const char *owner, const char *name,
-		    const char *ckpt, bool wait, struct machine *out, struct err *e)
+int checkpoint_restore(struct hostd *h, const char *owner, const char *name,
+		       const char *ckpt, bool wait, struct machine *out, struct err *e)
 {
 	struct machine m;
 	struct checkpoint c;
@@ -316,10 +312,11 @@ static void rename_running(struct hostd *h, const struct machine *f)
 			 f->name, status > 0 ? "hostname failed" : err);
 }
 
-int machine_fork(struct hostd *h, const char *owner, const char *name,
-		 const char *new_name, const char *from, bool live, bool start, bool wait,
-		 struct machine *out, struct err *e)
+int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *out,
+		    struct err *e)
 {
+	const char *owner = r->owner, *name = r->name, *new_name = r->new_name, *from = r->from;
+	bool live = r->live;
 	struct machine m, f;
 	struct checkpoint c;
 	enum vstate vs;
@@ -372,10 +369,10 @@ int machine_fork(struct hostd *h, const char *owner, const char *name,
 	/* The fork's volume is made while the source is still marked busy:
 	 * until it exists nothing else holds its base (a checkpoint rm or a
 	 * delete of the source would collect it). */
-	struct create_req r = { .owner = owner, .name = new_name, .image = m.image,
-				.vcpus = m.vcpus, .memory = m.memory, .disk = m.disk,
-				.idle_timeout = m.idle_timeout };
-	if (machine_create_from(h, &r, base, &f, e) < 0) {
+	struct create_req cr = { .owner = owner, .name = new_name, .image = m.image,
+				 .vcpus = m.vcpus, .memory = m.memory, .disk = m.disk,
+				 .idle_timeout = m.idle_timeout };
+	if (machine_create_from(h, &cr, base, &f, e) < 0) {
 		rc = -1;
 		if (!from)
 			volume_gc(h, base);
@@ -399,11 +396,11 @@ out:
 		unlink(mem);
 		/* As below: a thin snapshot made only to fork from goes now. */
 		volume_gc(h, base);
-		db_machine_set_state(h->db, f.id, "running", NULL);
+		db_machine_set_state(h->db, f.id, MS_RUNNING, NULL);
 		busy_release(h->busy, f.id);
 		log_info("live fork %s/%s -> %s", owner, name, new_name);
 		rename_running(h, &f);
-		if (wait && machine_wait_ready(h, &f, h->cfg.boot_timeout_s, e) < 0)
+		if (r->wait && machine_wait_ready(h, &f, h->cfg.boot_timeout_s, e) < 0)
 			return -1;
 		return db_machine_get_id(h->db, f.id, out, e);
 	}
@@ -413,9 +410,9 @@ out:
 	 * independent (thin) volumes it goes now. */
 	if (!from)
 		volume_gc(h, base);
-	if (start) {
+	if (r->start) {
 		/* Like create: a fork asked to start runs, or is not there. */
-		struct act_opts o = { .wait = wait };
+		struct act_opts o = { .wait = r->wait };
 		if (machine_act(h, owner, new_name, ACT_START, &o, &f, NULL, e) < 0) {
 			machine_delete(h, owner, new_name, NULL);
 			return -1;

@@ -5,7 +5,8 @@
  * external disk-only snapshot, the guest paused only for that moment).
  * Restore gives the machine a new volume layered on the checkpoint's; a fork
  * is a new machine whose volume is layered on a checkpoint's (or on a
- * freshly frozen one).  Volumes that no row names and no volume needs are
+ * freshly frozen one): both are checkpoint_* since both start from a
+ * frozen volume.  Volumes that no row names and no volume needs are
  * collected (volume_gc), so deleting a machine or checkpoint that others
  * depend on keeps what they need. */
 #ifndef BERTH_CHECKPOINT_H
@@ -29,17 +30,28 @@ json_t *checkpoint_list_json(struct hostd *h, const char *owner, const char *nam
 			     struct err *e);
 json_t *checkpoint_json(const struct checkpoint *c);
 
-/* Return the machine to checkpoint CKPT.  A running machine is powered off
- * (its current state is being discarded), restored and started again; with
- * WAIT, until SSH answers. */
-int machine_restore(struct hostd *h, const char *owner, const char *name,
-		    const char *ckpt, bool wait, struct machine *out, struct err *e);
-/* Fork NAME into a new machine NEW of the same owner: from checkpoint FROM,
- * or (FROM NULL) from the machine as it is now.  The fork has its own id,
- * MAC, SSH port and seed.  Started when START.  LIVE (a running machine,
- * FROM NULL): the fork starts with the source's memory, both run on. */
-int machine_fork(struct hostd *h, const char *owner, const char *name,
-		 const char *new_name, const char *from, bool live, bool start, bool wait,
-		 struct machine *out, struct err *e);
+/* Return OWNER's machine NAME to checkpoint CKPT.  A running machine is
+ * powered off (its current state is being discarded), restored and started
+ * again; with WAIT, until SSH answers.  A checkpoint with memory returns
+ * it running as it was. */
+int checkpoint_restore(struct hostd *h, const char *owner, const char *name,
+		       const char *ckpt, bool wait, struct machine *out, struct err *e);
+
+struct fork_req {
+	const char *owner;
+	const char *name;      /* the machine forked */
+	const char *new_name;  /* the fork, a machine of the same owner */
+	const char *from;      /* a checkpoint of NAME; NULL: NAME as it is now */
+	bool live;             /* a running NAME, FROM NULL: the fork starts with
+				  NAME's memory, both run on */
+	bool start, wait;      /* start the fork (and wait for its SSH) */
+};
+
+/* Fork R->name into a new machine R->new_name with its own id, MAC, SSH
+ * port and seed, its disk layered on R->from's (or on NAME frozen now).
+ * Its storage is sampled at once.  A fork asked to start runs, or is not
+ * there.  Fills OUT. */
+int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *out,
+		    struct err *e);
 
 #endif

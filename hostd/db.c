@@ -270,6 +270,45 @@ static void copy_text(sqlite3_stmt *st, int col, char *out, size_t outlen)
 	snprintf(out, outlen, "%s", t ? (const char *)t : "");
 }
 
+static const char *const mstate_names[MS_COUNT] = {
+	[MS_CREATING] = "creating", [MS_STOPPED] = "stopped", [MS_RUNNING] = "running",
+	[MS_PAUSED] = "paused", [MS_SUSPENDED] = "suspended", [MS_DELETING] = "deleting",
+};
+
+const char *mstate_name(enum mstate s)
+{
+	return (unsigned)s < MS_COUNT ? mstate_names[s] : "unknown";
+}
+
+int mstate_parse(const char *s, enum mstate *out)
+{
+	for (int i = 0; i < MS_COUNT; i++)
+		if (strcmp(s, mstate_names[i]) == 0) {
+			*out = (enum mstate)i;
+			return 0;
+		}
+	return -1;
+}
+
+bool mstate_holds_cpu(enum mstate s)
+{
+	return s == MS_RUNNING || s == MS_PAUSED;
+}
+
+/* The state in column COL.  A name this hostd does not know (a database
+ * written by a newer one) reads as stopped, and says so. */
+static enum mstate state_col(sqlite3_stmt *st, int col)
+{
+	const unsigned char *t = sqlite3_column_text(st, col);
+	enum mstate s;
+
+	if (t && mstate_parse((const char *)t, &s) == 0)
+		return s;
+	log_error("database: unknown machine state '%s'; taken as stopped",
+		  t ? (const char *)t : "");
+	return MS_STOPPED;
+}
+
 int db_meta_get(struct db *db, const char *key, char *out, size_t outlen, struct err *e)
 {
 	int rc = -1;
@@ -308,7 +347,7 @@ static void machine_from_row(sqlite3_stmt *st, struct machine *m)
 	m->vcpus = sqlite3_column_int(st, 4);
 	m->memory = (uint64_t)sqlite3_column_int64(st, 5);
 	m->disk = (uint64_t)sqlite3_column_int64(st, 6);
-	copy_text(st, 7, m->state, sizeof(m->state));
+	m->state = state_col(st, 7);
 	copy_text(st, 8, m->volume, sizeof(m->volume));
 	copy_text(st, 9, m->mac, sizeof(m->mac));
 	m->ssh_port = sqlite3_column_int(st, 10);
@@ -319,12 +358,13 @@ static void machine_from_row(sqlite3_stmt *st, struct machine *m)
 
 /* Open a ledger row for machine M in STATE at time T (caller holds the lock
  * and a transaction). */
-static int ledger_open(struct db *db, const struct machine *m, const char *state,
+static int ledger_open(struct db *db, const struct machine *m, enum mstate state,
 		       int64_t t, struct err *e)
 {
 	return execute(db, e, "ledger insert",
 		       "INSERT INTO ledger(machine_id, owner, name, state, vcpus, memory, start)"
-		       " VALUES(?,?,?,?,?,?,?)", "ssssiII", m->id, m->owner, m->name, state,
+		       " VALUES(?,?,?,?,?,?,?)", "ssssiII", m->id, m->owner, m->name,
+		       mstate_name(state),
 		       m->vcpus, (int64_t)m->memory, t) == 0 ? 0 : -1;
 }
 
@@ -360,7 +400,7 @@ static int insert_machine_tx(struct db *db, void *data, struct err *e)
 	int rc = execute(db, e, "insert machine",
 			 "INSERT INTO machines(" MACHINE_COLS ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
 			 "ssssiIIsssiIII", m->id, m->owner, m->name, m->image, m->vcpus,
-			 (int64_t)m->memory, (int64_t)m->disk, m->state, m->volume, m->mac,
+			 (int64_t)m->memory, (int64_t)m->disk, mstate_name(m->state), m->volume, m->mac,
 			 m->ssh_port, m->created, m->state_since, m->idle_timeout);
 
 	if (rc == 1) {
@@ -374,7 +414,7 @@ static int insert_machine_tx(struct db *db, void *data, struct err *e)
 
 int db_machine_insert(struct db *db, struct machine *m, struct err *e)
 {
-	snprintf(m->state, sizeof(m->state), "creating");
+	m->state = MS_CREATING;
 	m->created = m->state_since = now_s();
 	return transaction(db, insert_machine_tx, m, e);
 }
@@ -438,7 +478,8 @@ int db_machine_list(struct db *db, const char *owner, struct machine **out,
 }
 
 struct set_state {
-	const char *id, *state;
+	const char *id;
+	enum mstate state;
 	int64_t t;
 };
 
@@ -459,24 +500,25 @@ static int set_state_tx(struct db *db, void *data, struct err *e)
 	sqlite3_finalize(st);
 	if (step != SQLITE_ROW)
 		return err_set(e, 404, "not_found", "no machine %s", a->id);
-	if (strcmp(m.state, a->state) == 0)
+	if (m.state == a->state)
 		return 0;
 	if (execute(db, e, "update state",
 		    "UPDATE machines SET state = ?, state_since = ? WHERE id = ?",
-		    "sIs", a->state, t, a->id) != 0 ||
+		    "sIs", mstate_name(a->state), t, a->id) != 0 ||
 	    ledger_close(db, a->id, t, e) < 0 || ledger_open(db, &m, a->state, t, e) < 0)
 		return -1;
-	log_info("machine %s/%s: %s -> %s", m.owner, m.name, m.state, a->state);
+	log_info("machine %s/%s: %s -> %s", m.owner, m.name, mstate_name(m.state),
+		 mstate_name(a->state));
 	return 0;
 }
 
-int db_machine_set_state(struct db *db, const char *id, const char *state,
+int db_machine_set_state(struct db *db, const char *id, enum mstate state,
 			 struct err *e)
 {
 	return db_machine_set_state_at(db, id, state, now_s(), e);
 }
 
-int db_machine_set_state_at(struct db *db, const char *id, const char *state, int64_t t,
+int db_machine_set_state_at(struct db *db, const char *id, enum mstate state, int64_t t,
 			    struct err *e)
 {
 	struct set_state a = { id, state, t };
@@ -746,7 +788,7 @@ int db_volume_named(struct db *db, const char *volume, struct err *e)
 
 int db_ledger_walk(struct db *db, const char *id,
 		   void (*fn)(const char *machine_id, const char *owner,
-			      const char *name, const char *state, int64_t start,
+			      const char *name, enum mstate state, int64_t start,
 			      int64_t end, void *data),
 		   void *data, struct err *e)
 {
@@ -764,7 +806,7 @@ int db_ledger_walk(struct db *db, const char *id,
 		fn((const char *)sqlite3_column_text(st, 0),
 		   (const char *)sqlite3_column_text(st, 1),
 		   (const char *)sqlite3_column_text(st, 2),
-		   (const char *)sqlite3_column_text(st, 3),
+		   state_col(st, 3),
 		   sqlite3_column_int64(st, 4),
 		   sqlite3_column_type(st, 5) == SQLITE_NULL ? 0 : sqlite3_column_int64(st, 5),
 		   data);
@@ -1021,7 +1063,7 @@ static void usage_row_from(sqlite3_stmt *st, void *out)
 	copy_text(st, 0, r->machine_id, sizeof(r->machine_id));
 	copy_text(st, 1, r->owner, sizeof(r->owner));
 	copy_text(st, 2, r->name, sizeof(r->name));
-	copy_text(st, 3, r->state, sizeof(r->state));
+	r->state = state_col(st, 3);
 	r->vcpus = sqlite3_column_int(st, 4);
 	r->memory = (uint64_t)sqlite3_column_int64(st, 5);
 	r->start = sqlite3_column_int64(st, 6);

@@ -19,6 +19,26 @@
 
 struct db;
 
+/* A machine's state: an enum in memory, its name (mstate_name) only in
+ * SQLite and in JSON.  "creating" and "deleting" are the journal of a
+ * create and a delete (above); the others are what libvirt reports. */
+enum mstate {
+	MS_CREATING,
+	MS_STOPPED,
+	MS_RUNNING,
+	MS_PAUSED,
+	MS_SUSPENDED,
+	MS_DELETING,
+};
+#define MS_COUNT (MS_DELETING + 1)
+
+/* "creating", "stopped", ...: the name SQLite and the API use. */
+const char *mstate_name(enum mstate s);
+/* The state named S; -1 when S names none. */
+int mstate_parse(const char *s, enum mstate *out);
+/* Running or paused: the vCPUs and memory are held, and billed. */
+bool mstate_holds_cpu(enum mstate s);
+
 struct machine {
 	char id[37];          /* UUID: also the libvirt domain's UUID */
 	char owner[64];
@@ -27,7 +47,7 @@ struct machine {
 	int vcpus;
 	uint64_t memory;      /* bytes */
 	uint64_t disk;        /* bytes (virtual) */
-	char state[16];       /* creating stopped running paused suspended deleting */
+	enum mstate state;
 	char volume[80];      /* storage volume of the root disk */
 	char mac[18];
 	int ssh_port;         /* network=user: loopback port forwarded to :22 */
@@ -75,11 +95,11 @@ int db_machine_list(struct db *db, const char *owner, struct machine **out,
 		    size_t *n, struct err *e);
 /* Move machine ID to STATE: closes the open ledger row at now and opens
  * one for STATE, in one transaction.  No-op when already in STATE. */
-int db_machine_set_state(struct db *db, const char *id, const char *state,
+int db_machine_set_state(struct db *db, const char *id, enum mstate state,
 			 struct err *e);
 /* The same, as of time T (seconds since the epoch): at start-up, a change
  * that happened while hostd was down (the host lost power). */
-int db_machine_set_state_at(struct db *db, const char *id, const char *state, int64_t t,
+int db_machine_set_state_at(struct db *db, const char *id, enum mstate state, int64_t t,
 			    struct err *e);
 /* Set machine ID's idle_timeout (see struct machine). */
 int db_machine_set_idle(struct db *db, const char *id, int64_t idle_timeout, struct err *e);
@@ -181,7 +201,7 @@ int db_token_delete(struct db *db, const char *owner, int64_t id, struct err *e)
  * FN(state, start, end (0 = open), data). */
 int db_ledger_walk(struct db *db, const char *id,
 		   void (*fn)(const char *machine_id, const char *owner,
-			      const char *name, const char *state, int64_t start,
+			      const char *name, enum mstate state, int64_t start,
 			      int64_t end, void *data),
 		   void *data, struct err *e);
 
@@ -213,7 +233,8 @@ int db_samples(struct db *db, const char *id, struct bill_sample **out, size_t *
 	       struct err *e);
 
 struct db_usage_row {
-	char machine_id[37], owner[64], name[64], state[16];
+	char machine_id[37], owner[64], name[64];
+	enum mstate state;
 	int vcpus;
 	uint64_t memory;
 	int64_t start, end;    /* end 0: still open */

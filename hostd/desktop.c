@@ -19,7 +19,6 @@
 #include "common/util.h"
 #include "hostd/hostd.h"
 #include "hostd/machine.h"
-#include "hostd/prometheus.h"
 #include "common/banned.h"
 
 #define MAX_TOKENS 1024
@@ -292,28 +291,19 @@ static void attach(struct desktop *d, int cfd, const char *user, const char *nam
 	int64_t woke = -1;
 	int vfd = -1, afd = -1;
 
-	if (db_machine_get(d->h->db, user, name, &m, &e) < 0)
-		goto out;
-	if (strcmp(m.state, "running") != 0) {
-		if (!wake || !strcmp(m.state, "creating") || !strcmp(m.state, "deleting")) {
-			err_set(&e, 409, "not_running", "machine %s is %s", name, m.state);
+	if (wake) {
+		if (machine_wake(d->h, user, name, false, &m, &woke, &e) < 0)
+			goto out;
+		if (woke >= 0)
+			log_info("desktop: woke %s/%s in %lld ms", user, name, (long long)woke);
+	} else {
+		if (machine_settle(d->h, user, name, &m, &e) < 0)
+			goto out;
+		if (m.state != MS_RUNNING) {
+			err_set(&e, 409, "not_running", "machine %s is %s", name,
+				mstate_name(m.state));
 			goto out;
 		}
-		struct act_opts o = { .wait = false };
-		int64_t t0 = mono_ms();
-		/* Another operation on it (the idle policy suspending it, say)
-		 * is waited for, up to a minute, then the wake goes on (as
-		 * api.c's ssh_credential does). */
-		while (machine_act(d->h, user, name, ACT_START, &o, &m, NULL, &e) < 0) {
-			if (e.status != 409 || strcmp(e.code, "busy") != 0 ||
-			    mono_ms() - t0 > 60000)
-				goto out;
-			err_clear(&e);
-			usleep(200 * 1000);
-		}
-		woke = mono_ms() - t0;
-		prom_wake(woke);
-		log_info("desktop: woke %s/%s in %lld ms", user, name, (long long)woke);
 	}
 	machine_vnc_path(d->h, m.id, path, sizeof(path));
 	vfd = connect_unix(path, 5000, &e);
@@ -324,7 +314,7 @@ static void attach(struct desktop *d, int cfd, const char *user, const char *nam
 	machine_agent_path(d->h, m.id, path, sizeof(path));
 	afd = connect_agent(path);
 	int fds[2] = { vfd, afd };
-	json_t *j = json_pack("{s:s, s:I, s:b}", "state", m.state, "woke_ms", (json_int_t)woke,
+	json_t *j = json_pack("{s:s, s:I, s:b}", "state", mstate_name(m.state), "woke_ms", (json_int_t)woke,
 			      "agent", afd >= 0);
 	if (j)
 		send_json(cfd, j, fds, afd >= 0 ? 2 : 1);

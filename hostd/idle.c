@@ -208,7 +208,7 @@ static void suspend_quiet(struct hostd *h, const struct machine *m, int64_t quie
 
 	/* Looked at once more: a connection may have begun meanwhile.  One
 	 * that begins after this finds the machine busy and waits for the
-	 * suspend to end, then wakes it (ssh_credential). */
+	 * suspend to end, then wakes it (machine_wake). */
 	if (active_since(h, m, last_active))
 		return;
 
@@ -238,7 +238,7 @@ void idle_check(struct hostd *h)
 		const struct machine *m = &ms[i];
 		struct seen copy;
 		char why[16];
-		if (strcmp(m->state, "running") != 0)
+		if (m->state != MS_RUNNING)
 			continue;
 		pthread_mutex_lock(&d->lock);
 		copy = *find(d, m->id, true);
@@ -287,7 +287,7 @@ void idle_view(struct hostd *h, const struct machine *m, struct idle_view *v)
 	memset(v, 0, sizeof(*v));
 	v->timeout = idle_timeout_of(h, m);
 	v->is_default = m->idle_timeout == 0;
-	if (!d || strcmp(m->state, "running") != 0)
+	if (!d || m->state != MS_RUNNING)
 		return;
 	pthread_mutex_lock(&d->lock);
 	struct seen *s = find(d, m->id, false);

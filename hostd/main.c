@@ -29,7 +29,7 @@
 #include "hostd/idle.h"
 #include "hostd/http.h"
 #include "hostd/image.h"
-#include "hostd/machine.h"
+#include "hostd/reconcile.h"
 #include "hostd/sampler.h"
 #include "hostd/usage.h"
 #include "common/banned.h"
@@ -231,7 +231,7 @@ int main(int argc, char **argv)
 				 &so, &e);
 	if (!h.st || storage_claim(h.st, h.instance, &e) < 0)
 		goto fail;
-	h.virt = virt_open(h.cfg.libvirt_uri, h.cfg.hypervisor, machine_on_event, &h, &e);
+	h.virt = virt_open(h.cfg.libvirt_uri, h.cfg.hypervisor, reconcile_event, &h, &e);
 	if (!h.virt)
 		goto fail;
 	resolve_recipes(&h);
@@ -239,7 +239,7 @@ int main(int argc, char **argv)
 		 state, h.instance, storage_name(h.st), storage_location(h.st),
 		 h.cfg.network, h.recipes_dir);
 
-	machine_reconcile(&h);
+	reconcile_at_start(&h);
 	image_reconcile(&h);
 	/* Prices recorded, storage sampled now and every minute. */
 	if (usage_prices_sync(&h, &e) < 0 || sampler_start(&h, &e) < 0 ||

@@ -45,22 +45,18 @@ void prom_wake(int64_t ms)
 
 int prom_text(struct hostd *h, struct buf *out, struct err *e)
 {
-	static const char *const states[] = { "creating", "stopped", "running", "paused",
-					      "suspended", "deleting", NULL };
 	struct machine *ms = NULL;
 	size_t n = 0;
-	uint64_t count[7] = { 0 }, cum = 0;
+	uint64_t count[MS_COUNT] = { 0 }, cum = 0;
 
 	if (db_machine_list(h->db, NULL, &ms, &n, e) < 0)
 		return -1;
 	for (size_t i = 0; i < n; i++)
-		for (int s = 0; states[s]; s++)
-			if (!strcmp(ms[i].state, states[s]))
-				count[s]++;
+		count[ms[i].state]++;
 	free(ms);
 	buf_adds(out, "# HELP berth_machines Machines by state.\n# TYPE berth_machines gauge\n");
-	for (int s = 0; states[s]; s++)
-		buf_printf(out, "berth_machines{state=\"%s\"} %llu\n", states[s],
+	for (int s = 0; s < MS_COUNT; s++)
+		buf_printf(out, "berth_machines{state=\"%s\"} %llu\n", mstate_name((enum mstate)s),
 			   (unsigned long long)count[s]);
 
 	buf_printf(out, "# HELP berth_idle_suspends_total Machines the idle policy suspended.\n"

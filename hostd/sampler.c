@@ -48,7 +48,7 @@ static void sample_all(struct hostd *h)
 	if (db_machine_list(h->db, NULL, &ms, &n, NULL) < 0)
 		return;
 	for (size_t i = 0; i < n; i++)
-		if (strcmp(ms[i].state, "creating") && strcmp(ms[i].state, "deleting"))
+		if (ms[i].state != MS_CREATING && ms[i].state != MS_DELETING)
 			sampler_record(h, &ms[i]);
 	free(ms);
 }

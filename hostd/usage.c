@@ -52,11 +52,6 @@ out:
 	return rc;
 }
 
-static bool billed_running(const char *state)
-{
-	return !strcmp(state, "running") || !strcmp(state, "paused");
-}
-
 static json_t *money(uint64_t nano)
 {
 	char s[40];
@@ -79,7 +74,7 @@ static void bill_of(const struct db_usage_row *r, size_t n, int64_t since, int64
 		struct bill_interval iv = {
 			.start = r[i].start < since ? since : r[i].start,
 			.end = r[i].end ? r[i].end : now,
-			.running = billed_running(r[i].state),
+			.running = mstate_holds_cpu(r[i].state),
 			.vcpus = r[i].vcpus, .memory = r[i].memory,
 		};
 		bill_add_interval(m, &iv, p, np);
@@ -134,13 +129,13 @@ static int load_prices(struct hostd *h, struct price **p, size_t *np, char *curr
 /* The rate per hour, in nano-units, of a machine in STATE with VCPUS and
  * MEMORY allocating BYTES of storage: compute while running, storage
  * always. */
-static uint64_t rate_nano(const struct price *pr, const char *state, int vcpus,
+static uint64_t rate_nano(const struct price *pr, enum mstate state, int vcpus,
 			  uint64_t memory, uint64_t bytes)
 {
 	unsigned __int128 per_hour = (unsigned __int128)pr->storage_gib_month * bytes / 730 /
 				     (1ull << 30);
 
-	if (billed_running(state))
+	if (mstate_holds_cpu(state))
 		per_hour += (unsigned __int128)pr->vcpu_hour * (unsigned)vcpus +
 			    (unsigned __int128)pr->memory_gib_hour * memory / (1ull << 30);
 	return (uint64_t)per_hour;
@@ -164,7 +159,7 @@ static void machine_series(const struct db_usage_row *r, size_t n, struct bill_s
 			struct bill_interval iv = {
 				.start = r[i].start < b0 ? b0 : r[i].start,
 				.end = r[i].end && r[i].end < b1 ? r[i].end : b1,
-				.running = billed_running(r[i].state),
+				.running = mstate_holds_cpu(r[i].state),
 				.vcpus = r[i].vcpus, .memory = r[i].memory,
 			};
 			bill_add_interval(&m, &iv, p, np);
@@ -274,7 +269,7 @@ json_t *usage_json_series(struct hostd *h, const char *owner, int64_t since, int
 		/* Its rate now (the dashboard's live counter): 0 once deleted. */
 		if (!last->end && np)
 			rate = rate_nano(&p[np - 1], last->state, last->vcpus, last->memory, bytes);
-		json_object_set_new(mj, "state", json_string(last->end ? "deleted" : last->state));
+		json_object_set_new(mj, "state", json_string(last->end ? "deleted" : mstate_name(last->state)));
 		json_object_set_new(mj, "per_hour", money(rate));
 		json_object_set_new(mj, "per_hour_nano", json_integer((json_int_t)rate));
 		if (step > 0) {
@@ -334,8 +329,13 @@ void usage_machine(struct hostd *h, const struct machine *m, json_t *j)
 	size_t n = 0, np = 0;
 	char currency[16];
 	struct bill mt = { 0 };
-	uint64_t bytes = 0;
+	uint64_t bytes = 0, ex, sh;
 
+	/* Its allocation split into what it holds alone and what it shares
+	 * (with its image, checkpoints and forks), read live. */
+	if (storage_vol_usage(h->st, m->volume, &ex, &sh, NULL) == 0)
+		json_object_set_new(j, "usage", json_pack("{s:I, s:I}", "exclusive", (json_int_t)ex,
+							  "shared", (json_int_t)sh));
 	if (load_prices(h, &p, &np, currency, sizeof(currency), NULL) < 0 || np == 0 ||
 	    db_usage_rows(h->db, m->owner, m->id, 0, &r, &n, NULL) < 0)
 		goto out;

@@ -20,7 +20,9 @@ json_t *usage_json(struct hostd *h, const char *owner, int64_t since, int64_t no
  * bucket rounded down once) per machine and in total, and "step". */
 json_t *usage_json_series(struct hostd *h, const char *owner, int64_t since, int64_t now,
 			  int64_t step, struct err *e);
-/* Add machine M's cost so far and its current rate to J. */
+/* Add to J, machine M's JSON: its cost so far and its current rate
+ * ("cost"), and its storage split into exclusive and shared bytes
+ * ("usage"), read live (the list of many has neither). */
 void usage_machine(struct hostd *h, const struct machine *m, json_t *j);
 
 #endif

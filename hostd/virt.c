@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "hostd/zmem.h"
 #include "common/banned.h"
 
 struct virt {
@@ -64,6 +65,11 @@ static int verr(struct err *e, const char *what, const char *uuid)
 }
 
 /* XML 1.0 cannot carry control characters other than tab and newlines. */
+/* network=user: the one place the SSH forward's text is written and read
+ * (virt_domain_xml writes it, virt_xml_set_ssh_port rewrites it). */
+#define SSH_FWD_PREFIX "hostfwd=tcp:127.0.0.1:"
+#define SSH_FWD_SUFFIX "-:22"
+
 static bool xml_text_ok(const char *s)
 {
 	for (; s && *s; s++)
@@ -202,7 +208,8 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 		 * slot is fixed (0x1e) so it never takes one libvirt assigns. */
 		buf_printf(b, "  <qemu:commandline>\n"
 			      "    <qemu:arg value='-netdev'/>\n"
-			      "    <qemu:arg value='user,id=berthnet0,hostfwd=tcp:127.0.0.1:%d-:22'/>\n"
+			      "    <qemu:arg value='user,id=berthnet0," SSH_FWD_PREFIX "%d"
+			      SSH_FWD_SUFFIX "'/>\n"
 			      "    <qemu:arg value='-device'/>\n"
 			      "    <qemu:arg value='virtio-net-pci,netdev=berthnet0,bus=pci.0,addr=0x1e,mac=",
 			   s->ssh_port);
@@ -718,14 +725,13 @@ int64_t virt_managed_save_bytes(struct virt *v, const char *dom_name)
 	return stat(path, &st) == 0 ? (int64_t)st.st_size : -1;
 }
 
-int virt_saved_set_port(struct virt *v, const char *uuid, int old_port, int new_port,
-			struct err *e)
+int virt_saved_set_port(struct virt *v, const char *uuid, int new_port, struct err *e)
 {
 	virConnectPtr c;
 	virDomainPtr d = dom_get(v, uuid, &c, e);
-	char *xml = NULL, from[64], to[64];
+	char *xml = NULL;
 	struct buf out = BUF_INIT;
-	int rc = -1;
+	int rc = -1, r;
 
 	if (!d)
 		return -1;
@@ -734,18 +740,10 @@ int virt_saved_set_port(struct virt *v, const char *uuid, int old_port, int new_
 		verr(e, "read the saved image's XML", uuid);
 		goto out;
 	}
-	snprintf(from, sizeof(from), "hostfwd=tcp:127.0.0.1:%d-:22", old_port);
-	snprintf(to, sizeof(to), "hostfwd=tcp:127.0.0.1:%d-:22", new_port);
-	char *at = strstr(xml, from);
-	if (!at) {
-		err_set(e, 500, "internal", "domain %s: saved image has no forward of port %d",
-			uuid, old_port);
+	r = virt_xml_set_ssh_port(xml, new_port, &out, e);
+	if (r < 0)
 		goto out;
-	}
-	buf_add(&out, xml, (size_t)(at - xml));
-	buf_adds(&out, to);
-	buf_adds(&out, at + strlen(from));
-	if (virDomainManagedSaveDefineXML(d, buf_str(&out), 0) < 0) {
+	if (r == 0 && virDomainManagedSaveDefineXML(d, buf_str(&out), 0) < 0) {
 		verr(e, "rewrite the saved image's XML", uuid);
 		goto out;
 	}
@@ -755,6 +753,66 @@ out:
 	buf_free(&out);
 	dom_put(d, c);
 	return rc;
+}
+
+int virt_xml_ssh_port(const char *xml)
+{
+	const char *at = strstr(xml, SSH_FWD_PREFIX);
+	char *end;
+	long p;
+
+	if (!at)
+		return -1;
+	p = strtol(at + strlen(SSH_FWD_PREFIX), &end, 10);
+	if (p <= 0 || p > 65535 || strncmp(end, SSH_FWD_SUFFIX, strlen(SSH_FWD_SUFFIX)) != 0)
+		return -1;
+	return (int)p;
+}
+
+int virt_xml_set_ssh_port(const char *xml, int port, struct buf *out, struct err *e)
+{
+	const char *at = strstr(xml, SSH_FWD_PREFIX), *end;
+
+	if (virt_xml_ssh_port(xml) < 0)
+		return err_set(e, 500, "internal", "the domain XML has no SSH forward");
+	if (virt_xml_ssh_port(xml) == port)
+		return 1;
+	at += strlen(SSH_FWD_PREFIX);
+	end = strstr(at, SSH_FWD_SUFFIX);
+	buf_add(out, xml, (size_t)(at - xml));
+	buf_printf(out, "%d", port);
+	buf_adds(out, end);
+	return 0;
+}
+
+bool virt_xml_has_agent(const char *xml)
+{
+	return strstr(xml, "com.redhat.spice.0") != NULL;
+}
+
+int virt_image_xml(const char *path, char **xml, struct err *e)
+{
+	struct buf head = BUF_INIT;
+	size_t need = 64 << 10, want;
+	int64_t t0 = mono_us();
+	int r;
+
+	*xml = NULL;
+	/* The header says how long the XML is: read again when the first
+	 * guess was short. */
+	do {
+		want = need;
+		buf_reset(&head);
+		r = zmem_head(path, want, &head, e);
+		if (r == 0)
+			r = virt_save_image_xml(head.data, head.len, &need, xml, e);
+		if (r == 1 && (head.len < want || need <= want))
+			r = err_set(e, 500, "memory_image", "%s is truncated", path);
+	} while (r == 1);
+	buf_free(&head);
+	/* Reading (and decompressing) a file: not hostd's own time. */
+	ext_time_add(mono_us() - t0);
+	return r < 0 ? -1 : 0;
 }
 
 int virt_pause(struct virt *v, const char *uuid, struct err *e)

@@ -103,10 +103,27 @@ int64_t virt_managed_save_bytes(struct virt *v, const char *dom_name);
 /* Destroy if running and undefine with its managed save image; a missing
  * domain is success. */
 int virt_remove(struct virt *v, const char *uuid, struct err *e);
-/* network=user: move the SSH forward in a suspended domain's saved image
- * from OLD_PORT to NEW_PORT (the restored QEMU binds what the image says). */
-int virt_saved_set_port(struct virt *v, const char *uuid, int old_port, int new_port,
-			struct err *e);
+/* network=user: move the SSH forward in a suspended domain's managed save
+ * image to NEW_PORT (the restored QEMU binds what the image says). */
+int virt_saved_set_port(struct virt *v, const char *uuid, int new_port, struct err *e);
+
+/* Reading and changing domain XML that libvirt or a save image gave back
+ * (virt_domain_xml wrote it): the only places outside virt_domain_xml that
+ * know its text.
+ * virt_xml_ssh_port: network=user's SSH forward port in XML, -1 when it
+ * has none.
+ * virt_xml_set_ssh_port: XML with that port changed to PORT, appended to
+ * OUT: 0; 1 (OUT untouched) when it is PORT already; -1 with E when XML has
+ * no forward.
+ * virt_xml_has_agent: whether XML has the SPICE agent's port (the
+ * clipboard channel; images saved before berth had it have none). */
+int virt_xml_ssh_port(const char *xml);
+int virt_xml_set_ssh_port(const char *xml, int port, struct buf *out, struct err *e);
+bool virt_xml_has_agent(const char *xml);
+/* The domain XML stored in the save image at PATH, raw (libvirt's) or
+ * zstd-compressed (hostd/zmem.c): *XML malloc'd, the caller frees it.  0,
+ * or -1 with E (not a complete format-2 image, truncated, unreadable). */
+int virt_image_xml(const char *path, char **xml, struct err *e);
 /* Pause / unpause the guest's CPUs (virDomainSuspend/Resume). */
 int virt_pause(struct virt *v, const char *uuid, struct err *e);
 int virt_unpause(struct virt *v, const char *uuid, struct err *e);

@@ -44,7 +44,7 @@ static struct machine machine_of(const char *id, const char *owner, const char *
 	m.vcpus = 2;
 	m.memory = 512 * MIB;
 	m.disk = 4 * GIB;
-	snprintf(m.state, sizeof(m.state), "running");  /* insert forces "creating" */
+	m.state = MS_RUNNING;  /* insert forces "creating" */
 	snprintf(m.volume, sizeof(m.volume), "m-%s", id);
 	snprintf(m.mac, sizeof(m.mac), "52:54:00:00:00:%02x", port % 256);
 	m.ssh_port = port;
@@ -56,7 +56,7 @@ static bool machine_eq(const struct machine *a, const struct machine *b)
 	return strcmp(a->id, b->id) == 0 && strcmp(a->owner, b->owner) == 0 &&
 	       strcmp(a->name, b->name) == 0 && strcmp(a->image, b->image) == 0 &&
 	       a->vcpus == b->vcpus && a->memory == b->memory && a->disk == b->disk &&
-	       strcmp(a->state, b->state) == 0 && strcmp(a->volume, b->volume) == 0 &&
+	       a->state == b->state && strcmp(a->volume, b->volume) == 0 &&
 	       strcmp(a->mac, b->mac) == 0 && a->ssh_port == b->ssh_port &&
 	       a->created == b->created && a->state_since == b->state_since;
 }
@@ -74,7 +74,7 @@ struct rows {
 };
 
 static void collect(const char *id, const char *owner, const char *name,
-		    const char *state, int64_t start, int64_t end, void *data)
+		    enum mstate state, int64_t start, int64_t end, void *data)
 {
 	struct rows *rs = data;
 	struct row *r;
@@ -85,7 +85,7 @@ static void collect(const char *id, const char *owner, const char *name,
 	snprintf(r->id, sizeof(r->id), "%s", id);
 	snprintf(r->owner, sizeof(r->owner), "%s", owner);
 	snprintf(r->name, sizeof(r->name), "%s", name);
-	snprintf(r->state, sizeof(r->state), "%s", state);
+	snprintf(r->state, sizeof(r->state), "%s", mstate_name(state));
 	r->start = start;
 	r->end = end;
 }
@@ -213,7 +213,7 @@ static void test_machines(struct db *db)
 	rc = db_machine_insert(db, &m1, &e);
 	if (!check(rc == 0, "machine insert: alice/devbox"))
 		diag("%s", e.msg);
-	check_str(m1.state, "creating", "machine insert: state forced to creating");
+	check_str(mstate_name(m1.state), "creating", "machine insert: state forced to creating");
 	check(m1.created >= t0 && m1.created <= now_s() && m1.state_since == m1.created,
 	      "machine insert: created = state_since = now");
 	check(walk(db, ID1, &rs) == 1 && strcmp(rs.r[0].state, "creating") == 0 &&
@@ -287,12 +287,12 @@ static void test_machines(struct db *db)
 
 	/* State changes and the ledger. */
 	err_clear(&e);
-	rc = db_machine_set_state(db, ID1, "stopped", &e);
+	rc = db_machine_set_state(db, ID1, MS_STOPPED, &e);
 	check(rc == 0, "set_state: creating -> stopped");
-	rc = db_machine_set_state(db, ID1, "running", &e);
+	rc = db_machine_set_state(db, ID1, MS_RUNNING, &e);
 	check(rc == 0, "set_state: stopped -> running");
 	rc = db_machine_get_id(db, ID1, &got, &e);
-	check(rc == 0 && strcmp(got.state, "running") == 0 && got.state_since >= m1.created,
+	check(rc == 0 && got.state == MS_RUNNING && got.state_since >= m1.created,
 	      "set_state: the row says running");
 	walk(db, ID1, &rs);
 	states_of(&rs, states, sizeof(states));
@@ -300,15 +300,15 @@ static void test_machines(struct db *db)
 	check(contiguous(&rs, ID1, true),
 	      "ledger: all closed but the last, each end is the next start");
 	err_clear(&e);
-	rc = db_machine_set_state(db, ID1, "running", &e);
+	rc = db_machine_set_state(db, ID1, MS_RUNNING, &e);
 	check(rc == 0 && walk(db, ID1, &rs) == 3,
 	      "set_state: the same state again adds no row");
 	err_clear(&e);
-	rc = db_machine_set_state(db, "00000000-0000-4000-8000-000000000000", "running", &e);
+	rc = db_machine_set_state(db, "00000000-0000-4000-8000-000000000000", MS_RUNNING, &e);
 	check(rc == -1 && e.status == 404 && strcmp(e.code, "not_found") == 0,
 	      "set_state: missing machine: 404 not_found");
-	db_machine_set_state(db, ID1, "suspended", &e);
-	db_machine_set_state(db, ID1, "running", &e);
+	db_machine_set_state(db, ID1, MS_SUSPENDED, &e);
+	db_machine_set_state(db, ID1, MS_RUNNING, &e);
 	walk(db, ID1, &rs);
 	states_of(&rs, states, sizeof(states));
 	check_str(states, "creating,stopped,running,suspended,running",
@@ -443,7 +443,7 @@ static void test_reopen(void)
 	      "reopen: three machines persisted");
 	free(list);
 	check(db_machine_get(db, "bob", "devbox", &got, &e) == 0 &&
-	      strcmp(got.id, ID3) == 0 && strcmp(got.state, "creating") == 0 &&
+	      strcmp(got.id, ID3) == 0 && got.state == MS_CREATING &&
 	      got.ssh_port == 40024 && got.memory == 512 * MIB,
 	      "reopen: bob's machine with its fields");
 	walk(db, ID1, &rs);
@@ -453,7 +453,7 @@ static void test_reopen(void)
 	      "reopen: the deleted machine's ledger persisted, closed");
 	check(db_image_get(db, "tiny", &img, &e) == 0 && image_eq(&img, &tiny),
 	      "reopen: image persisted");
-	check(db_machine_set_state(db, ID3, "stopped", &e) == 0 &&
+	check(db_machine_set_state(db, ID3, MS_STOPPED, &e) == 0 &&
 	      walk(db, ID3, &rs) == 2 && contiguous(&rs, ID3, true),
 	      "reopen: state changes keep working");
 	db_close(db);

@@ -6,9 +6,11 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -225,6 +227,38 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	return serve_static(x, c, url, method);
 }
 
+/* A connection closes (libmicrohttpd has sent its answer and shut down its
+ * writing side; the descriptor is still open).  When the client is still
+ * sending (a refused upload: the answer went before its body), closing now
+ * would make the kernel reset the connection, and the reset can reach the
+ * client before the answer it has not read yet.  So, as HTTP servers'
+ * lingering close does, what still arrives is read and dropped until the
+ * client closes its side, goes quiet for 500 ms, or 2 s have passed; then
+ * libmicrohttpd closes.  A connection with nothing unread closes at once. */
+static void linger(void *cls, struct MHD_Connection *c, void **socket_context,
+		   enum MHD_ConnectionNotificationCode code)
+{
+	const union MHD_ConnectionInfo *ci;
+	char sink[16384];
+	int fd, pending = 0;
+	int64_t until = mono_ms() + 2000;
+
+	(void)cls;
+	(void)socket_context;
+	if (code != MHD_CONNECTION_NOTIFY_CLOSED ||
+	    !(ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD)))
+		return;
+	fd = ci->connect_fd;
+	if (ioctl(fd, FIONREAD, &pending) < 0 || pending == 0)
+		return;
+	shutdown(fd, SHUT_WR);
+	while (mono_ms() < until) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, 500) <= 0 || read(fd, sink, sizeof(sink)) <= 0)
+			break;
+	}
+}
+
 static char *read_pem(const char *key, const char *file, struct err *e)
 {
 	char *s = file_read(file, 1 << 20, e);
@@ -322,9 +356,10 @@ int http_start(struct hostd *h, struct http **out, struct err *e)
 		goto fail;
 	}
 	x->api = api_http_new(h);
-	struct MHD_OptionItem opts[12] = {
+	struct MHD_OptionItem opts[13] = {
 		{ MHD_OPTION_LISTEN_SOCKET, x->fd, NULL },
 		{ MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)api_completed, x->api },
+		{ MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)linger, NULL },
 		/* Clients from the network: idle ones do not hold a thread,
 		 * and one address cannot take every slot. */
 		{ MHD_OPTION_CONNECTION_TIMEOUT, 60, NULL },
@@ -332,7 +367,7 @@ int http_start(struct hostd *h, struct http **out, struct err *e)
 		{ MHD_OPTION_PER_IP_CONNECTION_LIMIT, 64, NULL },
 		{ MHD_OPTION_THREAD_STACK_SIZE, 1 << 20, NULL },
 	};
-	size_t nopt = 6;
+	size_t nopt = 7;
 	if (tls) {
 		opts[nopt++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0, x->cert };
 		opts[nopt++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, x->key };

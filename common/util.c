@@ -7,6 +7,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,23 @@
 #include <unistd.h>
 
 #include "common/banned.h"
+
+int xsnprintf_at(const char *file, int line, char *out, size_t outlen, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(out, outlen, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= outlen) {
+		/* stderr directly: the log itself may be what is broken. */
+		fprintf(stderr, "BUG: %s:%d: %d bytes do not fit in %zu (\"%.60s...\")\n", file,
+			line, n, outlen, out);
+		abort();
+	}
+	return n;
+}
 
 bool name_valid(const char *s)
 {

@@ -10,6 +10,17 @@
 
 /* True when S is a DNS label: [a-z0-9-]{1,63}, no leading or trailing '-'.
  * Machine, image and checkpoint names must be. */
+/* snprintf into OUT where truncation would be a bug of berth's, not bad
+ * input (a path under the state directory, whose length hostd checks at
+ * start; a name already validated): on truncation the call site is logged
+ * and the process aborts, as git's xsnprintf does.  Returns the length
+ * written.  Input that may be too long is checked before, with its own
+ * error. */
+#define xsnprintf(out, outlen, ...) \
+	xsnprintf_at(__FILE__, __LINE__, (out), (outlen), __VA_ARGS__)
+int xsnprintf_at(const char *file, int line, char *out, size_t outlen, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
 bool name_valid(const char *s);
 /* True when S can be an owner's name: a local user name (or "uidN"), so
  * more than a DNS label: 1 to 63 printable ASCII characters, no space,

@@ -432,11 +432,11 @@ static void beside_exe(const char *rel, char *out, size_t outlen)
 	if (exe_dir(dir, sizeof(dir)) < 0)
 		return;
 	for (int i = 0; up[i]; i++) {
-		snprintf(out, outlen, "%s/%s/%s", dir, up[i], rel);
+		xsnprintf(out, outlen, "%s/%s/%s", dir, up[i], rel);
 		if (access(out, F_OK) == 0)
 			return;
 	}
-	snprintf(out, outlen, "%s/../%s", dir, rel);
+	xsnprintf(out, outlen, "%s/../%s", dir, rel);
 }
 
 /* Every 5 s: which run of hostd is this?  A restarted hostd forgot the

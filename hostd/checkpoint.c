@@ -123,7 +123,7 @@ int checkpoint_create(struct hostd *h, const char *owner, const char *name,
 	}
 	snprintf(old_top, sizeof(old_top), "%s", m.volume);
 	if (memory)
-		snprintf(c.memory, sizeof(c.memory), "%s/machines/%s/ckpt-%s.mem",
+		xsnprintf(c.memory, sizeof(c.memory), "%s/machines/%s/ckpt-%s.mem",
 			 h->cfg.state_dir, m.id, ckpt);
 	if (freeze_top(h, &m, vs, memory ? c.memory : NULL, frozen, new_top, sizeof(new_top),
 		       e) < 0)
@@ -347,9 +347,9 @@ int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *o
 		char old_top[80];
 		snprintf(old_top, sizeof(old_top), "%s", m.volume);
 		if (live) {
-			snprintf(mem, sizeof(mem), "%s/tmp", h->cfg.state_dir);
+			xsnprintf(mem, sizeof(mem), "%s/tmp", h->cfg.state_dir);
 			mkdir_p(mem, 0700);
-			snprintf(mem, sizeof(mem), "%s/tmp/fork-%s-%s.mem", h->cfg.state_dir, m.id,
+			xsnprintf(mem, sizeof(mem), "%s/tmp/fork-%s-%s.mem", h->cfg.state_dir, m.id,
 				 new_name);
 		}
 		if (freeze_top(h, &m, vs, live ? mem : NULL, base, new_top, sizeof(new_top), e) < 0)

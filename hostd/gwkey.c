@@ -25,7 +25,7 @@ static int generate(const char *priv, const char *pub, struct err *e)
 		err_set(e, 500, "internal", "cannot generate the gateway key");
 		goto out;
 	}
-	snprintf(tmp, sizeof(tmp), "%s.tmp", priv);
+	xsnprintf(tmp, sizeof(tmp), "%s.tmp", priv);
 	unlink(tmp);
 	mode_t old = umask(077);
 	int erc = ssh_pki_export_privkey_file(key, NULL, NULL, NULL, tmp);

@@ -19,7 +19,7 @@ void hostd_crash_point(struct hostd *h, const char *point)
 	if (!at || strcmp(at, point) != 0)
 		return;
 	log_warn("test crash point %s reached; waiting to be killed", point);
-	snprintf(path, sizeof(path), "%s/crash-point", h->cfg.state_dir);
+	xsnprintf(path, sizeof(path), "%s/crash-point", h->cfg.state_dir);
 	file_write_atomic(path, point, strlen(point), 0600, NULL);
 	for (;;)
 		pause();

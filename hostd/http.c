@@ -85,9 +85,9 @@ static void resolve_web(struct http *x)
 		/* bin/ of a source tree, or build/asan/bin/ (make asan). */
 		static const char *const up[] = { "..", "../../..", NULL };
 		for (int i = 0; up[i] && exe_dir(dir, sizeof(dir)) == 0; i++) {
-			snprintf(probe, sizeof(probe), "%s/%s/web/index.html", dir, up[i]);
+			xsnprintf(probe, sizeof(probe), "%s/%s/web/index.html", dir, up[i]);
 			if (access(probe, R_OK) == 0) {
-				snprintf(x->web, sizeof(x->web), "%s/%s/web", dir, up[i]);
+				xsnprintf(x->web, sizeof(x->web), "%s/%s/web", dir, up[i]);
 				break;
 			}
 		}

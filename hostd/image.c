@@ -61,6 +61,11 @@ static int read_manifest(const char *outdir, struct image *img, char *root,
 		err_set(e, 500, "recipe_failed", "%s: file names must not contain '/'", path);
 		goto out;
 	}
+	if (strlen(kernel) > NAME_MAX || strlen(initrd) > NAME_MAX || strlen(rootfile) > NAME_MAX) {
+		err_set(e, 500, "recipe_failed", "%s: a file name is longer than %d bytes", path,
+			NAME_MAX);
+		goto out;
+	}
 	snprintf(img->boot, sizeof(img->boot), "%s", boot);
 	snprintf(img->kernel, sizeof(img->kernel), "%s", kernel);
 	snprintf(img->initrd, sizeof(img->initrd), "%s", initrd);
@@ -89,7 +94,7 @@ int image_build(struct hostd *h, const char *recipe, const char *name,
 		return err_set(e, 400, "invalid_name", "invalid image name '%s'", name);
 	if (!name_valid(recipe))
 		return err_set(e, 400, "invalid_recipe", "invalid recipe name '%s'", recipe);
-	snprintf(script, sizeof(script), "%s/%s.sh", h->recipes_dir, recipe);
+	xsnprintf(script, sizeof(script), "%s/%s.sh", h->recipes_dir, recipe);
 	if (access(script, R_OK) < 0)
 		return err_set(e, 404, "not_found", "no image recipe '%s' (looked for %s)",
 			       recipe, script);
@@ -104,8 +109,8 @@ int image_build(struct hostd *h, const char *recipe, const char *name,
 		return -1;
 	}
 
-	snprintf(tmp, sizeof(tmp), "%s/tmp/build-%s-XXXXXX", h->cfg.state_dir, name);
-	snprintf(dir, sizeof(dir), "%s/tmp", h->cfg.state_dir);
+	xsnprintf(tmp, sizeof(tmp), "%s/tmp/build-%s-XXXXXX", h->cfg.state_dir, name);
+	xsnprintf(dir, sizeof(dir), "%s/tmp", h->cfg.state_dir);
 	if (mkdir_p(dir, 0700) < 0 || !mkdtemp(tmp)) {
 		err_errno(e, errno, "create a build directory in %s", dir);
 		tmp[0] = '\0';
@@ -125,8 +130,8 @@ int image_build(struct hostd *h, const char *recipe, const char *name,
 		goto out;
 	log_info("image %s: recipe done in %lld ms; importing %s", name,
 		 (long long)(mono_ms() - t0), root);
-	snprintf(kernel, sizeof(kernel), "%s/%s", tmp, img.kernel);
-	snprintf(initrd, sizeof(initrd), "%s/%s", tmp, img.initrd);
+	xsnprintf(kernel, sizeof(kernel), "%s/%s", tmp, img.kernel);
+	xsnprintf(initrd, sizeof(initrd), "%s/%s", tmp, img.initrd);
 	struct import_opts o = {
 		.name = name, .format = root_format, .origin = root, .boot = img.boot,
 		.kernel = img.kernel[0] ? kernel : NULL, .initrd = img.initrd[0] ? initrd : NULL,
@@ -167,7 +172,7 @@ int image_delete(struct hostd *h, const char *name, struct err *e)
 	 * reconciliation removes. */
 	if (db_image_delete(h->db, name, e) < 0)
 		goto out;
-	snprintf(dir, sizeof(dir), "%s/images/%s", h->cfg.state_dir, name);
+	xsnprintf(dir, sizeof(dir), "%s/images/%s", h->cfg.state_dir, name);
 	storage_vol_remove(h->st, img.volume, NULL);
 	remove_tree(dir, NULL);
 	rc = 0;
@@ -199,27 +204,27 @@ void image_reconcile(struct hostd *h)
 	struct dirent *de;
 	DIR *d;
 
-	snprintf(dir, sizeof(dir), "%s/images", h->cfg.state_dir);
+	xsnprintf(dir, sizeof(dir), "%s/images", h->cfg.state_dir);
 	d = opendir(dir);
 	if (!d)
 		return;
 	while ((de = readdir(d))) {
 		if (de->d_name[0] == '.' || db_image_get(h->db, de->d_name, &img, NULL) == 0)
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		xsnprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
 		log_warn("reconcile: %s belongs to no image; removing it", path);
 		remove_tree(path, NULL);
 	}
 	closedir(d);
 	/* Builds a crash interrupted. */
-	snprintf(dir, sizeof(dir), "%s/tmp", h->cfg.state_dir);
+	xsnprintf(dir, sizeof(dir), "%s/tmp", h->cfg.state_dir);
 	d = opendir(dir);
 	if (!d)
 		return;
 	while ((de = readdir(d))) {
 		if (de->d_name[0] == '.')
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		xsnprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
 		log_info("reconcile: removing the interrupted build %s", path);
 		remove_recursive(path);
 	}

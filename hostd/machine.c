@@ -36,7 +36,7 @@ int machine_action_parse(const char *s, enum machine_action *out)
 
 void machine_dir(struct hostd *h, const char *id, char *out, size_t outlen)
 {
-	snprintf(out, outlen, "%s/machines/%s", h->cfg.state_dir, id);
+	xsnprintf(out, outlen, "%s/machines/%s", h->cfg.state_dir, id);
 }
 
 void machine_dom_name(struct hostd *h, const struct machine *m, char *out, size_t outlen)
@@ -71,12 +71,12 @@ bool machine_state_of(enum vstate vs, enum mstate *out)
 
 void machine_vnc_path(struct hostd *h, const char *id, char *out, size_t outlen)
 {
-	snprintf(out, outlen, "%s/machines/%s/vnc.sock", h->cfg.state_dir, id);
+	xsnprintf(out, outlen, "%s/machines/%s/vnc.sock", h->cfg.state_dir, id);
 }
 
 void machine_agent_path(struct hostd *h, const char *id, char *out, size_t outlen)
 {
-	snprintf(out, outlen, "%s/machines/%s/agent.sock", h->cfg.state_dir, id);
+	xsnprintf(out, outlen, "%s/machines/%s/agent.sock", h->cfg.state_dir, id);
 }
 
 static int xml_render(struct hostd *h, const struct machine *m, bool agent, struct buf *xml,
@@ -91,8 +91,8 @@ static int xml_render(struct hostd *h, const struct machine *m, bool agent, stru
 	    storage_vol_info(h->st, m->volume, &vi, e) < 0)
 		return -1;
 	machine_dir(h, m->id, dir, sizeof(dir));
-	snprintf(seed, sizeof(seed), "%s/seed.iso", dir);
-	snprintf(log, sizeof(log), "%s/console.log", dir);
+	xsnprintf(seed, sizeof(seed), "%s/seed.iso", dir);
+	xsnprintf(log, sizeof(log), "%s/console.log", dir);
 	machine_vnc_path(h, m->id, vnc, sizeof(vnc));
 	machine_agent_path(h, m->id, agent_sock, sizeof(agent_sock));
 	machine_dom_name(h, m, name, sizeof(name));

@@ -70,10 +70,10 @@ static void resolve_recipes(struct hostd *h)
 	/* bin/berth-hostd in a source tree: recipes are in ../images/recipes;
 	 * an installed hostd finds them in /usr/lib/berth/recipes. */
 	if (exe_dir(dir, sizeof(dir)) == 0) {
-		snprintf(h->recipes_dir, sizeof(h->recipes_dir), "%s/../images/recipes", dir);
+		xsnprintf(h->recipes_dir, sizeof(h->recipes_dir), "%s/../images/recipes", dir);
 		if (access(h->recipes_dir, R_OK) == 0)
 			return;
-		snprintf(h->recipes_dir, sizeof(h->recipes_dir), "%s/../../../images/recipes", dir);
+		xsnprintf(h->recipes_dir, sizeof(h->recipes_dir), "%s/../../../images/recipes", dir);
 		if (access(h->recipes_dir, R_OK) == 0)
 			return;
 	}

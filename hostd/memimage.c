@@ -43,7 +43,7 @@ static void image_path(struct hostd *h, const char *id, const char *file, char *
 	char dir[PATH_MAX];
 
 	machine_dir(h, id, dir, sizeof(dir));
-	snprintf(out, outlen, "%s/%s", dir, file);
+	xsnprintf(out, outlen, "%s/%s", dir, file);
 }
 
 static bool image_is_zst(int kind)

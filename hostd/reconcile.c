@@ -183,7 +183,7 @@ static void sweep_memory_images(struct hostd *h, const struct machine *m)
 		if (strncmp(de->d_name, "ckpt-", 5) != 0 || len < 4 ||
 		    strcmp(de->d_name + len - 4, ".mem") != 0)
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		xsnprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
 		for (size_t i = 0; i < n && !named; i++)
 			named = strcmp(cs[i].memory, path) == 0;
 		if (!named) {

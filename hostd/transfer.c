@@ -239,8 +239,8 @@ static int open_file(struct import *im)
 {
 	char dir[PATH_MAX];
 
-	snprintf(dir, sizeof(dir), "%s/tmp", im->h->cfg.state_dir);
-	snprintf(im->tmp, sizeof(im->tmp), "%s/import-%s-XXXXXX", dir, im->name);
+	xsnprintf(dir, sizeof(dir), "%s/tmp", im->h->cfg.state_dir);
+	xsnprintf(im->tmp, sizeof(im->tmp), "%s/import-%s-XXXXXX", dir, im->name);
 	if (mkdir_p(dir, 0700) < 0 || (im->fd = mkostemp(im->tmp, O_CLOEXEC)) < 0) {
 		struct err e = { 0 };
 		err_errno(&e, errno, "create a file in %s", dir);
@@ -792,7 +792,7 @@ static int copy_boot_file(const char *src, const char *dir, char *path, size_t l
 {
 	const char *base = strrchr(src, '/');
 
-	snprintf(path, len, "%s/%s", dir, base ? base + 1 : src);
+	xsnprintf(path, len, "%s/%s", dir, base ? base + 1 : src);
 	return file_copy(src, path, 0644, e);
 }
 
@@ -883,7 +883,7 @@ int import_end(struct import *im, struct image *out, struct err *e)
 	 * whole extents. */
 	img.virtual_size = im->sink == SINK_VOLUME ? im->expect : vi.virtual_bytes;
 	img.created = now_s();
-	snprintf(dir, sizeof(dir), "%s/images/%s", im->h->cfg.state_dir, im->name);
+	xsnprintf(dir, sizeof(dir), "%s/images/%s", im->h->cfg.state_dir, im->name);
 	if (im->kernel[0]) {
 		if (mkdir_p(dir, 0755) < 0) {
 			err_errno(e, errno, "create %s", dir);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/util.h"
 #include "common/banned.h"
 
 #define LINE_MAX_BYTES 16384
@@ -251,7 +252,7 @@ static int libssh_check(struct userkey *k, int type, struct err *e)
 		goto out;
 	}
 	b64_encode(hash, hlen, false, fp);
-	snprintf(k->fingerprint, sizeof(k->fingerprint), "SHA256:%s", fp);
+	xsnprintf(k->fingerprint, sizeof(k->fingerprint), "SHA256:%s", fp);
 	rc = 0;
 out:
 	if (hash)

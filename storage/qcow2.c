@@ -107,7 +107,7 @@ static int qcow2_open(const char *location, const struct storage_opts *o, void *
 			size_t n = strlen(de->d_name);
 			if (n > 5 && strcmp(de->d_name + n - 5, ".part") == 0) {
 				char path[PATH_MAX];
-				snprintf(path, sizeof(path), "%s/%s", p->dir, de->d_name);
+				xsnprintf(path, sizeof(path), "%s/%s", p->dir, de->d_name);
 				log_info("qcow2: removing partial file %s", path);
 				unlink(path);
 			}
@@ -474,7 +474,7 @@ static int qcow2_claim(void *priv, const char *tag, struct err *e)
 	struct err local = { 0 };
 	char *have;
 
-	snprintf(path, sizeof(path), "%s/.berth-pool", p->dir);
+	xsnprintf(path, sizeof(path), "%s/.berth-pool", p->dir);
 	have = file_read(path, 4096, &local);
 	if (have) {
 		have[strcspn(have, "\r\n")] = '\0';

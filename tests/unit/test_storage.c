@@ -27,6 +27,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/run.h"
+#include "common/util.h"
 #include "tests/unit/tap.h"
 #include "common/banned.h"
 
@@ -152,7 +153,7 @@ static void test_open(void)
 		check_str(storage_location(st), pool, "open: storage_location");
 	}
 	storage_close(st);
-	snprintf(p, sizeof(p), "%s/m-9.qcow2.part", pool);
+	xsnprintf(p, sizeof(p), "%s/m-9.qcow2.part", pool);
 	write_file(p, "half", 4);
 	err_clear(&e);
 	st = storage_open("qcow2", pool, &e);
@@ -513,7 +514,7 @@ static void test_raw_base(void)
 	}
 	err_clear(&e);
 	rc = storage_base_create(st, "base-r", 4 * MIB, &vi, &e);
-	snprintf(p, sizeof(p), "%s/base-r.raw.part", pool);
+	xsnprintf(p, sizeof(p), "%s/base-r.raw.part", pool);
 	if (!check(rc == 0 && strcmp(vi.path, p) == 0 && vi.format &&
 		   strcmp(vi.format, "raw") == 0 && vi.virtual_bytes == 4 * MIB,
 		   "raw base: base_create makes POOL/base-r.raw.part, raw, 4 MiB"))
@@ -547,7 +548,7 @@ static void test_raw_base(void)
 
 	err_clear(&e);
 	rc = storage_base_seal(st, "base-r", &e);
-	snprintf(p, sizeof(p), "%s/base-r.raw", pool);
+	xsnprintf(p, sizeof(p), "%s/base-r.raw", pool);
 	if (!check(rc == 0 && exists(p) && mode_of(p) == 0444,
 		   "raw base: base_seal publishes base-r.raw, mode 0444"))
 		diag("%s", e.msg);
@@ -572,7 +573,7 @@ static void test_raw_base(void)
 	check(rc == 0, "raw base: a qcow2 base in the same pool");
 	err_clear(&e);
 	rc = storage_base_create(st, "base-q", MIB, &vi, &e);
-	snprintf(p, sizeof(p), "%s/base-q.raw.part", pool);
+	xsnprintf(p, sizeof(p), "%s/base-q.raw.part", pool);
 	check(rc == -1 && e.status == 409 && !exists(p),
 	      "raw base: base_create of a name a qcow2 base holds: 409, nothing made");
 
@@ -626,7 +627,7 @@ static void test_raw_base(void)
 	err_clear(&e);
 	rc = storage_vol_remove(st, "m-r", &e) | storage_vol_remove(st, "m-q", &e) |
 	     storage_vol_remove(st, "base-q", &e) | storage_vol_remove(st, "base-r", &e);
-	snprintf(p, sizeof(p), "%s/base-r.raw", pool);
+	xsnprintf(p, sizeof(p), "%s/base-r.raw", pool);
 	check(rc == 0 && !storage_vol_exists(st, "base-r") && !exists(p),
 	      "raw base: removed, file gone");
 	free(blk);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/commands.h"
 #include "common/buf.h"
 #include "common/hostapi.h"
 #include "common/util.h"

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "cli/commands.h"
 #include "common/banned.h"
 
 static void fmt_time(json_t *o, const char *k, char *out, size_t outlen)

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/commands.h"
 #include "common/run.h"
 #include "common/sshexec.h"
 #include "common/util.h"

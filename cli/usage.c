@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "cli/commands.h"
 #include "common/util.h"
 #include "common/banned.h"
 

@@ -8,6 +8,23 @@
 
 #include "cli/client.h"
 
+/* info.c: `berth info`. */
+int cmd_info(struct client *c, int argc, char **argv);
+/* machine.c: the machine commands. */
+int cmd_ls(struct client *c, int argc, char **argv);
+int cmd_show(struct client *c, int argc, char **argv);
+int cmd_create(struct client *c, int argc, char **argv);
+int cmd_set(struct client *c, int argc, char **argv);
+/* `berth start|stop|suspend|resume|restart NAME` */
+int cmd_action(struct client *c, int argc, char **argv);
+int cmd_rm(struct client *c, int argc, char **argv);
+int cmd_exec(struct client *c, int argc, char **argv);
+/* `berth checkpoint ...` and `berth checkpoints NAME` */
+int cmd_checkpoint(struct client *c, int argc, char **argv);
+int cmd_restore(struct client *c, int argc, char **argv);
+int cmd_fork(struct client *c, int argc, char **argv);
+/* key.c: `berth key add|ls|rm`. */
+int cmd_key(struct client *c, int argc, char **argv);
 /* up.c: `berth up`, `berth down`. */
 int cmd_up(struct client *c, int argc, char **argv);
 int cmd_down(struct client *c, int argc, char **argv);

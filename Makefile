@@ -39,7 +39,7 @@ HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/config.c hostd/db.c hostd/virt.c
                hostd/catalog.c hostd/zmem.c hostd/meter.c hostd/usage.c hostd/metrics.c \
                hostd/idle.c hostd/tokens.c hostd/http.c hostd/desktop.c
 CLI_SRC     := cli/main.c cli/cli.c cli/client.c cli/up.c cli/image.c cli/usage.c \
-               cli/token.c cli/desktop.c cli/info.c cli/key.c cli/machine.c
+               cli/token.c cli/info.c cli/key.c cli/machine.c
 SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/pool.c
 DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c \
                desktop/vdagent.c

@@ -29,6 +29,21 @@ int cli_call(const struct client *c, const char *method, const char *path,
 	return -1;
 }
 
+int cli_call_print(const struct client *c, const char *method, const char *path,
+		   json_t *body, cli_print_fn *print, void *data)
+{
+	json_t *r;
+
+	if (cli_call(c, method, path, body, &r) < 0)
+		return 1;
+	if (c->json)
+		print_json(r);
+	else if (print)
+		print(r, data);
+	json_decref(r);
+	return 0;
+}
+
 int cli_delete_id(const struct client *c, const char *what, const char *route,
 		  const char *id_s, const char *done)
 {

@@ -18,6 +18,15 @@
 int cli_call(const struct client *c, const char *method, const char *path,
 	     json_t *body, json_t **resp);
 
+/* Prints answer R (borrowed) as text; DATA is cli_call_print's. */
+typedef void cli_print_fn(json_t *r, void *data);
+
+/* cli_call, then the answer printed: its JSON with --json, else by
+ * PRINT(R, DATA) (NULL: nothing).  Returns 0, or 1 when cli_call failed
+ * (it said why): the command's exit status. */
+int cli_call_print(const struct client *c, const char *method, const char *path,
+		   json_t *body, cli_print_fn *print, void *data);
+
 /* `berth WHAT rm ID`: DELETE ROUTE/ID, printing "DONE WHAT ID" (with --json,
  * the answer).  Returns 0; 2 for an ID that is not a positive number
  * (having said so); 1 when cli_call failed. */

@@ -10,19 +10,19 @@
 
 /* info.c: `berth info`. */
 int cmd_info(struct client *c, int argc, char **argv);
-/* machine.c: the machine commands. */
+/* machine.c: `berth ls`, `berth create`, `berth exec`. */
 int cmd_ls(struct client *c, int argc, char **argv);
-int cmd_show(struct client *c, int argc, char **argv);
 int cmd_create(struct client *c, int argc, char **argv);
-int cmd_set(struct client *c, int argc, char **argv);
-/* `berth start|stop|suspend|resume|restart NAME` */
-int cmd_action(struct client *c, int argc, char **argv);
-int cmd_rm(struct client *c, int argc, char **argv);
+/* exec's status is the command's in the machine (255: it could not run). */
 int cmd_exec(struct client *c, int argc, char **argv);
-/* `berth checkpoint ...` and `berth checkpoints NAME` */
-int cmd_checkpoint(struct client *c, int argc, char **argv);
-int cmd_restore(struct client *c, int argc, char **argv);
-int cmd_fork(struct client *c, int argc, char **argv);
+/* machine.c: the verbs on one machine, rows of one table: show, set, start,
+ * stop, suspend, resume, restart, rm (delete), checkpoints, checkpoint,
+ * checkpoint rm, restore, fork, desktop. */
+struct verb;
+/* The verb of the command ARGV, or NULL when it is none. */
+const struct verb *verb_find(int argc, char **argv);
+/* Run V (verb_find's answer for ARGV) on ARGV, as a command. */
+int verb_run(struct client *c, const struct verb *v, int argc, char **argv);
 /* key.c: `berth key add|ls|rm`. */
 int cmd_key(struct client *c, int argc, char **argv);
 /* up.c: `berth up`, `berth down`. */
@@ -34,7 +34,5 @@ int cmd_image(struct client *c, int argc, char **argv);
 int cmd_usage(struct client *c, int argc, char **argv);
 /* token.c: `berth token create|ls|rm`. */
 int cmd_token(struct client *c, int argc, char **argv);
-/* desktop.c: `berth desktop NAME`. */
-int cmd_desktop(struct client *c, int argc, char **argv);
 
 #endif

@@ -1,5 +1,7 @@
-/* The machine commands of berth: ls, show, create, set, start, stop,
- * suspend, resume, restart, rm, exec, checkpoint(s), restore, fork. */
+/* The machine commands of berth: ls, create and exec, and the verbs on
+ * one machine (show, set, start, stop, suspend, resume, restart, rm,
+ * checkpoints, checkpoint, checkpoint rm, restore, fork, desktop), which are
+ * rows of one table run by verb_run. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,23 +28,22 @@ static void print_machine_row(json_t *m)
 	       jstr(m, "state"), jstr(m, "image"), jint(m, "vcpus"), mem, disk, alloc, ssh);
 }
 
-static void print_machine(const struct client *c, json_t *m)
+/* The table of a machine M (cli_print_fn). */
+static void print_machine(json_t *m, void *data)
 {
-	if (c->json) {
-		print_json(m);
-		return;
-	}
+	(void)data;
 	printf("%-20s %-10s %-10s %4s %7s %7s %9s  %s\n", "NAME", "STATE", "IMAGE", "CPUS",
 	       "MEMORY", "DISK", "ALLOCATED", "SSH");
 	print_machine_row(m);
 }
 
-/* "idle: ..." for one machine. */
-static void print_idle(json_t *m)
+/* "idle: ..." for one machine M (cli_print_fn). */
+static void print_idle(json_t *m, void *data)
 {
 	json_t *i = json_object_get(m, "idle");
 	const char *t = jstr(i, "timeout");
 
+	(void)data;
 	if (!i)
 		return;
 	if (!strcmp(t, "never"))
@@ -76,62 +77,6 @@ int cmd_ls(struct client *c, int argc, char **argv)
 	}
 	json_decref(r);
 	return 0;
-}
-
-int cmd_show(struct client *c, int argc, char **argv)
-{
-	char path[256];
-	json_t *r;
-
-	if (argc != 2 || !name_valid(argv[1])) {
-		fprintf(stderr, "usage: berth show NAME\n");
-		return 2;
-	}
-	snprintf(path, sizeof(path), "/v1/machines/%s", argv[1]);
-	if (cli_call(c, "GET", path, NULL, &r) < 0)
-		return 1;
-	print_machine(c, r);
-	if (!c->json)
-		print_idle(r);
-	json_decref(r);
-	return 0;
-}
-
-/* berth set NAME --idle D: a machine's settings. */
-int cmd_set(struct client *c, int argc, char **argv)
-{
-	const char *name = NULL, *v;
-	json_t *body = json_object(), *r;
-	char path[256];
-	int rc = 2;
-
-	for (int i = 1; i < argc; i++) {
-		if ((v = optval(argc, argv, &i, "--idle")))
-			json_object_set_new(body, "idle", json_string(v));
-		else if (argv[i][0] != '-' && !name)
-			name = argv[i];
-		else {
-			fprintf(stderr, "berth set: unexpected argument '%s'\n", argv[i]);
-			goto out;
-		}
-	}
-	if (!name || !name_valid(name) || json_object_size(body) == 0) {
-		fprintf(stderr, "usage: berth set NAME --idle 30m|never|default\n");
-		goto out;
-	}
-	snprintf(path, sizeof(path), "/v1/machines/%s", name);
-	rc = 1;
-	if (cli_call(c, "PATCH", path, body, &r) < 0)
-		goto out;
-	if (c->json)
-		print_json(r);
-	else
-		print_idle(r);
-	json_decref(r);
-	rc = 0;
-out:
-	json_decref(body);
-	return rc;
 }
 
 int cmd_create(struct client *c, int argc, char **argv)
@@ -185,76 +130,15 @@ int cmd_create(struct client *c, int argc, char **argv)
 		goto out;
 	if (!c->json && json_integer_value(json_object_get(r, "ready_ms")) > 0)
 		fprintf(stderr, "%s is ready in %.1f s\n", name, (double)(mono_ms() - t0) / 1000.0);
-	print_machine(c, r);
+	if (c->json)
+		print_json(r);
+	else
+		print_machine(r, NULL);
 	json_decref(r);
 	rc = 0;
 out:
 	json_decref(body);
 	return rc;
-}
-
-int cmd_action(struct client *c, int argc, char **argv)
-{
-	const char *action = argv[0], *name = NULL, *v;
-	json_t *body = json_object(), *r;
-	bool wait = strcmp(action, "stop") != 0 && strcmp(action, "suspend") != 0;
-	char path[256];
-	int rc = 2;
-
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--no-wait"))
-			wait = false;
-		else if ((v = optval(argc, argv, &i, "--timeout")))
-			json_object_set_new(body, "timeout", json_integer(atoi(v)));
-		else if (argv[i][0] != '-' && !name)
-			name = argv[i];
-		else {
-			fprintf(stderr, "berth %s: unexpected argument '%s'\n", action, argv[i]);
-			goto out;
-		}
-	}
-	if (!name || !name_valid(name)) {
-		fprintf(stderr, "usage: berth %s NAME [--no-wait] [--timeout S]\n", action);
-		goto out;
-	}
-	if (wait)
-		json_object_set_new(body, "wait", json_true());
-	snprintf(path, sizeof(path), "/v1/machines/%s/%s", name, action);
-	rc = 1;
-	if (cli_call(c, "POST", path, body, &r) < 0)
-		goto out;
-	if (c->json)
-		print_json(r);
-	else if (json_integer_value(json_object_get(r, "ready_ms")) > 0)
-		printf("%s: %s, ready in %.1f s\n", name, jstr(r, "state"),
-		       (double)jint(r, "ready_ms") / 1000.0);
-	else
-		printf("%s: %s\n", name, jstr(r, "state"));
-	json_decref(r);
-	rc = 0;
-out:
-	json_decref(body);
-	return rc;
-}
-
-int cmd_rm(struct client *c, int argc, char **argv)
-{
-	char path[256];
-	json_t *r;
-
-	if (argc != 2 || !name_valid(argv[1])) {
-		fprintf(stderr, "usage: berth rm NAME\n");
-		return 2;
-	}
-	snprintf(path, sizeof(path), "/v1/machines/%s", argv[1]);
-	if (cli_call(c, "DELETE", path, NULL, &r) < 0)
-		return 1;
-	if (c->json)
-		print_json(r);
-	else
-		printf("deleted %s\n", argv[1]);
-	json_decref(r);
-	return 0;
 }
 
 int cmd_exec(struct client *c, int argc, char **argv)
@@ -311,162 +195,296 @@ int cmd_exec(struct client *c, int argc, char **argv)
 	return status;
 }
 
-int cmd_checkpoint(struct client *c, int argc, char **argv)
+/* ---- the verbs on one machine ----------------------------------------------
+ *
+ * `berth VERB NAME [ARG] [OPTIONS]` is one request to hostd about machine
+ * NAME: METHOD on a path made of NAME (and ARG), with a JSON body made of
+ * defaults that the options change, and the answer printed (--json: its
+ * JSON).  A row of the table says all of that for one verb; verb_run runs a
+ * row.  The flags keep each verb reading its words as it always has. */
+
+/* The words after the verb: the machine and the second word (NULL when
+ * absent).  A verb's printer gets them as its DATA. */
+struct verb_args {
+	const char *name, *arg;
+};
+
+/* An option of a verb and what it does to the request's body. */
+struct verb_opt {
+	const char *name;	/* "--no-wait"; one that takes a value: "--from" */
+	enum {
+		OPT_TRUE,	/* sets FIELD true */
+		OPT_FALSE,	/* sets FIELD false */
+		OPT_DROP,	/* removes FIELD (hostd's default holds) */
+		OPT_STRING,	/* "--idle 30m", "--idle=30m": FIELD is the value */
+		OPT_INT,	/* FIELD is the value as an integer (atoi: "x" is 0) */
+	} does;
+	const char *field;
+};
+
+/* Flags of a verb: how its words are read. */
+enum {
+	V_ARG = 1,		/* takes a second word, ARG (required) */
+	V_ARG_OPTIONAL = 2,	/* ... which may be left out */
+	V_ARG_NAME = 4,		/* ARG must be a valid name too */
+	V_DASH = 8,		/* a word starting with '-' may be NAME or ARG
+				 * (restore: `restore web -x` asks for checkpoint -x) */
+	V_SAY_UNEXPECTED = 16,	/* a word too many is named, not answered by the usage */
+	V_NEED_FIELD = 32,	/* the usage unless an option set a field */
+};
+
+struct verb {
+	const char *name;	/* the verb: argv[0] */
+	/* A second word of the verb ("rm" of `checkpoint rm`), or NULL.  Such
+	 * a verb is taken only with exactly NAME and ARG after it, so that
+	 * `checkpoint rm web` is a checkpoint named web of the machine rm. */
+	const char *sub;
+	const char *alias;	/* another name for it, or NULL */
+	const char *usage;	/* said (stderr, exit 2) when the words are wrong */
+	/* When NAME (or with V_ARG_NAME, ARG) is not a valid name: said
+	 * instead of the usage, or NULL. */
+	const char *invalid;
+	unsigned flags;
+	const char *method;
+	const char *path;	/* a printf format of NAME, then ARG */
+	/* The body: its JSON before the options, or NULL to send none. */
+	const char *body;
+	const char *arg_field;	/* the body's field that ARG sets, or NULL */
+	struct verb_opt opts[5];	/* up to the first without a name */
+	void (*finish)(json_t *body);	/* optional: the body's last touch */
+	cli_print_fn *print;	/* the answer as text; DATA: struct verb_args */
+};
+
+/* show: the machine's table, then its idle policy. */
+static void print_shown(json_t *r, void *data)
 {
-	char path[256];
-	json_t *r, *body, *ck;
+	print_machine(r, data);
+	print_idle(r, data);
+}
+
+/* start, stop, suspend, resume, restart: the machine's state now. */
+static void print_state(json_t *r, void *data)
+{
+	const struct verb_args *a = data;
+
+	if (json_integer_value(json_object_get(r, "ready_ms")) > 0)
+		printf("%s: %s, ready in %.1f s\n", a->name, jstr(r, "state"),
+		       (double)jint(r, "ready_ms") / 1000.0);
+	else
+		printf("%s: %s\n", a->name, jstr(r, "state"));
+}
+
+static void print_deleted(json_t *r, void *data)
+{
+	const struct verb_args *a = data;
+
+	(void)r;
+	printf("deleted %s\n", a->name);
+}
+
+static void print_checkpoints(json_t *r, void *data)
+{
+	json_t *ck;
 	size_t i;
 
-	if (!strcmp(argv[0], "checkpoints")) {
-		if (argc != 2 || !name_valid(argv[1])) {
-			fprintf(stderr, "usage: berth checkpoints NAME\n");
-			return 2;
+	(void)data;
+	printf("%-40s %-21s %s\n", "CHECKPOINT", "CREATED", "MEMORY");
+	json_array_foreach(json_object_get(r, "checkpoints"), i, ck) {
+		char when[32];
+		time_t t = (time_t)jint(ck, "created");
+		struct tm tm;
+		gmtime_r(&t, &tm);
+		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%SZ", &tm);
+		printf("%-40s %-21s %s\n", jstr(ck, "name"), when,
+		       json_is_true(json_object_get(ck, "memory")) ? "yes" : "-");
+	}
+}
+
+static void print_checkpoint(json_t *r, void *data)
+{
+	const struct verb_args *a = data;
+
+	printf("checkpoint %s of %s%s (%.1f ms)\n", jstr(r, "name"), a->name,
+	       json_is_true(json_object_get(r, "memory")) ? " with memory" : "",
+	       json_number_value(json_object_get(r, "took_ms")));
+}
+
+static void print_checkpoint_deleted(json_t *r, void *data)
+{
+	const struct verb_args *a = data;
+
+	(void)r;
+	printf("deleted checkpoint %s of %s\n", a->arg, a->name);
+}
+
+static void print_restored(json_t *r, void *data)
+{
+	const struct verb_args *a = data;
+
+	printf("%s: restored to %s, %s\n", a->name, a->arg, jstr(r, "state"));
+}
+
+static void print_url(json_t *r, void *data)
+{
+	(void)data;
+	printf("%s\n", jstr(r, "url"));
+}
+
+/* A fork waits only for a machine it starts (a live fork always starts). */
+static void fork_finish(json_t *body)
+{
+	if (!json_is_true(json_object_get(body, "start")) &&
+	    !json_is_true(json_object_get(body, "live")))
+		json_object_set_new(body, "wait", json_false());
+}
+
+/* start, stop, suspend, resume, restart: BODY is {"wait": true} for the
+ * verbs that wait for the machine by default, {} for those that do not. */
+#define ACTION(verb, body_json)                                                     \
+	{ .name = verb, .usage = "usage: berth " verb " NAME [--no-wait] [--timeout S]\n", \
+	  .flags = V_SAY_UNEXPECTED, .method = "POST", .path = "/v1/machines/%s/" verb,    \
+	  .body = body_json,                                                           \
+	  .opts = { { "--no-wait", OPT_DROP, "wait" },                                 \
+		    { "--timeout", OPT_INT, "timeout" } },                             \
+	  .print = print_state }
+
+static const struct verb verbs[] = {
+	{ .name = "show", .usage = "usage: berth show NAME\n",
+	  .method = "GET", .path = "/v1/machines/%s", .print = print_shown },
+	{ .name = "set", .usage = "usage: berth set NAME --idle 30m|never|default\n",
+	  .flags = V_SAY_UNEXPECTED | V_NEED_FIELD,
+	  .method = "PATCH", .path = "/v1/machines/%s", .body = "{}",
+	  .opts = { { "--idle", OPT_STRING, "idle" } }, .print = print_idle },
+	ACTION("start", "{\"wait\": true}"),
+	ACTION("stop", "{}"),
+	ACTION("suspend", "{}"),
+	ACTION("resume", "{\"wait\": true}"),
+	ACTION("restart", "{\"wait\": true}"),
+	{ .name = "rm", .alias = "delete", .usage = "usage: berth rm NAME\n",
+	  .method = "DELETE", .path = "/v1/machines/%s", .print = print_deleted },
+	{ .name = "checkpoints", .usage = "usage: berth checkpoints NAME\n",
+	  .method = "GET", .path = "/v1/machines/%s/checkpoints", .print = print_checkpoints },
+	{ .name = "checkpoint", .sub = "rm",
+	  .usage = "usage: berth checkpoint NAME [CKPT] [--memory] | checkpoint rm NAME CKPT\n",
+	  .invalid = "berth: invalid machine or checkpoint name\n",
+	  .flags = V_ARG | V_ARG_NAME | V_DASH,
+	  .method = "DELETE", .path = "/v1/machines/%s/checkpoints/%s",
+	  .print = print_checkpoint_deleted },
+	{ .name = "checkpoint",
+	  .usage = "usage: berth checkpoint NAME [CKPT] [--memory] | checkpoint rm NAME CKPT\n",
+	  .flags = V_ARG | V_ARG_OPTIONAL,
+	  .method = "POST", .path = "/v1/machines/%s/checkpoints", .body = "{\"memory\": false}",
+	  .arg_field = "name", .opts = { { "--memory", OPT_TRUE, "memory" } },
+	  .print = print_checkpoint },
+	{ .name = "restore", .usage = "usage: berth restore NAME CKPT [--no-wait]\n",
+	  .flags = V_ARG | V_DASH,
+	  .method = "POST", .path = "/v1/machines/%s/restore", .body = "{\"wait\": true}",
+	  .arg_field = "checkpoint", .opts = { { "--no-wait", OPT_FALSE, "wait" } },
+	  .print = print_restored },
+	{ .name = "fork",
+	  .usage = "usage: berth fork NAME NEW [--from CKPT | --live] [--no-start] [--no-wait]\n",
+	  .flags = V_ARG | V_SAY_UNEXPECTED,
+	  .method = "POST", .path = "/v1/machines/%s/fork",
+	  .body = "{\"live\": false, \"start\": true, \"wait\": true}", .arg_field = "name",
+	  .opts = { { "--from", OPT_STRING, "from" }, { "--no-start", OPT_FALSE, "start" },
+		    { "--no-wait", OPT_FALSE, "wait" }, { "--live", OPT_TRUE, "live" } },
+	  .finish = fork_finish, .print = print_machine },
+	{ .name = "desktop", .usage = "usage: berth desktop NAME [--json]\n",
+	  .method = "POST", .path = "/v1/machines/%s/desktop", .print = print_url },
+};
+
+const struct verb *verb_find(int argc, char **argv)
+{
+	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
+		const struct verb *v = &verbs[i];
+		if (v->sub) {
+			if (argc == 4 && !strcmp(argv[0], v->name) && !strcmp(argv[1], v->sub))
+				return v;
+		} else if (!strcmp(argv[0], v->name) || (v->alias && !strcmp(argv[0], v->alias))) {
+			return v;
 		}
-		snprintf(path, sizeof(path), "/v1/machines/%s/checkpoints", argv[1]);
-		if (cli_call(c, "GET", path, NULL, &r) < 0)
-			return 1;
-		if (c->json) {
-			print_json(r);
-		} else {
-			printf("%-40s %-21s %s\n", "CHECKPOINT", "CREATED", "MEMORY");
-			json_array_foreach(json_object_get(r, "checkpoints"), i, ck) {
-				char when[32];
-				time_t t = (time_t)jint(ck, "created");
-				struct tm tm;
-				gmtime_r(&t, &tm);
-				strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%SZ", &tm);
-				printf("%-40s %-21s %s\n", jstr(ck, "name"), when,
-				       json_is_true(json_object_get(ck, "memory")) ? "yes" : "-");
+	}
+	return NULL;
+}
+
+/* The option of V that ARGV[*I] is, with its value in *VALUE (advancing *I
+ * past it), or NULL. */
+static const struct verb_opt *verb_opt(const struct verb *v, int argc, char **argv, int *i,
+				       const char **value)
+{
+	for (const struct verb_opt *o = v->opts; o->name; o++) {
+		if (o->does == OPT_STRING || o->does == OPT_INT) {
+			if ((*value = optval(argc, argv, i, o->name)))
+				return o;
+		} else if (!strcmp(argv[*i], o->name)) {
+			return o;
+		}
+	}
+	return NULL;
+}
+
+static void verb_opt_apply(const struct verb_opt *o, const char *value, json_t *body)
+{
+	switch (o->does) {
+	case OPT_TRUE: json_object_set_new(body, o->field, json_true()); break;
+	case OPT_FALSE: json_object_set_new(body, o->field, json_false()); break;
+	case OPT_DROP: json_object_del(body, o->field); break;
+	/* A value that is not UTF-8 sets nothing. */
+	case OPT_STRING: json_object_set_new(body, o->field, json_string(value)); break;
+	case OPT_INT: json_object_set_new(body, o->field, json_integer(atoi(value))); break;
+	}
+}
+
+int verb_run(struct client *c, const struct verb *v, int argc, char **argv)
+{
+	struct verb_args a = { NULL, NULL };
+	json_t *body = NULL;
+	const char *value = NULL;
+	char path[256];
+	int rc = 2;
+
+	if (v->body && !(body = json_loads(v->body, 0, NULL))) {
+		fprintf(stderr, "berth %s: the table's body is not JSON\n", v->name);
+		return 1;
+	}
+	for (int i = v->sub ? 2 : 1; i < argc; i++) {
+		const struct verb_opt *o = verb_opt(v, argc, argv, &i, &value);
+		if (o) {
+			verb_opt_apply(o, value, body);
+			continue;
+		}
+		if (argv[i][0] != '-' || (v->flags & V_DASH)) {
+			if (!a.name) {
+				a.name = argv[i];
+				continue;
+			}
+			if ((v->flags & V_ARG) && !a.arg) {
+				a.arg = argv[i];
+				continue;
 			}
 		}
-		json_decref(r);
-		return 0;
-	}
-	if (argc == 4 && !strcmp(argv[1], "rm")) {
-		if (!name_valid(argv[2]) || !name_valid(argv[3])) {
-			fprintf(stderr, "berth: invalid machine or checkpoint name\n");
-			return 2;
-		}
-		snprintf(path, sizeof(path), "/v1/machines/%s/checkpoints/%s", argv[2], argv[3]);
-		if (cli_call(c, "DELETE", path, NULL, &r) < 0)
-			return 1;
-		if (c->json)
-			print_json(r);
+		if (v->flags & V_SAY_UNEXPECTED)
+			fprintf(stderr, "berth %s: unexpected argument '%s'\n", v->name, argv[i]);
 		else
-			printf("deleted checkpoint %s of %s\n", argv[3], argv[2]);
-		json_decref(r);
-		return 0;
+			fputs(v->usage, stderr);
+		goto out;
 	}
-	bool memory = false;
-	const char *mname = NULL, *cname = NULL;
-	for (int k = 1; k < argc; k++) {
-		if (!strcmp(argv[k], "--memory"))
-			memory = true;
-		else if (argv[k][0] != '-' && !mname)
-			mname = argv[k];
-		else if (argv[k][0] != '-' && !cname)
-			cname = argv[k];
-		else
-			mname = NULL, k = argc;
+	if (!a.name || ((v->flags & V_ARG) && !(v->flags & V_ARG_OPTIONAL) && !a.arg) ||
+	    ((v->flags & V_NEED_FIELD) && json_object_size(body) == 0)) {
+		fputs(v->usage, stderr);
+		goto out;
 	}
-	if (!mname || !name_valid(mname)) {
-		fprintf(stderr, "usage: berth checkpoint NAME [CKPT] [--memory] | checkpoint rm NAME CKPT\n");
-		return 2;
+	if (!name_valid(a.name) || ((v->flags & V_ARG_NAME) && !name_valid(a.arg))) {
+		fputs(v->invalid ? v->invalid : v->usage, stderr);
+		goto out;
 	}
-	argv[1] = (char *)mname;
-	body = json_pack("{s:b}", "memory", memory);
-	if (cname)
-		json_object_set_new(body, "name", json_string(cname));
-	snprintf(path, sizeof(path), "/v1/machines/%s/checkpoints", argv[1]);
-	int rc = cli_call(c, "POST", path, body, &r);
+	if (a.arg && v->arg_field)
+		json_object_set_new(body, v->arg_field, json_string(a.arg));
+	if (v->finish)
+		v->finish(body);
+	snprintf(path, sizeof(path), v->path, a.name, a.arg);
+	rc = cli_call_print(c, v->method, path, body, v->print, &a);
+out:
 	json_decref(body);
-	if (rc < 0)
-		return 1;
-	if (c->json)
-		print_json(r);
-	else
-		printf("checkpoint %s of %s%s (%.1f ms)\n", jstr(r, "name"), argv[1],
-		       json_is_true(json_object_get(r, "memory")) ? " with memory" : "",
-		       json_number_value(json_object_get(r, "took_ms")));
-	json_decref(r);
-	return 0;
+	return rc;
 }
-
-int cmd_restore(struct client *c, int argc, char **argv)
-{
-	char path[256];
-	bool wait = true;
-	const char *name = NULL, *ckpt = NULL;
-	json_t *r, *body;
-
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--no-wait"))
-			wait = false;
-		else if (!name)
-			name = argv[i];
-		else if (!ckpt)
-			ckpt = argv[i];
-		else
-			name = NULL, i = argc;
-	}
-	if (!name || !ckpt || !name_valid(name)) {
-		fprintf(stderr, "usage: berth restore NAME CKPT [--no-wait]\n");
-		return 2;
-	}
-	snprintf(path, sizeof(path), "/v1/machines/%s/restore", name);
-	body = json_pack("{s:s, s:b}", "checkpoint", ckpt, "wait", wait);
-	int rc = cli_call(c, "POST", path, body, &r);
-	json_decref(body);
-	if (rc < 0)
-		return 1;
-	if (c->json)
-		print_json(r);
-	else
-		printf("%s: restored to %s, %s\n", name, ckpt, jstr(r, "state"));
-	json_decref(r);
-	return 0;
-}
-
-int cmd_fork(struct client *c, int argc, char **argv)
-{
-	char path[256];
-	bool start = true, wait = true, live = false;
-	const char *name = NULL, *new_name = NULL, *from = NULL, *v;
-	json_t *r, *body;
-
-	for (int i = 1; i < argc; i++) {
-		if ((v = optval(argc, argv, &i, "--from")))
-			from = v;
-		else if (!strcmp(argv[i], "--no-start"))
-			start = false;
-		else if (!strcmp(argv[i], "--no-wait"))
-			wait = false;
-		else if (!strcmp(argv[i], "--live"))
-			live = true;
-		else if (argv[i][0] != '-' && !name)
-			name = argv[i];
-		else if (argv[i][0] != '-' && !new_name)
-			new_name = argv[i];
-		else {
-			fprintf(stderr, "berth fork: unexpected argument '%s'\n", argv[i]);
-			return 2;
-		}
-	}
-	if (!name || !new_name || !name_valid(name)) {
-		fprintf(stderr, "usage: berth fork NAME NEW [--from CKPT | --live] [--no-start] [--no-wait]\n");
-		return 2;
-	}
-	snprintf(path, sizeof(path), "/v1/machines/%s/fork", name);
-	body = json_pack("{s:s, s:b, s:b, s:b}", "name", new_name, "live", live, "start", start,
-			 "wait", (start || live) && wait);
-	if (from)
-		json_object_set_new(body, "from", json_string(from));
-	int rc = cli_call(c, "POST", path, body, &r);
-	json_decref(body);
-	if (rc < 0)
-		return 1;
-	print_machine(c, r);
-	json_decref(r);
-	return 0;
-}
-

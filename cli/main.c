@@ -39,7 +39,8 @@ static const char usage_text[] =
 	"  --state DIR   state directory of the hostd to talk to (default $BERTH_STATE or /var/lib/berth)\n"
 	"  --json        machine-readable output\n";
 
-/* The commands, by the name that runs them. */
+/* The commands, by the name that runs them; the verbs on one machine are
+ * machine.c's (verb_find). */
 static const struct command {
 	const char *name;
 	int (*run)(struct client *c, int argc, char **argv);
@@ -49,26 +50,12 @@ static const struct command {
 	{ "info", cmd_info },
 	{ "ls", cmd_ls },
 	{ "list", cmd_ls },
-	{ "show", cmd_show },
 	{ "create", cmd_create },
-	{ "set", cmd_set },
-	{ "start", cmd_action },
-	{ "stop", cmd_action },
-	{ "suspend", cmd_action },
-	{ "resume", cmd_action },
-	{ "restart", cmd_action },
-	{ "rm", cmd_rm },
-	{ "delete", cmd_rm },
 	{ "exec", cmd_exec },
 	{ "image", cmd_image },
-	{ "checkpoint", cmd_checkpoint },
-	{ "checkpoints", cmd_checkpoint },
-	{ "restore", cmd_restore },
-	{ "fork", cmd_fork },
 	{ "key", cmd_key },
 	{ "usage", cmd_usage },
 	{ "token", cmd_token },
-	{ "desktop", cmd_desktop },
 };
 
 int main(int argc, char **argv)
@@ -132,6 +119,9 @@ int main(int argc, char **argv)
 	for (size_t k = 0; k < sizeof(commands) / sizeof(commands[0]); k++)
 		if (!strcmp(cmd, commands[k].name))
 			return commands[k].run(&c, nargs, args);
+	const struct verb *v = verb_find(nargs, args);
+	if (v)
+		return verb_run(&c, v, nargs, args);
 	fprintf(stderr, "berth: unknown command '%s'\n\n%s", cmd, usage_text);
 	return 2;
 }

@@ -95,15 +95,12 @@ static void progress_end(struct progress *p)
 		fprintf(stderr, "\r\033[K");
 }
 
-static void print_images(const struct client *c, json_t *r)
+static void print_images(json_t *r, void *data)
 {
 	json_t *img;
 	size_t i;
 
-	if (c->json) {
-		print_json(r);
-		return;
-	}
+	(void)data;
 	printf("%-16s %8s %9s %10s %-9s %5s  %s\n", "NAME", "SIZE", "ALLOCATED", "COMPRESSED",
 	       "SOURCE", "USERS", "SHA256");
 	json_array_foreach(json_object_get(r, "images"), i, img) {
@@ -117,6 +114,13 @@ static void print_images(const struct client *c, json_t *r)
 		printf("%-16s %8s %9s %10s %-9s %5lld  %s\n", jstr(img, "name"), size, alloc, comp,
 		       *src ? src : "-", jint(img, "users"), jstr(img, "sha256"));
 	}
+}
+
+/* DATA: the image's name. */
+static void print_image_deleted(json_t *r, void *data)
+{
+	(void)r;
+	printf("deleted image %s\n", (const char *)data);
 }
 
 /* Append "&KEY=VALUE" (escaped) to Q when VALUE is set. */
@@ -345,13 +349,8 @@ int cmd_image(struct client *c, int argc, char **argv)
 	json_t *r;
 	char path[256];
 
-	if (argc >= 2 && !strcmp(argv[1], "ls")) {
-		if (cli_call(c, "GET", "/v1/images", NULL, &r) < 0)
-			return 1;
-		print_images(c, r);
-		json_decref(r);
-		return 0;
-	}
+	if (argc >= 2 && !strcmp(argv[1], "ls"))
+		return cli_call_print(c, "GET", "/v1/images", NULL, print_images, NULL);
 	if (argc >= 2 && !strcmp(argv[1], "import"))
 		return image_import(c, argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "export"))
@@ -389,14 +388,7 @@ int cmd_image(struct client *c, int argc, char **argv)
 			return 2;
 		}
 		snprintf(path, sizeof(path), "/v1/images/%s", argv[2]);
-		if (cli_call(c, "DELETE", path, NULL, &r) < 0)
-			return 1;
-		if (c->json)
-			print_json(r);
-		else
-			printf("deleted image %s\n", argv[2]);
-		json_decref(r);
-		return 0;
+		return cli_call_print(c, "DELETE", path, NULL, print_image_deleted, argv[2]);
 	}
 	fprintf(stderr, "usage: berth image ls | build RECIPE [--name N] | rm NAME\n"
 		"       berth image import NAME FILE [--sha256 H] [--format raw|qcow2] "

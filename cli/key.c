@@ -71,27 +71,24 @@ static int key_add(struct client *c, const char *file)
 	return added > 0 && failed == 0 ? 0 : 1;
 }
 
-int cmd_key(struct client *c, int argc, char **argv)
+static void print_keys(json_t *r, void *data)
 {
-	json_t *r, *k;
+	json_t *k;
 	size_t i;
 
+	(void)data;
+	printf("%-5s %-34s %-50s %s\n", "ID", "TYPE", "FINGERPRINT", "COMMENT");
+	json_array_foreach(json_object_get(r, "keys"), i, k)
+		printf("%-5lld %-34s %-50s %s\n", jint(k, "id"), jstr(k, "type"),
+		       jstr(k, "fingerprint"), jstr(k, "comment"));
+}
+
+int cmd_key(struct client *c, int argc, char **argv)
+{
 	if (argc == 3 && !strcmp(argv[1], "add"))
 		return key_add(c, argv[2]);
-	if (argc == 2 && (!strcmp(argv[1], "ls") || !strcmp(argv[1], "list"))) {
-		if (cli_call(c, "GET", "/v1/keys", NULL, &r) < 0)
-			return 1;
-		if (c->json) {
-			print_json(r);
-		} else {
-			printf("%-5s %-34s %-50s %s\n", "ID", "TYPE", "FINGERPRINT", "COMMENT");
-			json_array_foreach(json_object_get(r, "keys"), i, k)
-				printf("%-5lld %-34s %-50s %s\n", jint(k, "id"), jstr(k, "type"),
-				       jstr(k, "fingerprint"), jstr(k, "comment"));
-		}
-		json_decref(r);
-		return 0;
-	}
+	if (argc == 2 && (!strcmp(argv[1], "ls") || !strcmp(argv[1], "list")))
+		return cli_call_print(c, "GET", "/v1/keys", NULL, print_keys, NULL);
 	if (argc == 3 && !strcmp(argv[1], "rm"))
 		return cli_delete_id(c, "key", "/v1/keys", argv[2], "deleted");
 	fprintf(stderr, "usage: berth key add FILE|- | key ls | key rm ID\n");

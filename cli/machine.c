@@ -28,13 +28,30 @@ static void print_machine_row(json_t *m)
 	       jstr(m, "state"), jstr(m, "image"), jint(m, "vcpus"), mem, disk, alloc, ssh);
 }
 
-/* The table of a machine M (cli_print_fn). */
+static void print_machine_header(void)
+{
+	printf("%-20s %-10s %-10s %4s %7s %7s %9s  %s\n", "NAME", "STATE", "IMAGE", "CPUS",
+	       "MEMORY", "DISK", "ALLOCATED", "SSH");
+}
+
+/* The table of one machine M (cli_print_fn). */
 static void print_machine(json_t *m, void *data)
 {
 	(void)data;
-	printf("%-20s %-10s %-10s %4s %7s %7s %9s  %s\n", "NAME", "STATE", "IMAGE", "CPUS",
-	       "MEMORY", "DISK", "ALLOCATED", "SSH");
+	print_machine_header();
 	print_machine_row(m);
+}
+
+/* The table of the machines of listing R (cli_print_fn). */
+static void print_machines(json_t *r, void *data)
+{
+	json_t *m;
+	size_t i;
+
+	(void)data;
+	print_machine_header();
+	json_array_foreach(json_object_get(r, "machines"), i, m)
+		print_machine_row(m);
 }
 
 /* "idle: ..." for one machine M (cli_print_fn). */
@@ -61,22 +78,8 @@ static void print_idle(json_t *m, void *data)
 
 int cmd_ls(struct client *c, int argc, char **argv)
 {
-	json_t *r, *m;
-	size_t i;
-
 	(void)argc, (void)argv;
-	if (cli_call(c, "GET", "/v1/machines", NULL, &r) < 0)
-		return 1;
-	if (c->json) {
-		print_json(r);
-	} else {
-		printf("%-20s %-10s %-10s %4s %7s %7s %9s  %s\n", "NAME", "STATE", "IMAGE",
-		       "CPUS", "MEMORY", "DISK", "ALLOCATED", "SSH");
-		json_array_foreach(json_object_get(r, "machines"), i, m)
-			print_machine_row(m);
-	}
-	json_decref(r);
-	return 0;
+	return cli_call_print(c, "GET", "/v1/machines", NULL, print_machines, NULL);
 }
 
 int cmd_create(struct client *c, int argc, char **argv)

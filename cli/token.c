@@ -59,31 +59,27 @@ static int token_create(struct client *c, int argc, char **argv)
 	return 0;
 }
 
-int cmd_token(struct client *c, int argc, char **argv)
+static void print_tokens(json_t *r, void *data)
 {
-	json_t *r, *t;
+	json_t *t;
 	size_t i;
 
+	(void)data;
+	printf("%-5s %-24s %-21s %s\n", "ID", "NAME", "CREATED", "LAST USED");
+	json_array_foreach(json_object_get(r, "tokens"), i, t) {
+		char created[32], used[32];
+		fmt_time(t, "created", created, sizeof(created));
+		fmt_time(t, "last_used", used, sizeof(used));
+		printf("%-5lld %-24s %-21s %s\n", jint(t, "id"), jstr(t, "name"), created, used);
+	}
+}
+
+int cmd_token(struct client *c, int argc, char **argv)
+{
 	if (argc >= 2 && !strcmp(argv[1], "create"))
 		return token_create(c, argc, argv);
-	if (argc == 2 && (!strcmp(argv[1], "ls") || !strcmp(argv[1], "list"))) {
-		if (cli_call(c, "GET", "/v1/tokens", NULL, &r) < 0)
-			return 1;
-		if (c->json) {
-			print_json(r);
-		} else {
-			printf("%-5s %-24s %-21s %s\n", "ID", "NAME", "CREATED", "LAST USED");
-			json_array_foreach(json_object_get(r, "tokens"), i, t) {
-				char created[32], used[32];
-				fmt_time(t, "created", created, sizeof(created));
-				fmt_time(t, "last_used", used, sizeof(used));
-				printf("%-5lld %-24s %-21s %s\n", jint(t, "id"), jstr(t, "name"),
-				       created, used);
-			}
-		}
-		json_decref(r);
-		return 0;
-	}
+	if (argc == 2 && (!strcmp(argv[1], "ls") || !strcmp(argv[1], "list")))
+		return cli_call_print(c, "GET", "/v1/tokens", NULL, print_tokens, NULL);
 	if (argc == 3 && !strcmp(argv[1], "rm"))
 		return cli_delete_id(c, "token", "/v1/tokens", argv[2], "revoked");
 	fprintf(stderr, "usage: berth token create [--name N] | token ls | token rm ID\n");

@@ -44,27 +44,33 @@ int cli_call_print(const struct client *c, const char *method, const char *path,
 	return 0;
 }
 
+/* What cli_delete_id deleted, for its printer. */
+struct deleted {
+	const char *done, *what;
+	long long id;
+};
+
+static void print_deleted(json_t *r, void *data)
+{
+	const struct deleted *d = data;
+
+	(void)r;
+	printf("%s %s %lld\n", d->done, d->what, d->id);
+}
+
 int cli_delete_id(const struct client *c, const char *what, const char *route,
 		  const char *id_s, const char *done)
 {
 	char *end, path[128];
-	long long id = strtoll(id_s, &end, 10);
-	json_t *r;
+	struct deleted d = { done, what, strtoll(id_s, &end, 10) };
 
-	if (*end || end == id_s || id <= 0) {
+	if (*end || end == id_s || d.id <= 0) {
 		fprintf(stderr, "berth: invalid %s id '%s' (berth %s ls shows them)\n", what, id_s,
 			what);
 		return 2;
 	}
-	snprintf(path, sizeof(path), "%s/%lld", route, id);
-	if (cli_call(c, "DELETE", path, NULL, &r) < 0)
-		return 1;
-	if (c->json)
-		print_json(r);
-	else
-		printf("%s %s %lld\n", done, what, id);
-	json_decref(r);
-	return 0;
+	snprintf(path, sizeof(path), "%s/%lld", route, d.id);
+	return cli_call_print(c, "DELETE", path, NULL, print_deleted, &d);
 }
 
 void print_json(json_t *j)

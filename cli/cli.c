@@ -37,7 +37,7 @@ int cli_call_print(const struct client *c, const char *method, const char *path,
 	if (cli_call(c, method, path, body, &r) < 0)
 		return 1;
 	if (c->json)
-		print_json(r);
+		cli_print_json(r);
 	else if (print)
 		print(r, data);
 	json_decref(r);
@@ -73,24 +73,24 @@ int cli_delete_id(const struct client *c, const char *what, const char *route,
 	return cli_call_print(c, "DELETE", path, NULL, print_deleted, &d);
 }
 
-void print_json(json_t *j)
+void cli_print_json(json_t *j)
 {
 	json_dumpf(j, stdout, JSON_INDENT(2));
 	fputc('\n', stdout);
 }
 
-const char *jstr(json_t *o, const char *k)
+const char *cli_jstr(json_t *o, const char *k)
 {
 	const char *s = json_string_value(json_object_get(o, k));
 	return s ? s : "";
 }
 
-long long jint(json_t *o, const char *k)
+long long cli_jint(json_t *o, const char *k)
 {
 	return (long long)json_integer_value(json_object_get(o, k));
 }
 
-void fmt_size(json_t *o, const char *k, char *out, size_t outlen)
+void cli_fmt_size(json_t *o, const char *k, char *out, size_t outlen)
 {
 	json_t *v = json_object_get(o, k);
 	if (!json_is_integer(v)) {
@@ -100,7 +100,7 @@ void fmt_size(json_t *o, const char *k, char *out, size_t outlen)
 	size_format((uint64_t)json_integer_value(v), out, outlen);
 }
 
-const char *optval(int argc, char **argv, int *i, const char *name)
+const char *cli_optval(int argc, char **argv, int *i, const char *name)
 {
 	size_t n = strlen(name);
 

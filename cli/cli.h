@@ -34,21 +34,21 @@ int cli_delete_id(const struct client *c, const char *what, const char *route,
 		  const char *id_s, const char *done);
 
 /* J (borrowed) on stdout as indented JSON, and a newline. */
-void print_json(json_t *j);
+void cli_print_json(json_t *j);
 
 /* O's string K, or "" when O is not an object or K no string.  The
  * string belongs to O. */
-const char *jstr(json_t *o, const char *k);
+const char *cli_jstr(json_t *o, const char *k);
 /* O's integer K, or 0 when there is none. */
-long long jint(json_t *o, const char *k);
+long long cli_jint(json_t *o, const char *k);
 /* O's integer K as a size ("1.5G") into OUT (OUTLEN bytes), or "-" when
  * it is absent or not an integer. */
-void fmt_size(json_t *o, const char *k, char *out, size_t outlen);
+void cli_fmt_size(json_t *o, const char *k, char *out, size_t outlen);
 
 /* The value of option NAME when ARGV[*I] is "NAME=VALUE" or "NAME" with a
  * value after it (then *I is advanced past the value); NULL otherwise, *I
  * unchanged (NAME last, without its value, is not NAME).  The value
  * points into ARGV. */
-const char *optval(int argc, char **argv, int *i, const char *name);
+const char *cli_optval(int argc, char **argv, int *i, const char *name);
 
 #endif

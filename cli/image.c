@@ -37,8 +37,8 @@ static void export_poll(struct progress *p)
 	snprintf(path, sizeof(path), "/v1/machines/%s", p->machine);
 	if (hostapi_call(p->c->sock, "GET", path, NULL, &status, &r, err, sizeof(err)) == 0 &&
 	    status == 200 && (op = json_object_get(r, "operation"))) {
-		p->done = (uint64_t)jint(op, "done");
-		p->total = (uint64_t)jint(op, "total");
+		p->done = (uint64_t)cli_jint(op, "done");
+		p->total = (uint64_t)cli_jint(op, "total");
 	}
 	json_decref(r);
 }
@@ -105,14 +105,14 @@ static void print_images(json_t *r, void *data)
 	       "SOURCE", "USERS", "SHA256");
 	json_array_foreach(json_object_get(r, "images"), i, img) {
 		char size[32], alloc[32], comp[32] = "-";
-		const char *src = jstr(img, "source");
-		fmt_size(img, "size", size, sizeof(size));
-		fmt_size(img, "allocated", alloc, sizeof(alloc));
+		const char *src = cli_jstr(img, "source");
+		cli_fmt_size(img, "size", size, sizeof(size));
+		cli_fmt_size(img, "allocated", alloc, sizeof(alloc));
 		/* A compressed size only for what came compressed. */
 		if (strstr(src, ".zst"))
-			fmt_size(img, "source_size", comp, sizeof(comp));
-		printf("%-16s %8s %9s %10s %-9s %5lld  %s\n", jstr(img, "name"), size, alloc, comp,
-		       *src ? src : "-", jint(img, "users"), jstr(img, "sha256"));
+			cli_fmt_size(img, "source_size", comp, sizeof(comp));
+		printf("%-16s %8s %9s %10s %-9s %5lld  %s\n", cli_jstr(img, "name"), size, alloc,
+		       comp, *src ? src : "-", cli_jint(img, "users"), cli_jstr(img, "sha256"));
 	}
 }
 
@@ -145,13 +145,13 @@ static int image_import(struct client *c, int argc, char **argv)
 	int fd, rc = 1;
 
 	for (int i = 2; i < argc; i++) {
-		if ((v = optval(argc, argv, &i, "--sha256")))
+		if ((v = cli_optval(argc, argv, &i, "--sha256")))
 			sha = v;
-		else if ((v = optval(argc, argv, &i, "--format")))
+		else if ((v = cli_optval(argc, argv, &i, "--format")))
 			format = v;
-		else if ((v = optval(argc, argv, &i, "--like")))
+		else if ((v = cli_optval(argc, argv, &i, "--like")))
 			like = v;
-		else if ((v = optval(argc, argv, &i, "--user")))
+		else if ((v = cli_optval(argc, argv, &i, "--user")))
 			user = v;
 		else if (argv[i][0] == '-' && argv[i][1]) {
 			fprintf(stderr, "berth image import: unknown option '%s'\n", argv[i]);
@@ -218,14 +218,14 @@ static int image_import(struct client *c, int argc, char **argv)
 		goto out;
 	}
 	if (c->json) {
-		print_json(r);
+		cli_print_json(r);
 	} else {
 		char size[32], src[32];
 		double secs = (double)(mono_ms() - t0) / 1000.0;
-		size_format((uint64_t)jint(r, "size"), size, sizeof(size));
+		size_format((uint64_t)cli_jint(r, "size"), size, sizeof(size));
 		size_format((uint64_t)sb.st_size, src, sizeof(src));
 		printf("imported image %s: %s disk from %s %s in %.1f s (sha256 %s)\n", name, size,
-		       src, jstr(r, "source"), secs, jstr(r, "sha256"));
+		       src, cli_jstr(r, "source"), secs, cli_jstr(r, "sha256"));
 	}
 	rc = 0;
 out:
@@ -327,7 +327,7 @@ static int image_export(struct client *c, int argc, char **argv)
 		json_t *j = json_pack("{s:s, s:s, s:s*, s:I, s:f}", "file", file, "machine",
 				      machine, "checkpoint", at ? ckpt : NULL, "bytes",
 				      (json_int_t)bytes, "seconds", secs);
-		print_json(j);
+		cli_print_json(j);
 		json_decref(j);
 	} else {
 		char b[32];
@@ -358,7 +358,7 @@ int cmd_image(struct client *c, int argc, char **argv)
 	if (argc >= 3 && !strcmp(argv[1], "build")) {
 		const char *name = argv[2], *v;
 		for (int j = 3; j < argc; j++) {
-			if ((v = optval(argc, argv, &j, "--name")))
+			if ((v = cli_optval(argc, argv, &j, "--name")))
 				name = v;
 			else {
 				fprintf(stderr, "berth image build: unexpected argument '%s'\n", argv[j]);
@@ -375,10 +375,10 @@ int cmd_image(struct client *c, int argc, char **argv)
 		if (rc < 0)
 			return 1;
 		if (c->json)
-			print_json(r);
+			cli_print_json(r);
 		else
 			printf("image %s built in %.1f s (sha256 %s)\n", name,
-			       (double)(mono_ms() - t0) / 1000.0, jstr(r, "sha256"));
+			       (double)(mono_ms() - t0) / 1000.0, cli_jstr(r, "sha256"));
 		json_decref(r);
 		return 0;
 	}

@@ -11,18 +11,19 @@ static void print_info(json_t *r, void *data)
 	char used[32], total[32];
 
 	(void)data;
-	fmt_size(st, "used", used, sizeof(used));
-	fmt_size(st, "total", total, sizeof(total));
-	if (*jstr(r, "hypervisor_note"))
-		printf("hypervisor: %s (%s)\n", jstr(r, "hypervisor"), jstr(r, "hypervisor_note"));
+	cli_fmt_size(st, "used", used, sizeof(used));
+	cli_fmt_size(st, "total", total, sizeof(total));
+	if (*cli_jstr(r, "hypervisor_note"))
+		printf("hypervisor: %s (%s)\n", cli_jstr(r, "hypervisor"),
+		       cli_jstr(r, "hypervisor_note"));
 	else
-		printf("hypervisor: %s\n", jstr(r, "hypervisor"));
-	printf("storage:    %s at %s (%s of %s used)\n", jstr(st, "backend"),
-	       jstr(st, "location"), used, total);
-	printf("network:    %s\n", jstr(r, "network"));
-	printf("libvirt:    %s\n", jstr(r, "libvirt"));
-	printf("berth:      %s (state %s, instance %s)\n", jstr(r, "version"),
-	       jstr(r, "state_dir"), jstr(r, "instance"));
+		printf("hypervisor: %s\n", cli_jstr(r, "hypervisor"));
+	printf("storage:    %s at %s (%s of %s used)\n", cli_jstr(st, "backend"),
+	       cli_jstr(st, "location"), used, total);
+	printf("network:    %s\n", cli_jstr(r, "network"));
+	printf("libvirt:    %s\n", cli_jstr(r, "libvirt"));
+	printf("berth:      %s (state %s, instance %s)\n", cli_jstr(r, "version"),
+	       cli_jstr(r, "state_dir"), cli_jstr(r, "instance"));
 }
 
 int cmd_info(struct client *c, int argc, char **argv)

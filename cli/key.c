@@ -43,9 +43,9 @@ static int key_add(struct client *c, const char *file)
 		if (status == 201 && r) {
 			added++;
 			if (!c->json)
-				printf("added key %lld: %s %s%s%s\n", jint(r, "id"), jstr(r, "type"),
-				       jstr(r, "fingerprint"), *jstr(r, "comment") ? " " : "",
-				       jstr(r, "comment"));
+				printf("added key %lld: %s %s%s%s\n", cli_jint(r, "id"),
+				       cli_jstr(r, "type"), cli_jstr(r, "fingerprint"),
+				       *cli_jstr(r, "comment") ? " " : "", cli_jstr(r, "comment"));
 			json_array_append(json_object_get(out, "added"), r);
 		} else {
 			failed++;
@@ -66,7 +66,7 @@ static int key_add(struct client *c, const char *file)
 		fprintf(stderr, "berth: no key line in %s (expected 'TYPE BASE64 [COMMENT]', "
 			"as in ~/.ssh/id_ed25519.pub)\n", strcmp(file, "-") ? file : "stdin");
 	if (c->json)
-		print_json(out);
+		cli_print_json(out);
 	json_decref(out);
 	return added > 0 && failed == 0 ? 0 : 1;
 }
@@ -79,8 +79,8 @@ static void print_keys(json_t *r, void *data)
 	(void)data;
 	printf("%-5s %-34s %-50s %s\n", "ID", "TYPE", "FINGERPRINT", "COMMENT");
 	json_array_foreach(json_object_get(r, "keys"), i, k)
-		printf("%-5lld %-34s %-50s %s\n", jint(k, "id"), jstr(k, "type"),
-		       jstr(k, "fingerprint"), jstr(k, "comment"));
+		printf("%-5lld %-34s %-50s %s\n", cli_jint(k, "id"), cli_jstr(k, "type"),
+		       cli_jstr(k, "fingerprint"), cli_jstr(k, "comment"));
 }
 
 int cmd_key(struct client *c, int argc, char **argv)

@@ -19,13 +19,14 @@ static void print_machine_row(json_t *m)
 	char mem[32], disk[32], alloc[32], ssh[80] = "-";
 	json_t *s = json_object_get(m, "ssh");
 
-	fmt_size(m, "memory", mem, sizeof(mem));
-	fmt_size(m, "disk", disk, sizeof(disk));
-	fmt_size(m, "allocated", alloc, sizeof(alloc));
+	cli_fmt_size(m, "memory", mem, sizeof(mem));
+	cli_fmt_size(m, "disk", disk, sizeof(disk));
+	cli_fmt_size(m, "allocated", alloc, sizeof(alloc));
 	if (json_is_object(s))
-		snprintf(ssh, sizeof(ssh), "%s:%lld", jstr(s, "host"), jint(s, "port"));
-	printf("%-20s %-10s %-10s %4lld %7s %7s %9s  %s\n", jstr(m, "name"),
-	       jstr(m, "state"), jstr(m, "image"), jint(m, "vcpus"), mem, disk, alloc, ssh);
+		snprintf(ssh, sizeof(ssh), "%s:%lld", cli_jstr(s, "host"), cli_jint(s, "port"));
+	printf("%-20s %-10s %-10s %4lld %7s %7s %9s  %s\n", cli_jstr(m, "name"),
+	       cli_jstr(m, "state"), cli_jstr(m, "image"), cli_jint(m, "vcpus"), mem, disk, alloc,
+	       ssh);
 }
 
 static void print_machine_header(void)
@@ -58,7 +59,7 @@ static void print_machines(json_t *r, void *data)
 static void print_idle(json_t *m, void *data)
 {
 	json_t *i = json_object_get(m, "idle");
-	const char *t = jstr(i, "timeout");
+	const char *t = cli_jstr(i, "timeout");
 
 	(void)data;
 	if (!i)
@@ -72,7 +73,7 @@ static void print_idle(json_t *m, void *data)
 	if (json_object_get(i, "quiet_s"))
 		printf("            quiet for %llds (last activity: %s, CPU %lld%%)\n",
 		       (long long)json_integer_value(json_object_get(i, "quiet_s")),
-		       jstr(i, "last_activity"),
+		       cli_jstr(i, "last_activity"),
 		       (long long)json_integer_value(json_object_get(i, "cpu_percent")));
 }
 
@@ -91,9 +92,9 @@ int cmd_create(struct client *c, int argc, char **argv)
 	int64_t t0 = mono_ms();
 
 	for (int i = 1; i < argc; i++) {
-		if ((v = optval(argc, argv, &i, "--image")))
+		if ((v = cli_optval(argc, argv, &i, "--image")))
 			json_object_set_new(body, "image", json_string(v));
-		else if ((v = optval(argc, argv, &i, "--cpus"))) {
+		else if ((v = cli_optval(argc, argv, &i, "--cpus"))) {
 			char *end;
 			long n = strtol(v, &end, 10);
 			if (*end || end == v) {
@@ -101,11 +102,11 @@ int cmd_create(struct client *c, int argc, char **argv)
 				goto out;
 			}
 			json_object_set_new(body, "vcpus", json_integer(n));
-		} else if ((v = optval(argc, argv, &i, "--memory")))
+		} else if ((v = cli_optval(argc, argv, &i, "--memory")))
 			json_object_set_new(body, "memory", json_string(v));
-		else if ((v = optval(argc, argv, &i, "--disk")))
+		else if ((v = cli_optval(argc, argv, &i, "--disk")))
 			json_object_set_new(body, "disk", json_string(v));
-		else if ((v = optval(argc, argv, &i, "--idle")))
+		else if ((v = cli_optval(argc, argv, &i, "--idle")))
 			json_object_set_new(body, "idle", json_string(v));
 		else if (!strcmp(argv[i], "--no-start"))
 			start = false;
@@ -134,7 +135,7 @@ int cmd_create(struct client *c, int argc, char **argv)
 	if (!c->json && json_integer_value(json_object_get(r, "ready_ms")) > 0)
 		fprintf(stderr, "%s is ready in %.1f s\n", name, (double)(mono_ms() - t0) / 1000.0);
 	if (c->json)
-		print_json(r);
+		cli_print_json(r);
 	else
 		print_machine(r, NULL);
 	json_decref(r);
@@ -176,11 +177,11 @@ int cmd_exec(struct client *c, int argc, char **argv)
 		return 255;
 	}
 	json_decref(body);
-	if (jint(r, "woke_ms") > 0)
-		fprintf(stderr, "woke %s: ready in %.1f s\n", name, (double)jint(r, "woke_ms") / 1000.0);
+	if (cli_jint(r, "woke_ms") > 0)
+		fprintf(stderr, "woke %s: ready in %.1f s\n", name, (double)cli_jint(r, "woke_ms") / 1000.0);
 	struct sshexec_target t = {
-		.host = jstr(r, "host"), .port = (int)jint(r, "port"),
-		.user = jstr(r, "user"), .key_b64 = jstr(r, "private_key"),
+		.host = cli_jstr(r, "host"), .port = (int)cli_jint(r, "port"),
+		.user = cli_jstr(r, "user"), .key_b64 = cli_jstr(r, "private_key"),
 		.connect_timeout_ms = 15000,
 	};
 	cmd = sshexec_quote(argv + i + 1);
@@ -271,10 +272,10 @@ static void print_state(json_t *r, void *data)
 	const struct verb_args *a = data;
 
 	if (json_integer_value(json_object_get(r, "ready_ms")) > 0)
-		printf("%s: %s, ready in %.1f s\n", a->name, jstr(r, "state"),
-		       (double)jint(r, "ready_ms") / 1000.0);
+		printf("%s: %s, ready in %.1f s\n", a->name, cli_jstr(r, "state"),
+		       (double)cli_jint(r, "ready_ms") / 1000.0);
 	else
-		printf("%s: %s\n", a->name, jstr(r, "state"));
+		printf("%s: %s\n", a->name, cli_jstr(r, "state"));
 }
 
 static void print_deleted(json_t *r, void *data)
@@ -294,11 +295,11 @@ static void print_checkpoints(json_t *r, void *data)
 	printf("%-40s %-21s %s\n", "CHECKPOINT", "CREATED", "MEMORY");
 	json_array_foreach(json_object_get(r, "checkpoints"), i, ck) {
 		char when[32];
-		time_t t = (time_t)jint(ck, "created");
+		time_t t = (time_t)cli_jint(ck, "created");
 		struct tm tm;
 		gmtime_r(&t, &tm);
 		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%SZ", &tm);
-		printf("%-40s %-21s %s\n", jstr(ck, "name"), when,
+		printf("%-40s %-21s %s\n", cli_jstr(ck, "name"), when,
 		       json_is_true(json_object_get(ck, "memory")) ? "yes" : "-");
 	}
 }
@@ -307,7 +308,7 @@ static void print_checkpoint(json_t *r, void *data)
 {
 	const struct verb_args *a = data;
 
-	printf("checkpoint %s of %s%s (%.1f ms)\n", jstr(r, "name"), a->name,
+	printf("checkpoint %s of %s%s (%.1f ms)\n", cli_jstr(r, "name"), a->name,
 	       json_is_true(json_object_get(r, "memory")) ? " with memory" : "",
 	       json_number_value(json_object_get(r, "took_ms")));
 }
@@ -324,13 +325,13 @@ static void print_restored(json_t *r, void *data)
 {
 	const struct verb_args *a = data;
 
-	printf("%s: restored to %s, %s\n", a->name, a->arg, jstr(r, "state"));
+	printf("%s: restored to %s, %s\n", a->name, a->arg, cli_jstr(r, "state"));
 }
 
 static void print_url(json_t *r, void *data)
 {
 	(void)data;
-	printf("%s\n", jstr(r, "url"));
+	printf("%s\n", cli_jstr(r, "url"));
 }
 
 /* A fork waits only for a machine it starts (a live fork always starts). */
@@ -417,7 +418,7 @@ static const struct verb_opt *verb_opt(const struct verb *v, int argc, char **ar
 {
 	for (const struct verb_opt *o = v->opts; o->name; o++) {
 		if (o->does == OPT_STRING || o->does == OPT_INT) {
-			if ((*value = optval(argc, argv, i, o->name)))
+			if ((*value = cli_optval(argc, argv, i, o->name)))
 				return o;
 		} else if (!strcmp(argv[*i], o->name)) {
 			return o;

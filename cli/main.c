@@ -66,7 +66,7 @@ int main(int argc, char **argv)
 
 	for (i = 1; i < argc; i++) {
 		const char *v;
-		if ((v = optval(argc, argv, &i, "--state")))
+		if ((v = cli_optval(argc, argv, &i, "--state")))
 			state = v;
 		else if (!strcmp(argv[i], "--json"))
 			c.json = true;
@@ -93,7 +93,7 @@ int main(int argc, char **argv)
 		}
 		if (!strcmp(args[j], "--json"))
 			c.json = true;
-		else if ((v = optval(nargs, args, &j, "--state")))
+		else if ((v = cli_optval(nargs, args, &j, "--state")))
 			state = v;
 		else
 			args[n++] = args[j];

@@ -30,7 +30,7 @@ static int token_create(struct client *c, int argc, char **argv)
 	json_t *body, *r;
 
 	for (int j = 2; j < argc; j++) {
-		if ((v = optval(argc, argv, &j, "--name"))) {
+		if ((v = cli_optval(argc, argv, &j, "--name"))) {
 			name = v;
 		} else {
 			fprintf(stderr, "usage: berth token create [--name N] [--json]\n");
@@ -48,12 +48,12 @@ static int token_create(struct client *c, int argc, char **argv)
 	}
 	json_decref(body);
 	if (c->json) {
-		print_json(r);
+		cli_print_json(r);
 	} else {
-		printf("%s\n", jstr(r, "token"));
+		printf("%s\n", cli_jstr(r, "token"));
 		fprintf(stderr, "token %lld (%s) created: keep it now, it is not shown again; "
-			"berth token rm %lld revokes it\n", jint(r, "id"), jstr(r, "name"),
-			jint(r, "id"));
+			"berth token rm %lld revokes it\n", cli_jint(r, "id"), cli_jstr(r, "name"),
+			cli_jint(r, "id"));
 	}
 	json_decref(r);
 	return 0;
@@ -70,7 +70,8 @@ static void print_tokens(json_t *r, void *data)
 		char created[32], used[32];
 		fmt_time(t, "created", created, sizeof(created));
 		fmt_time(t, "last_used", used, sizeof(used));
-		printf("%-5lld %-24s %-21s %s\n", jint(t, "id"), jstr(t, "name"), created, used);
+		printf("%-5lld %-24s %-21s %s\n", cli_jint(t, "id"), cli_jstr(t, "name"), created,
+		       used);
 	}
 }
 

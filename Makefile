@@ -7,7 +7,7 @@ CC      ?= cc
 PKGS    := libvirt sqlite3 libmicrohttpd jansson libssh libcurl libzstd libcrypto libnbd
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
            -Wmissing-prototypes -Wformat=2 -Wno-format-nonliteral \
-           -Wno-missing-field-initializers -Wno-format-truncation
+           -Wno-missing-field-initializers -Wformat-truncation
 CFLAGS  ?= -O2 -g
 BASE_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -I. -MMD -MP \
            $(shell pkg-config --cflags $(PKGS) 2>/dev/null)

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "common/util.h"
 #include "common/banned.h"
 
 static const char usage_text[] =
@@ -105,15 +106,23 @@ int main(int argc, char **argv)
 	}
 	if (!state || !*state)
 		state = "/var/lib/berth";
+	int len;
 	if (state[0] != '/') {
 		char cwd[PATH_MAX];
 		if (!getcwd(cwd, sizeof(cwd)))
 			return 1;
-		snprintf(c.state, sizeof(c.state), "%s/%s", cwd, state);
+		len = snprintf(c.state, sizeof(c.state), "%s/%s", cwd, state);
 	} else {
-		snprintf(c.state, sizeof(c.state), "%s", state);
+		len = snprintf(c.state, sizeof(c.state), "%s", state);
 	}
-	snprintf(c.sock, sizeof(c.sock), "%s/hostd.sock", c.state);
+	/* berth-hostd's limit: paths under it must fit a UNIX socket's
+	 * address. */
+	if (len < 0 || len > 80) {
+		fprintf(stderr, "berth: the state directory's path is longer than 80 bytes: %s\n",
+			state);
+		return 2;
+	}
+	xsnprintf(c.sock, sizeof(c.sock), "%s/hostd.sock", c.state);
 	const char *cmd = args[0];
 
 	for (size_t k = 0; k < sizeof(commands) / sizeof(commands[0]); k++)

@@ -87,7 +87,7 @@ static int ensure_libvirtd(struct client *c)
 		fprintf(stderr, "berth up: libvirtd started but %s does not answer\n", LIBVIRT_SOCK);
 		return -1;
 	}
-	snprintf(marker, sizeof(marker), "%s/libvirtd.started-by-up", c->state);
+	xsnprintf(marker, sizeof(marker), "%s/libvirtd.started-by-up", c->state);
 	file_write_atomic(marker, "1\n", 2, 0600, NULL);
 	return 0;
 }
@@ -114,7 +114,7 @@ static int spawn_daemon(const char *name, char *const argv[], const char *log)
 
 	if (exe_dir(dir, sizeof(dir)) < 0)
 		return -1;
-	snprintf(bin, sizeof(bin), "%s/%s", dir, name);
+	xsnprintf(bin, sizeof(bin), "%s/%s", dir, name);
 	pid = fork();
 	if (pid < 0)
 		return -1;
@@ -151,7 +151,7 @@ static int ensure_hostd(struct client *c, const char *desktop_url)
 		argv[3] = "--desktop-url";
 		argv[4] = url;
 	}
-	snprintf(log, sizeof(log), "%s/hostd.log", c->state);
+	xsnprintf(log, sizeof(log), "%s/hostd.log", c->state);
 	if (mkdir_p(c->state, 0700) < 0) {
 		fprintf(stderr, "berth up: create %s: %s\n", c->state, strerror(errno));
 		return -1;
@@ -199,11 +199,11 @@ static int ensure_daemon(struct client *c, const char *prog, const char *file,
 	char *const argv[] = { (char *)prog, "--state", c->state, "--listen", lst,
 			       "--pidfile", pidfile, NULL };
 
-	snprintf(pidfile, sizeof(pidfile), "%s/%s.pid", c->state, file);
+	xsnprintf(pidfile, sizeof(pidfile), "%s/%s.pid", c->state, file);
 	snprintf(lst, sizeof(lst), "%s", listen);
 	if (pid_is(pid_from_file(pidfile), prog))
 		return 0;
-	snprintf(log, sizeof(log), "%s/%s.log", c->state, file);
+	xsnprintf(log, sizeof(log), "%s/%s.log", c->state, file);
 	unlink(pidfile);
 	fprintf(stderr, "starting %s on %s (log %s)…\n", prog, listen, log);
 	if (spawn_daemon(prog, argv, log) < 0)
@@ -445,7 +445,7 @@ int cmd_up(struct client *c, int argc, char **argv)
 	fflush(stdout);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
-	snprintf(pidfile, sizeof(pidfile), "%s/hostd.pid", c->state);
+	xsnprintf(pidfile, sizeof(pidfile), "%s/hostd.pid", c->state);
 	while (!got_signal) {
 		sleep(1);
 		if (!pid_from_file(pidfile) && !client_alive(c)) {
@@ -500,7 +500,7 @@ static bool hostd_holds_lock(const struct client *c)
 	int fd;
 	bool held;
 
-	snprintf(path, sizeof(path), "%s/hostd.lock", c->state);
+	xsnprintf(path, sizeof(path), "%s/hostd.lock", c->state);
 	fd = open(path, O_RDWR | O_CLOEXEC);
 	if (fd < 0)
 		return false;
@@ -535,16 +535,16 @@ int cmd_down(struct client *c, int argc, char **argv)
 	if (client_alive(c))
 		stop_machines(c);
 	/* A stale pid file must not make us kill whatever reused the pid. */
-	snprintf(path, sizeof(path), "%s/sshgw.pid", c->state);
+	xsnprintf(path, sizeof(path), "%s/sshgw.pid", c->state);
 	if (pid_is(pid_from_file(path), "berth-sshgw"))
 		stop_pid("berth-sshgw", path);
-	snprintf(path, sizeof(path), "%s/desktop.pid", c->state);
+	xsnprintf(path, sizeof(path), "%s/desktop.pid", c->state);
 	if (pid_is(pid_from_file(path), "berth-desktop"))
 		stop_pid("berth-desktop", path);
-	snprintf(path, sizeof(path), "%s/hostd.pid", c->state);
+	xsnprintf(path, sizeof(path), "%s/hostd.pid", c->state);
 	if (hostd_holds_lock(c))
 		stop_pid("berth-hostd", path);
-	snprintf(path, sizeof(path), "%s/libvirtd.started-by-up", c->state);
+	xsnprintf(path, sizeof(path), "%s/libvirtd.started-by-up", c->state);
 	if (access(path, F_OK) == 0) {
 		if (domains_running()) {
 			fprintf(stderr, "leaving libvirtd running: other domains run on it\n");

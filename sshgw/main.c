@@ -149,7 +149,7 @@ static void peer_name(const struct sockaddr_storage *ss, char *addr, size_t len,
 		return;
 	}
 	/* An IPv4 client of a dual-stack socket reads as itself. */
-	snprintf(addr, len, "%s", strncmp(host, "::ffff:", 7) == 0 ? host + 7 : host);
+	xsnprintf(addr, len, "%s", strncmp(host, "::ffff:", 7) == 0 ? host + 7 : host);
 	*port = atoi(serv);
 }
 
@@ -226,7 +226,7 @@ static ssh_key host_key(const char *dir)
 	char path[PATH_MAX], pub[PATH_MAX + 8];
 	ssh_key key = NULL;
 
-	snprintf(path, sizeof(path), "%s/ssh_host_ed25519_key", dir);
+	xsnprintf(path, sizeof(path), "%s/ssh_host_ed25519_key", dir);
 	if (access(path, F_OK) == 0) {
 		if (ssh_pki_import_privkey_file(path, NULL, NULL, NULL, &key) != SSH_OK) {
 			log_error("cannot read the host key %s", path);

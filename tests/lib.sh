@@ -34,7 +34,8 @@ check_match() {
 	if [[ $3 =~ $2 ]]; then ok "$1"; else not_ok "$1"; diag "'$3' does not match /$2/"; fi
 }
 
-# Checks of an absence.  Each needs a positive control, or it passes
+# Checks of an absence (each returns 0 when it passed, 1 when not, so that
+# details can follow a failure).  Each needs a positive control, or it passes
 # when the thing that should look did not look: `check_eq DESC ""
 # "$(cmd)"` passes when cmd fails, and `[ ! -e DIR/f ]` when DIR is not
 # there.  (git's t/test-lib-functions.sh: test_path_is_missing,
@@ -59,7 +60,9 @@ check_absent() {
 		printf '%s\n' "$out" | head -20 | sed 's/^/#   /'
 	else
 		ok "$desc"
+		return 0
 	fi
+	return 1
 }
 # check_no_line DESC LINE CMD...: passes when CMD exits 0 and no line of
 # its stdout is LINE (the whole line, as a fixed string).  Fails when LINE
@@ -71,7 +74,7 @@ check_no_line() {
 	if [ -z "$line" ]; then
 		not_ok "$desc"
 		diag "nothing to look for (an empty name) in: $*"
-		return
+		return 1
 	fi
 	out=$("$@")
 	rc=$?
@@ -83,7 +86,9 @@ check_no_line() {
 		diag "'$line' is still listed by: $*"
 	else
 		ok "$desc"
+		return 0
 	fi
+	return 1
 }
 # check_missing DESC PATH...: passes when no PATH exists (not even as a
 # dangling symbolic link) while the directory each would be in does.
@@ -104,10 +109,11 @@ check_missing() {
 	done
 	if [ ${#why[@]} -eq 0 ]; then
 		ok "$desc"
-	else
-		not_ok "$desc"
-		for p in "${why[@]}"; do diag "$p"; done
+		return 0
 	fi
+	not_ok "$desc"
+	for p in "${why[@]}"; do diag "$p"; done
+	return 1
 }
 # check_gone DESC PID: passes when process PID has ended (no such process,
 # or a zombie not yet reaped).  Fails when PID is not a number (the pid was
@@ -117,15 +123,16 @@ check_gone() {
 	if [[ ! $2 =~ ^[1-9][0-9]*$ ]]; then
 		not_ok "$1"
 		diag "no process id to look for: '$2'"
-		return
+		return 1
 	fi
 	st=$(awk '{ print $3 }' "/proc/$2/stat" 2>/dev/null)
 	if [ -z "$st" ] || [ "$st" = Z ]; then
 		ok "$1"
-	else
-		not_ok "$1"
-		diag "process $2 ($(cat "/proc/$2/comm" 2>/dev/null)) is still there, state $st"
+		return 0
 	fi
+	not_ok "$1"
+	diag "process $2 ($(cat "/proc/$2/comm" 2>/dev/null)) is still there, state $st"
+	return 1
 }
 # matching ERE CMD...: the lines of CMD's stdout that match the extended
 # regular expression ERE.  Exits 0 whether or not a line matched (unlike

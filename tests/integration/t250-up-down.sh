@@ -5,8 +5,8 @@
 # machine, the gateway and hostd, and the disks stay.
 . "$(dirname "$0")/../lib.sh"
 
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-DPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PORT=$(free_port)
+DPORT=$(free_port)
 out=$("$BIN/berth" up --state "$STATE" --detach --ssh-port "$PORT" --desktop-port "$DPORT" 2>"$T/up.err")
 rc=$?
 check_eq "berth up --detach succeeds" 0 "$rc"

@@ -58,9 +58,6 @@ t410_cleanup() {
 }
 trap t410_cleanup EXIT
 
-free_port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 # start_gw PORT LOG ARGS...: a gateway on 127.0.0.1:PORT; its pid in GW_PID.
 start_gw() {
 	local port=$1 log=$2

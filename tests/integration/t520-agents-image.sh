@@ -112,7 +112,7 @@ GW=
 trap '[ -n "$GW" ] && kill "$GW" 2>/dev/null; cleanup' EXIT
 ssh-keygen -q -t ed25519 -N '' -C t520 -f "$T/k"
 berth key add "$T/k.pub" >/dev/null
-P=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+P=$(free_port)
 "$BIN/berth-sshgw" --state "$STATE" --listen "127.0.0.1:$P" --log-level info >"$T/sshgw.log" 2>&1 &
 GW=$!
 for _ in $(seq 100); do grep -q "listening on" "$T/sshgw.log" && break; sleep 0.1; done

@@ -10,7 +10,6 @@
 
 OFF_PID=
 trap '[ -n "$OFF_PID" ] && kill -KILL "$OFF_PID" 2>/dev/null; cleanup' EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PORT=$(free_port)
 URL=http://127.0.0.1:$PORT
 mkdir -p "$STATE"

@@ -34,7 +34,7 @@ t700_cleanup() {
 }
 trap t700_cleanup EXIT
 
-PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PORT=$(free_port)
 TTL=15
 mkdir -p "$STATE"
 printf 'desktop_url = http://127.0.0.1:%s\ndesktop_token_ttl = %s\n' "$PORT" "$TTL" >"$STATE/berth.conf"
@@ -51,7 +51,7 @@ diag "dt up in $(($(date +%s) - T0)) s"
 mkdir -p "$T/page"
 cp "$ROOT/desktop/page/index.html" "$ROOT/desktop/page/desktop.css" "$T/page/"
 ln -s /etc/hostname "$T/page/link.css"
-PORT2=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PORT2=$(free_port)
 "$BIN/berth-desktop" --state "$STATE" --listen "127.0.0.1:$PORT2" --user berth-gw \
 	--page "$T/page" >>"$T/desktop2.log" 2>&1 &
 BR2_PID=$!

@@ -15,7 +15,6 @@ t710_cleanup() {
 }
 trap t710_cleanup EXIT
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 # start_bridge PORT LOG [PRLIMIT...]: berth-desktop on PORT, waits until it listens.
 start_bridge() {
 	local port=$1 log=$2

@@ -98,7 +98,7 @@ ex "agent is in the sudo and docker groups" '^2$' \
 	bash -c 'id -Gn | tr " " "\n" | grep -cxE "sudo|docker"'
 ex "the keys went to agent, not root" '^ok$' \
 	sudo -n sh -c 'test -s /home/agent/.ssh/authorized_keys && ! test -s /root/.ssh/authorized_keys && echo ok'
-ex "no unit failed" '^0$' bash -c 'systemctl list-units --failed --no-legend | wc -l'
+ex "no unit failed" '^0$' bash -o pipefail -c 'systemctl list-units --failed --no-legend | wc -l'
 ex "the root file system grew to the 20 GiB disk" '^(19|20)$' \
 	bash -c 'df -BG --output=size / | tail -n 1 | tr -dc 0-9'
 if [ "${KEEP:-}" = 1 ]; then

@@ -73,8 +73,8 @@ for _ in $(seq 150); do
 	sleep 0.1
 done
 took=$(($(date +%s) - t0))
-check_eq "the bridge closes connections that send no request (after 10 s)" 0 \
-	"$(ss -Htn state established "( sport = :$PORT )" | wc -l)"
+check_absent "the bridge closes connections that send no request (after 10 s)" \
+	ss -Htn state established "( sport = :$PORT )"
 diag "the 192 silent connections were closed by the bridge ~$took s after the check began"
 kill "$CAP_PID" 2>/dev/null
 wait "$CAP_PID" 2>/dev/null

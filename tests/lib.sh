@@ -206,14 +206,21 @@ dom_of() { berth show "$1" --json | json domain; }
 dom_state() { $VIRSH domstate "$1" 2>/dev/null | head -1; }
 
 cleanup() {
-	local d p
+	local d p doms
 	kill_hostd KILL
 	# Gateways `berth up` started (a test's own gateways are its to stop).
 	p=$(cat "$STATE/sshgw.pid" 2>/dev/null)
 	[ -n "$p" ] && [ "$(cat "/proc/$p/comm" 2>/dev/null)" = berth-sshgw ] && kill -KILL "$p"
 	p=$(cat "$STATE/desktop.pid" 2>/dev/null)
 	[ -n "$p" ] && [ "$(cat "/proc/$p/comm" 2>/dev/null)" = berth-desktop ] && kill -KILL "$p"
-	for d in $(test_domains); do
+	# libvirtd may be away for a moment (t260 restarts it, and other
+	# suites share it): wait for it rather than leave domains behind.
+	for _ in $(seq 30); do
+		$VIRSH version >/dev/null 2>&1 && break
+		sleep 1
+	done
+	doms=$(test_domains) || diag "cleanup: libvirt does not answer; domains of $T may be left"
+	for d in $doms; do
 		$VIRSH destroy "$d" >/dev/null 2>&1
 		$VIRSH undefine --managed-save --nvram "$d" >/dev/null 2>&1 ||
 			$VIRSH undefine --managed-save "$d" >/dev/null 2>&1

@@ -389,7 +389,7 @@ static void *serve(void *arg)
 			goto out;
 		log_info("desktop: token for %s/%s redeemed", user, machine);
 		json_t *r = json_pack("{s:s, s:s, s:s}", "user", user, "machine", machine,
-				      "state", m.state);
+				      "state", mstate_name(m.state));
 		if (r)
 			send_json(fd, r, NULL, 0);
 		json_decref(r);

@@ -578,12 +578,18 @@ static struct reply ssh_credential(struct hostd *h, const char *owner, const cha
 		return fail(&e);
 	if (r > 0)
 		return fail_now(503, "no_address", "machine %s has no address yet", name);
+	/* The client checks the machine's host key before it sends anything
+	 * of the user's: the key is confirmed (or first pinned) now. */
+	if (machine_host_key(h, &m, &e) < 0) {
+		log_warn("%s; the client is given the key pinned so far", e.msg);
+		err_clear(&e);
+	}
 	/* A connection is about to start: the idle policy must not take the
 	 * machine away before its session or exec is registered. */
 	idle_touch(h, m.id, "connect");
-	return ok(200, json_pack("{s:s, s:i, s:s, s:s, s:I}", "host", host, "port", port,
+	return ok(200, json_pack("{s:s, s:i, s:s, s:s, s:s, s:I}", "host", host, "port", port,
 				 "user", img.user, "private_key", h->key.private_pem,
-				 "woke_ms", (json_int_t)woke));
+				 "host_key", m.host_key, "woke_ms", (json_int_t)woke));
 failed:
 	/* No such machine (or it went while waking): the gateway's answer
 	 * must not tell another owner's machine from none. */

@@ -293,23 +293,50 @@ out:
 	return rc;
 }
 
-/* A live fork runs with its source's memory, hostname included; its seed
- * names it at its next boot.  Best effort now: `hostname NEW` over SSH. */
-static void rename_running(struct hostd *h, const struct machine *f)
+/* A live fork runs with its source's memory: its hostname, and in its sshd
+ * its source's host key (SOURCE_KEY).  Its seed is its own already: the
+ * image's berth-seed --live (berth's images have one) applies it to the
+ * running guest, which then presents the fork's own key, confirmed here.
+ * Another image gets `hostname NEW` and keeps presenting the source's key
+ * until it reboots: that key stays pinned until then, and its seed's is
+ * pinned at its first cold boot (host_key_next). */
+static void reseed_running(struct hostd *h, struct machine *f, const char *source_key)
 {
 	struct image img;
-	char host[64], err[512], cmd[128];
+	char host[64], err[512], cmd[512], got[HOST_KEY_MAX];
 	int port, status = -1;
+	bool own = false;
 
 	if (db_image_get(h->db, f->image, &img, NULL) < 0 ||
 	    machine_endpoint(h, f, host, sizeof(host), &port, NULL) != 0)
 		return;
 	struct sshexec_target t = { .host = host, .port = port, .user = img.user,
-				    .key_b64 = h->key.private_pem, .connect_timeout_ms = 20000 };
-	snprintf(cmd, sizeof(cmd), "hostname '%s'", f->name);
-	if (sshexec_run(&t, cmd, -1, -1, -1, &status, err, sizeof(err)) < 0 || status != 0)
-		log_warn("live fork %s keeps its source's hostname until it reboots: %s",
-			 f->name, status > 0 ? "hostname failed" : err);
+				    .key_b64 = h->key.private_pem, .connect_timeout_ms = 20000,
+				    .host_key = source_key };
+	snprintf(cmd, sizeof(cmd),
+		 "s=; [ \"$(id -u)\" = 0 ] || s='sudo -n'; "
+		 "for f in /usr/lib/berth/berth-seed /etc/berth-seed; do "
+		 "[ -x \"$f\" ] && exec $s \"$f\" --live; done; $s hostname '%s'; exit 3",
+		 f->name);
+	if (sshexec_run(&t, cmd, -1, -1, -1, &status, err, sizeof(err)) == 0 && status == 0) {
+		/* Its sshd restarts with the new key: wait for it (10 s). */
+		for (int64_t t0 = mono_ms(); !own && mono_ms() - t0 < 10000; usleep(200 * 1000))
+			own = sshexec_host_key(host, port, NULL, 5000, got, sizeof(got), err,
+					       sizeof(err)) == 0 && sshexec_key_equal(got, f->host_key);
+	}
+	if (own) {
+		f->host_key_state = HK_CONFIRMED;
+		db_machine_set_host_key(h->db, f->id, f->host_key, HK_CONFIRMED, "", NULL);
+		return;
+	}
+	log_warn("live fork %s presents its source's host key until it reboots (%s); "
+		 "that key stays pinned until then", f->name,
+		 status == 3 ? "its image has no berth-seed" : status >= 0 ? "berth-seed failed"
+							     : err);
+	snprintf(f->host_key_next, sizeof(f->host_key_next), "%s", f->host_key);
+	snprintf(f->host_key, sizeof(f->host_key), "%s", source_key);
+	f->host_key_state = HK_CONFIRMED;
+	db_machine_set_host_key(h->db, f->id, f->host_key, HK_CONFIRMED, f->host_key_next, NULL);
 }
 
 int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *out,
@@ -347,6 +374,11 @@ int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *o
 		char old_top[80];
 		snprintf(old_top, sizeof(old_top), "%s", m.volume);
 		if (live) {
+			/* The fork's first answers come with the source's host
+			 * key: it must be the one pinned. */
+			struct err ke = { 0 };
+			if (machine_host_key(h, &m, &ke) < 0)
+				log_warn("live fork of %s: %s", m.name, ke.msg);
 			xsnprintf(mem, sizeof(mem), "%s/tmp", h->cfg.state_dir);
 			mkdir_p(mem, 0700);
 			xsnprintf(mem, sizeof(mem), "%s/tmp/fork-%s-%s.mem", h->cfg.state_dir, m.id,
@@ -399,7 +431,7 @@ out:
 		db_machine_set_state(h->db, f.id, MS_RUNNING, NULL);
 		busy_release(h->busy, f.id);
 		log_info("live fork %s/%s -> %s", owner, name, new_name);
-		rename_running(h, &f);
+		reseed_running(h, &f, m.host_key);
 		if (r->wait && machine_wait_ready(h, &f, h->cfg.boot_timeout_s, e) < 0)
 			return -1;
 		return db_machine_get_id(h->db, f.id, out, e);

@@ -39,6 +39,18 @@ int mstate_parse(const char *s, enum mstate *out);
 /* Running or paused: the vCPUs and memory are held, and billed. */
 bool mstate_holds_cpu(enum mstate s);
 
+/* How far a machine's SSH host key is pinned (the gateways, `berth exec`
+ * and hostd refuse any other key): HK_NONE, a machine made before berth
+ * pinned keys; HK_SEED, hostd made the key and gave it in the seed, and has
+ * not yet seen the machine answer; HK_CONFIRMED, it answered with it;
+ * HK_TOFU, it answered with another (its image ignores the seed's key),
+ * which was pinned then (trust on first use). */
+enum host_key_state { HK_NONE, HK_SEED, HK_CONFIRMED, HK_TOFU };
+#define HK_COUNT (HK_TOFU + 1)
+const char *host_key_state_name(enum host_key_state s);
+
+#define HOST_KEY_MAX 768      /* a public key line, with the NUL: RSA 4096 fits */
+
 struct machine {
 	char id[37];          /* UUID: also the libvirt domain's UUID */
 	char owner[64];
@@ -55,6 +67,11 @@ struct machine {
 	int64_t state_since;
 	int64_t idle_timeout; /* seconds quiet before the idle policy suspends it:
 				 0 = the config's idle_timeout, -1 = never */
+	char host_key[HOST_KEY_MAX];  /* pinned SSH host key, "TYPE BASE64"; "" */
+	enum host_key_state host_key_state;
+	/* A live fork whose running guest could not take its own key yet:
+	 * its seed's key, pinned (HK_SEED) at its next cold boot. */
+	char host_key_next[128];
 };
 
 struct image {
@@ -104,6 +121,10 @@ int db_machine_set_state_at(struct db *db, const char *id, enum mstate state, in
 /* Set machine ID's idle_timeout (see struct machine). */
 int db_machine_set_idle(struct db *db, const char *id, int64_t idle_timeout, struct err *e);
 int db_machine_set_port(struct db *db, const char *id, int port, struct err *e);
+/* Pin machine ID's host key KEY in STATE, and NEXT ("" none) for its next
+ * cold boot. */
+int db_machine_set_host_key(struct db *db, const char *id, const char *key,
+			    enum host_key_state state, const char *next, struct err *e);
 /* Remove the row and its checkpoint rows, and close its ledger row (ledger
  * rows are kept). */
 int db_machine_delete(struct db *db, const char *id, struct err *e);

@@ -15,6 +15,7 @@
 #include "hostd/prometheus.h"
 #include "hostd/sampler.h"
 #include "hostd/seed.h"
+#include "hostd/sshkey.h"
 #include "hostd/sessions.h"
 #include "common/banned.h"
 
@@ -280,14 +281,20 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 {
 	struct image img;
 	struct machine m;
-	char dir[PATH_MAX];
+	char dir[PATH_MAX], *hk_priv = NULL, *hk_pub = NULL;
 	const char *keys[] = { h->key.public_line, NULL };
+	int rc = -1;
 
 	memset(&m, 0, sizeof(m));
 	if (validate_create(h, r, &img, e) < 0)
 		return -1;
 	if (uuid_generate(m.id) < 0 || mac_generate(m.mac) < 0)
 		return err_errno(e, errno, "random");
+	/* Its own SSH host key: in its seed, pinned from the start. */
+	if (sshkey_ed25519(&hk_priv, &hk_pub, e) < 0)
+		return -1;
+	snprintf(m.host_key, sizeof(m.host_key), "%s", hk_pub);
+	m.host_key_state = HK_SEED;
 	snprintf(m.owner, sizeof(m.owner), "%s", r->owner);
 	snprintf(m.name, sizeof(m.name), "%s", r->name);
 	snprintf(m.image, sizeof(m.image), "%s", r->image);
@@ -296,13 +303,15 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 	m.memory = r->memory;
 	m.disk = r->disk ? r->disk : img.virtual_size;
 	m.idle_timeout = r->idle_timeout;
-	if (strcmp(h->cfg.network, "user") == 0 && (m.ssh_port = pick_port(h)) < 0)
-		return err_set(e, 503, "no_port", "no free loopback port for %s's SSH", r->name);
+	if (strcmp(h->cfg.network, "user") == 0 && (m.ssh_port = pick_port(h)) < 0) {
+		err_set(e, 503, "no_port", "no free loopback port for %s's SSH", r->name);
+		goto out;
+	}
 
 	/* The row comes first: from here on a crash leaves a "creating" row
 	 * that start-up reconciliation undoes. */
 	if (db_machine_insert(h->db, &m, e) < 0)
-		return -1;
+		goto out;
 	if (busy_acquire(h->busy, m.id, "create", m.name, e) < 0)
 		goto undo;
 	hostd_crash_point(h, "create-after-row");
@@ -314,7 +323,8 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 		err_errno(e, errno, "create %s", dir);
 		goto undo;
 	}
-	struct seed s = { .instance_id = m.id, .hostname = m.name, .user = img.user, .keys = keys };
+	struct seed s = { .instance_id = m.id, .hostname = m.name, .user = img.user, .keys = keys,
+			  .host_key_private = hk_priv, .host_key_public = hk_pub };
 	if (seed_write(&s, dir, e) < 0)
 		goto undo;
 	hostd_crash_point(h, "create-after-seed");
@@ -327,17 +337,55 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 	log_info("created machine %s/%s (%s, %d vCPU, %llu MiB, image %s)", m.owner,
 		 m.name, m.id, m.vcpus, (unsigned long long)(m.memory >> 20), m.image);
 	if (db_machine_get_id(h->db, m.id, out, e) < 0)
-		return -1;
+		goto out;
 	/* Storage is billed from its creation, not from the next minute. */
 	sampler_record(h, out);
-	return 0;
+	rc = 0;
+	goto out;
 undo:
 	log_warn("create %s/%s failed: %s; removing what it made", m.owner, m.name, e->msg);
 	if (machine_destroy_all(h, &m, NULL) < 0)
 		log_error("create %s/%s: cleanup incomplete; start-up reconciliation will retry",
 			  m.owner, m.name);
 	busy_release(h->busy, m.id);
-	return -1;
+out:
+	if (hk_priv)
+		memset(hk_priv, 0, strlen(hk_priv));
+	free(hk_priv);
+	free(hk_pub);
+	return rc;
+}
+
+int machine_host_key(struct hostd *h, struct machine *m, struct err *e)
+{
+	char host[64], got[HOST_KEY_MAX], why[512];
+	int port;
+
+	if (m->host_key_state == HK_CONFIRMED || m->host_key_state == HK_TOFU)
+		return 0;
+	if (machine_endpoint(h, m, host, sizeof(host), &port, e) != 0)
+		return -1;
+	if (sshexec_host_key(host, port, NULL, 20000, got, sizeof(got), why, sizeof(why)) < 0)
+		return err_set(e, 503, "unreachable", "machine %s: %s", m->name, why);
+	if (m->host_key_state == HK_SEED && sshexec_key_equal(got, m->host_key)) {
+		m->host_key_state = HK_CONFIRMED;
+		log_info("machine %s/%s answers with the host key of its seed", m->owner, m->name);
+	} else {
+		/* The image ignores the seed's key (or the machine was made
+		 * before berth pinned keys): the key of its first answer is
+		 * pinned from now on. */
+		if (m->host_key_state == HK_SEED)
+			log_warn("machine %s/%s presents a host key other than its seed's: its "
+				 "image ignores cloud-init's ssh_keys; pinning the key of this "
+				 "first answer (trust on first use)", m->owner, m->name);
+		else
+			log_info("machine %s/%s had no pinned host key; pinning the key of this "
+				 "answer (trust on first use)", m->owner, m->name);
+		snprintf(m->host_key, sizeof(m->host_key), "%s", got);
+		m->host_key_state = HK_TOFU;
+	}
+	return db_machine_set_host_key(h->db, m->id, m->host_key, m->host_key_state,
+				       m->host_key_next, e);
 }
 
 int machine_endpoint(struct hostd *h, const struct machine *m, char *host,
@@ -403,6 +451,15 @@ int machine_do_start(struct hostd *h, struct machine *m, enum vstate vs, struct 
 		if (memimage_discard(h, m->id))
 			log_warn("machine %s/%s: removed a memory image it had run since", m->owner,
 				 m->name);
+		/* A live fork that ran with its source's host key takes its
+		 * seed's at its first boot. */
+		if (m->host_key_next[0]) {
+			if (db_machine_set_host_key(h->db, m->id, m->host_key_next, HK_SEED, "", e) < 0)
+				return -1;
+			snprintf(m->host_key, sizeof(m->host_key), "%s", m->host_key_next);
+			m->host_key_state = HK_SEED;
+			m->host_key_next[0] = '\0';
+		}
 		if (machine_port_refresh(h, m, e) < 0 || machine_define(h, m, e) < 0)
 			return -1;
 	}

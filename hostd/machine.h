@@ -67,6 +67,14 @@ int machine_settle(struct hostd *h, const char *owner, const char *name,
  * be NULL. */
 int machine_wake(struct hostd *h, const char *owner, const char *name, bool wait,
 		 struct machine *out, int64_t *woke_ms, struct err *e);
+/* Make sure M's pinned host key is the one it answers with, before its
+ * SSH credential goes to a client: a key given in its seed (HK_SEED) is
+ * checked once, by hostd reading the key the running machine presents;
+ * the same confirms it, another is pinned instead (its image ignores the
+ * seed: trust on first use, logged).  M (and its row) are updated.
+ * Nothing to do for a key already confirmed or pinned.  503 "unreachable"
+ * when the machine does not answer. */
+int machine_host_key(struct hostd *h, struct machine *m, struct err *e);
 /* The machine's SSH endpoint.  1 when it has none yet (nat, no lease). */
 int machine_endpoint(struct hostd *h, const struct machine *m, char *host,
 		     size_t hostlen, int *port, struct err *e);

@@ -60,6 +60,9 @@ void machine_json_write(struct hostd *h, const struct machine *m,
 	} else {
 		buf_adds(b, "null");
 	}
+	/* The SSH host key the gateways and berth exec insist on. */
+	add_str(b, "host_key", m->host_key);
+	add_str(b, "host_key_state", host_key_state_name(m->host_key_state));
 	add_str(b, "domain", name);
 	add_str(b, "hypervisor", virt_hypervisor(h->virt));
 	if (f->allocated >= 0)

@@ -7,7 +7,7 @@ CC      ?= cc
 PKGS    := libvirt sqlite3 libmicrohttpd jansson libssh libcurl libzstd libcrypto libnbd
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
            -Wmissing-prototypes -Wformat=2 -Wno-format-nonliteral \
-           -Wno-missing-field-initializers -Wno-format-truncation
+           -Wno-missing-field-initializers -Wformat-truncation
 CFLAGS  ?= -O2 -g
 BASE_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -I. -MMD -MP \
            $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -40,8 +40,8 @@ HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/busy.c hostd/config.c hostd/db.c
                hostd/transfer.c hostd/zmem.c hostd/billing.c hostd/usage.c hostd/sampler.c \
                hostd/prometheus.c \
                hostd/idle.c hostd/tokens.c hostd/http.c hostd/desktop.c
-CLI_SRC     := cli/main.c cli/client.c cli/up.c cli/image.c cli/usage.c \
-               cli/token.c cli/desktop.c
+CLI_SRC     := cli/main.c cli/cli.c cli/client.c cli/up.c cli/image.c cli/usage.c \
+               cli/token.c cli/info.c cli/key.c cli/machine.c
 SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/pool.c
 DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c \
                desktop/vdagent.c

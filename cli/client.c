@@ -13,7 +13,10 @@ int client_call(const struct client *c, const char *method, const char *path,
 	if (hostapi_call(c->sock, method, path, body, status, resp, err, errlen) == 0)
 		return 0;
 	size_t n = strlen(err);
-	snprintf(err + n, errlen - n, " (is it running? try `berth up --state %s`)", c->state);
+	/* A hint: cut short when ERR is full, which is fine. */
+	if (snprintf(err + n, errlen - n, " (is it running? try `berth up --state %s`)",
+		     c->state) < 0)
+		err[n] = '\0';
 	return -1;
 }
 

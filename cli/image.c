@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/commands.h"
 #include "common/buf.h"
 #include "common/hostapi.h"
 #include "common/util.h"
@@ -36,8 +37,8 @@ static void export_poll(struct progress *p)
 	snprintf(path, sizeof(path), "/v1/machines/%s", p->machine);
 	if (hostapi_call(p->c->sock, "GET", path, NULL, &status, &r, err, sizeof(err)) == 0 &&
 	    status == 200 && (op = json_object_get(r, "operation"))) {
-		p->done = (uint64_t)jint(op, "done");
-		p->total = (uint64_t)jint(op, "total");
+		p->done = (uint64_t)cli_jint(op, "done");
+		p->total = (uint64_t)cli_jint(op, "total");
 	}
 	json_decref(r);
 }
@@ -94,28 +95,32 @@ static void progress_end(struct progress *p)
 		fprintf(stderr, "\r\033[K");
 }
 
-static void print_images(const struct client *c, json_t *r)
+static void print_images(json_t *r, void *data)
 {
 	json_t *img;
 	size_t i;
 
-	if (c->json) {
-		print_json(r);
-		return;
-	}
+	(void)data;
 	printf("%-16s %8s %9s %10s %-9s %5s  %s\n", "NAME", "SIZE", "ALLOCATED", "COMPRESSED",
 	       "SOURCE", "USERS", "SHA256");
 	json_array_foreach(json_object_get(r, "images"), i, img) {
 		char size[32], alloc[32], comp[32] = "-";
-		const char *src = jstr(img, "source");
-		fmt_size(img, "size", size, sizeof(size));
-		fmt_size(img, "allocated", alloc, sizeof(alloc));
+		const char *src = cli_jstr(img, "source");
+		cli_fmt_size(img, "size", size, sizeof(size));
+		cli_fmt_size(img, "allocated", alloc, sizeof(alloc));
 		/* A compressed size only for what came compressed. */
 		if (strstr(src, ".zst"))
-			fmt_size(img, "source_size", comp, sizeof(comp));
-		printf("%-16s %8s %9s %10s %-9s %5lld  %s\n", jstr(img, "name"), size, alloc, comp,
-		       *src ? src : "-", jint(img, "users"), jstr(img, "sha256"));
+			cli_fmt_size(img, "source_size", comp, sizeof(comp));
+		printf("%-16s %8s %9s %10s %-9s %5lld  %s\n", cli_jstr(img, "name"), size, alloc,
+		       comp, *src ? src : "-", cli_jint(img, "users"), cli_jstr(img, "sha256"));
 	}
+}
+
+/* DATA: the image's name. */
+static void print_image_deleted(json_t *r, void *data)
+{
+	(void)r;
+	printf("deleted image %s\n", (const char *)data);
 }
 
 /* Append "&KEY=VALUE" (escaped) to Q when VALUE is set. */
@@ -140,13 +145,13 @@ static int image_import(struct client *c, int argc, char **argv)
 	int fd, rc = 1;
 
 	for (int i = 2; i < argc; i++) {
-		if ((v = optval(argc, argv, &i, "--sha256")))
+		if ((v = cli_optval(argc, argv, &i, "--sha256")))
 			sha = v;
-		else if ((v = optval(argc, argv, &i, "--format")))
+		else if ((v = cli_optval(argc, argv, &i, "--format")))
 			format = v;
-		else if ((v = optval(argc, argv, &i, "--like")))
+		else if ((v = cli_optval(argc, argv, &i, "--like")))
 			like = v;
-		else if ((v = optval(argc, argv, &i, "--user")))
+		else if ((v = cli_optval(argc, argv, &i, "--user")))
 			user = v;
 		else if (argv[i][0] == '-' && argv[i][1]) {
 			fprintf(stderr, "berth image import: unknown option '%s'\n", argv[i]);
@@ -213,14 +218,14 @@ static int image_import(struct client *c, int argc, char **argv)
 		goto out;
 	}
 	if (c->json) {
-		print_json(r);
+		cli_print_json(r);
 	} else {
 		char size[32], src[32];
 		double secs = (double)(mono_ms() - t0) / 1000.0;
-		size_format((uint64_t)jint(r, "size"), size, sizeof(size));
+		size_format((uint64_t)cli_jint(r, "size"), size, sizeof(size));
 		size_format((uint64_t)sb.st_size, src, sizeof(src));
 		printf("imported image %s: %s disk from %s %s in %.1f s (sha256 %s)\n", name, size,
-		       src, jstr(r, "source"), secs, jstr(r, "sha256"));
+		       src, cli_jstr(r, "source"), secs, cli_jstr(r, "sha256"));
 	}
 	rc = 0;
 out:
@@ -322,7 +327,7 @@ static int image_export(struct client *c, int argc, char **argv)
 		json_t *j = json_pack("{s:s, s:s, s:s*, s:I, s:f}", "file", file, "machine",
 				      machine, "checkpoint", at ? ckpt : NULL, "bytes",
 				      (json_int_t)bytes, "seconds", secs);
-		print_json(j);
+		cli_print_json(j);
 		json_decref(j);
 	} else {
 		char b[32];
@@ -344,13 +349,8 @@ int cmd_image(struct client *c, int argc, char **argv)
 	json_t *r;
 	char path[256];
 
-	if (argc >= 2 && !strcmp(argv[1], "ls")) {
-		if (cli_call(c, "GET", "/v1/images", NULL, &r) < 0)
-			return 1;
-		print_images(c, r);
-		json_decref(r);
-		return 0;
-	}
+	if (argc >= 2 && !strcmp(argv[1], "ls"))
+		return cli_call_print(c, "GET", "/v1/images", NULL, print_images, NULL);
 	if (argc >= 2 && !strcmp(argv[1], "import"))
 		return image_import(c, argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "export"))
@@ -358,7 +358,7 @@ int cmd_image(struct client *c, int argc, char **argv)
 	if (argc >= 3 && !strcmp(argv[1], "build")) {
 		const char *name = argv[2], *v;
 		for (int j = 3; j < argc; j++) {
-			if ((v = optval(argc, argv, &j, "--name")))
+			if ((v = cli_optval(argc, argv, &j, "--name")))
 				name = v;
 			else {
 				fprintf(stderr, "berth image build: unexpected argument '%s'\n", argv[j]);
@@ -375,10 +375,10 @@ int cmd_image(struct client *c, int argc, char **argv)
 		if (rc < 0)
 			return 1;
 		if (c->json)
-			print_json(r);
+			cli_print_json(r);
 		else
 			printf("image %s built in %.1f s (sha256 %s)\n", name,
-			       (double)(mono_ms() - t0) / 1000.0, jstr(r, "sha256"));
+			       (double)(mono_ms() - t0) / 1000.0, cli_jstr(r, "sha256"));
 		json_decref(r);
 		return 0;
 	}
@@ -388,14 +388,7 @@ int cmd_image(struct client *c, int argc, char **argv)
 			return 2;
 		}
 		snprintf(path, sizeof(path), "/v1/images/%s", argv[2]);
-		if (cli_call(c, "DELETE", path, NULL, &r) < 0)
-			return 1;
-		if (c->json)
-			print_json(r);
-		else
-			printf("deleted image %s\n", argv[2]);
-		json_decref(r);
-		return 0;
+		return cli_call_print(c, "DELETE", path, NULL, print_image_deleted, argv[2]);
 	}
 	fprintf(stderr, "usage: berth image ls | build RECIPE [--name N] | rm NAME\n"
 		"       berth image import NAME FILE [--sha256 H] [--format raw|qcow2] "

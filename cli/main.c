@@ -1,17 +1,14 @@
 /* berth: the command line of berth.  It talks to berth-hostd's JSON API on
  * STATE/hostd.sock; STATE comes from --state, $BERTH_STATE or
  * /var/lib/berth.  Every listing takes --json. */
-#include <errno.h>
-#include <jansson.h>
-#include <signal.h>
-#include <time.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "common/sshexec.h"
+#include "cli/commands.h"
 #include "common/util.h"
 #include "common/banned.h"
 
@@ -43,664 +40,24 @@ static const char usage_text[] =
 	"  --state DIR   state directory of the hostd to talk to (default $BERTH_STATE or /var/lib/berth)\n"
 	"  --json        machine-readable output\n";
 
-int cli_call(const struct client *c, const char *method, const char *path,
-	     json_t *body, json_t **resp)
-{
-	long status;
-	char err[1024];
-
-	if (client_call(c, method, path, body, &status, resp, err, sizeof(err)) < 0) {
-		fprintf(stderr, "berth: %s\n", err);
-		return -1;
-	}
-	if (status >= 200 && status < 300 && *resp)
-		return 0;
-	json_t *msg = json_object_get(json_object_get(*resp, "error"), "message");
-	fprintf(stderr, "berth: %s\n", json_is_string(msg) ? json_string_value(msg)
-							  : "unexpected answer from hostd");
-	if (c->json && *resp)
-		json_dumpf(*resp, stdout, JSON_INDENT(2)), fputc('\n', stdout);
-	json_decref(*resp);
-	*resp = NULL;
-	return -1;
-}
-
-void print_json(json_t *j)
-{
-	json_dumpf(j, stdout, JSON_INDENT(2));
-	fputc('\n', stdout);
-}
-
-const char *jstr(json_t *o, const char *k)
-{
-	const char *s = json_string_value(json_object_get(o, k));
-	return s ? s : "";
-}
-
-long long jint(json_t *o, const char *k)
-{
-	return (long long)json_integer_value(json_object_get(o, k));
-}
-
-void fmt_size(json_t *o, const char *k, char *out, size_t outlen)
-{
-	json_t *v = json_object_get(o, k);
-	if (!json_is_integer(v)) {
-		snprintf(out, outlen, "-");
-		return;
-	}
-	size_format((uint64_t)json_integer_value(v), out, outlen);
-}
-
-static void print_machine_row(json_t *m)
-{
-	char mem[32], disk[32], alloc[32], ssh[80] = "-";
-	json_t *s = json_object_get(m, "ssh");
-
-	fmt_size(m, "memory", mem, sizeof(mem));
-	fmt_size(m, "disk", disk, sizeof(disk));
-	fmt_size(m, "allocated", alloc, sizeof(alloc));
-	if (json_is_object(s))
-		snprintf(ssh, sizeof(ssh), "%s:%lld", jstr(s, "host"), jint(s, "port"));
-	printf("%-20s %-10s %-10s %4lld %7s %7s %9s  %s\n", jstr(m, "name"),
-	       jstr(m, "state"), jstr(m, "image"), jint(m, "vcpus"), mem, disk, alloc, ssh);
-}
-
-static void print_machine(const struct client *c, json_t *m)
-{
-	if (c->json) {
-		print_json(m);
-		return;
-	}
-	printf("%-20s %-10s %-10s %4s %7s %7s %9s  %s\n", "NAME", "STATE", "IMAGE", "CPUS",
-	       "MEMORY", "DISK", "ALLOCATED", "SSH");
-	print_machine_row(m);
-}
-
-/* "idle: ..." for one machine. */
-static void print_idle(json_t *m)
-{
-	json_t *i = json_object_get(m, "idle");
-	const char *t = jstr(i, "timeout");
-
-	if (!i)
-		return;
-	if (!strcmp(t, "never"))
-		printf("idle:       never suspended for being quiet%s\n",
-		       json_is_true(json_object_get(i, "default")) ? " (the host's default)" : "");
-	else
-		printf("idle:       suspended after %s quiet%s\n", t,
-		       json_is_true(json_object_get(i, "default")) ? " (the host's default)" : "");
-	if (json_object_get(i, "quiet_s"))
-		printf("            quiet for %llds (last activity: %s, CPU %lld%%)\n",
-		       (long long)json_integer_value(json_object_get(i, "quiet_s")),
-		       jstr(i, "last_activity"),
-		       (long long)json_integer_value(json_object_get(i, "cpu_percent")));
-}
-
-static int cmd_info(struct client *c)
-{
-	json_t *r;
-
-	if (cli_call(c, "GET", "/v1/info", NULL, &r) < 0)
-		return 1;
-	if (c->json) {
-		print_json(r);
-	} else {
-		json_t *st = json_object_get(r, "storage");
-		char used[32], total[32];
-		fmt_size(st, "used", used, sizeof(used));
-		fmt_size(st, "total", total, sizeof(total));
-		if (*jstr(r, "hypervisor_note"))
-			printf("hypervisor: %s (%s)\n", jstr(r, "hypervisor"),
-			       jstr(r, "hypervisor_note"));
-		else
-			printf("hypervisor: %s\n", jstr(r, "hypervisor"));
-		printf("storage:    %s at %s (%s of %s used)\n", jstr(st, "backend"),
-		       jstr(st, "location"), used, total);
-		printf("network:    %s\n", jstr(r, "network"));
-		printf("libvirt:    %s\n", jstr(r, "libvirt"));
-		printf("berth:      %s (state %s, instance %s)\n", jstr(r, "version"),
-		       jstr(r, "state_dir"), jstr(r, "instance"));
-	}
-	json_decref(r);
-	return 0;
-}
-
-static int cmd_ls(struct client *c)
-{
-	json_t *r, *m;
-	size_t i;
-
-	if (cli_call(c, "GET", "/v1/machines", NULL, &r) < 0)
-		return 1;
-	if (c->json) {
-		print_json(r);
-	} else {
-		printf("%-20s %-10s %-10s %4s %7s %7s %9s  %s\n", "NAME", "STATE", "IMAGE",
-		       "CPUS", "MEMORY", "DISK", "ALLOCATED", "SSH");
-		json_array_foreach(json_object_get(r, "machines"), i, m)
-			print_machine_row(m);
-	}
-	json_decref(r);
-	return 0;
-}
-
-static int cmd_show(struct client *c, int argc, char **argv)
-{
-	char path[256];
-	json_t *r;
-
-	if (argc != 2 || !name_valid(argv[1])) {
-		fprintf(stderr, "usage: berth show NAME\n");
-		return 2;
-	}
-	snprintf(path, sizeof(path), "/v1/machines/%s", argv[1]);
-	if (cli_call(c, "GET", path, NULL, &r) < 0)
-		return 1;
-	print_machine(c, r);
-	if (!c->json)
-		print_idle(r);
-	json_decref(r);
-	return 0;
-}
-
-/* berth set NAME --idle D: a machine's settings. */
-static int cmd_set(struct client *c, int argc, char **argv)
-{
-	const char *name = NULL, *v;
-	json_t *body = json_object(), *r;
-	char path[256];
-	int rc = 2;
-
-	for (int i = 1; i < argc; i++) {
-		if ((v = optval(argc, argv, &i, "--idle")))
-			json_object_set_new(body, "idle", json_string(v));
-		else if (argv[i][0] != '-' && !name)
-			name = argv[i];
-		else {
-			fprintf(stderr, "berth set: unexpected argument '%s'\n", argv[i]);
-			goto out;
-		}
-	}
-	if (!name || !name_valid(name) || json_object_size(body) == 0) {
-		fprintf(stderr, "usage: berth set NAME --idle 30m|never|default\n");
-		goto out;
-	}
-	snprintf(path, sizeof(path), "/v1/machines/%s", name);
-	rc = 1;
-	if (cli_call(c, "PATCH", path, body, &r) < 0)
-		goto out;
-	if (c->json)
-		print_json(r);
-	else
-		print_idle(r);
-	json_decref(r);
-	rc = 0;
-out:
-	json_decref(body);
-	return rc;
-}
-
-int cli_delete_id(const struct client *c, const char *what, const char *route,
-		  const char *id_s, const char *done)
-{
-	char *end, path[128];
-	long long id = strtoll(id_s, &end, 10);
-	json_t *r;
-
-	if (*end || end == id_s || id <= 0) {
-		fprintf(stderr, "berth: invalid %s id '%s' (berth %s ls shows them)\n", what, id_s,
-			what);
-		return 2;
-	}
-	snprintf(path, sizeof(path), "%s/%lld", route, id);
-	if (cli_call(c, "DELETE", path, NULL, &r) < 0)
-		return 1;
-	if (c->json)
-		print_json(r);
-	else
-		printf("%s %s %lld\n", done, what, id);
-	json_decref(r);
-	return 0;
-}
-
-/* Value of option ARGV[*I] ("--cpus 2" or "--cpus=2"); advances *I. */
-const char *optval(int argc, char **argv, int *i, const char *name)
-{
-	size_t n = strlen(name);
-
-	if (strncmp(argv[*i], name, n) == 0 && argv[*i][n] == '=')
-		return argv[*i] + n + 1;
-	if (strcmp(argv[*i], name) == 0 && *i + 1 < argc)
-		return argv[++*i];
-	return NULL;
-}
-
-static int cmd_create(struct client *c, int argc, char **argv)
-{
-	json_t *body = json_object(), *r;
-	const char *v, *name = NULL;
-	bool start = true, wait = true;
-	int rc = 2;
-	int64_t t0 = mono_ms();
-
-	for (int i = 1; i < argc; i++) {
-		if ((v = optval(argc, argv, &i, "--image")))
-			json_object_set_new(body, "image", json_string(v));
-		else if ((v = optval(argc, argv, &i, "--cpus"))) {
-			char *end;
-			long n = strtol(v, &end, 10);
-			if (*end || end == v) {
-				fprintf(stderr, "berth: --cpus takes a number, not '%s'\n", v);
-				goto out;
-			}
-			json_object_set_new(body, "vcpus", json_integer(n));
-		} else if ((v = optval(argc, argv, &i, "--memory")))
-			json_object_set_new(body, "memory", json_string(v));
-		else if ((v = optval(argc, argv, &i, "--disk")))
-			json_object_set_new(body, "disk", json_string(v));
-		else if ((v = optval(argc, argv, &i, "--idle")))
-			json_object_set_new(body, "idle", json_string(v));
-		else if (!strcmp(argv[i], "--no-start"))
-			start = false;
-		else if (!strcmp(argv[i], "--no-wait"))
-			wait = false;
-		else if (argv[i][0] != '-' && !name)
-			name = argv[i];
-		else {
-			fprintf(stderr, "berth create: unexpected argument '%s'\n", argv[i]);
-			goto out;
-		}
-	}
-	if (!name) {
-		fprintf(stderr, "usage: berth create NAME [--image I] [--cpus N] [--memory 512M] "
-			"[--disk 4G] [--idle 15m|never] [--no-start] [--no-wait]\n");
-		goto out;
-	}
-	json_object_set_new(body, "name", json_string(name));
-	json_object_set_new(body, "start", json_boolean(start));
-	json_object_set_new(body, "wait", json_boolean(start && wait));
-	if (!c->json && start)
-		fprintf(stderr, "creating %s…\n", name);
-	rc = 1;
-	if (cli_call(c, "POST", "/v1/machines", body, &r) < 0)
-		goto out;
-	if (!c->json && json_integer_value(json_object_get(r, "ready_ms")) > 0)
-		fprintf(stderr, "%s is ready in %.1f s\n", name, (double)(mono_ms() - t0) / 1000.0);
-	print_machine(c, r);
-	json_decref(r);
-	rc = 0;
-out:
-	json_decref(body);
-	return rc;
-}
-
-static int cmd_action(struct client *c, int argc, char **argv)
-{
-	const char *action = argv[0], *name = NULL, *v;
-	json_t *body = json_object(), *r;
-	bool wait = strcmp(action, "stop") != 0 && strcmp(action, "suspend") != 0;
-	char path[256];
-	int rc = 2;
-
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--no-wait"))
-			wait = false;
-		else if ((v = optval(argc, argv, &i, "--timeout")))
-			json_object_set_new(body, "timeout", json_integer(atoi(v)));
-		else if (argv[i][0] != '-' && !name)
-			name = argv[i];
-		else {
-			fprintf(stderr, "berth %s: unexpected argument '%s'\n", action, argv[i]);
-			goto out;
-		}
-	}
-	if (!name || !name_valid(name)) {
-		fprintf(stderr, "usage: berth %s NAME [--no-wait] [--timeout S]\n", action);
-		goto out;
-	}
-	if (wait)
-		json_object_set_new(body, "wait", json_true());
-	snprintf(path, sizeof(path), "/v1/machines/%s/%s", name, action);
-	rc = 1;
-	if (cli_call(c, "POST", path, body, &r) < 0)
-		goto out;
-	if (c->json)
-		print_json(r);
-	else if (json_integer_value(json_object_get(r, "ready_ms")) > 0)
-		printf("%s: %s, ready in %.1f s\n", name, jstr(r, "state"),
-		       (double)jint(r, "ready_ms") / 1000.0);
-	else
-		printf("%s: %s\n", name, jstr(r, "state"));
-	json_decref(r);
-	rc = 0;
-out:
-	json_decref(body);
-	return rc;
-}
-
-static int cmd_rm(struct client *c, int argc, char **argv)
-{
-	char path[256];
-	json_t *r;
-
-	if (argc != 2 || !name_valid(argv[1])) {
-		fprintf(stderr, "usage: berth rm NAME\n");
-		return 2;
-	}
-	snprintf(path, sizeof(path), "/v1/machines/%s", argv[1]);
-	if (cli_call(c, "DELETE", path, NULL, &r) < 0)
-		return 1;
-	if (c->json)
-		print_json(r);
-	else
-		printf("deleted %s\n", argv[1]);
-	json_decref(r);
-	return 0;
-}
-
-static int cmd_exec(struct client *c, int argc, char **argv)
-{
-	const char *name = NULL;
-	bool wake = true;
-	int i, status = 255;
-	char path[256], err[1024];
-	json_t *body, *r;
-	char *cmd;
-
-	for (i = 1; i < argc && strcmp(argv[i], "--"); i++) {
-		if (!strcmp(argv[i], "--no-wake"))
-			wake = false;
-		else if (argv[i][0] != '-' && !name)
-			name = argv[i];
-		else
-			break;
-	}
-	if (!name || i >= argc || strcmp(argv[i], "--") || i + 1 >= argc) {
-		fprintf(stderr, "usage: berth exec NAME [--no-wake] -- CMD [ARGS...]\n");
-		return 2;
-	}
-	if (!name_valid(name)) {
-		fprintf(stderr, "berth: invalid machine name '%s'\n", name);
-		return 2;
-	}
-	snprintf(path, sizeof(path), "/v1/machines/%s/ssh", name);
-	body = json_pack("{s:b}", "wake", wake);
-	if (cli_call(c, "POST", path, body, &r) < 0) {
-		json_decref(body);
-		return 255;
-	}
-	json_decref(body);
-	if (jint(r, "woke_ms") > 0)
-		fprintf(stderr, "woke %s: ready in %.1f s\n", name, (double)jint(r, "woke_ms") / 1000.0);
-	struct sshexec_target t = {
-		.host = jstr(r, "host"), .port = (int)jint(r, "port"),
-		.user = jstr(r, "user"), .key_b64 = jstr(r, "private_key"),
-		.connect_timeout_ms = 15000,
-	};
-	cmd = sshexec_quote(argv + i + 1);
-	if (!cmd) {
-		json_decref(r);
-		return 255;
-	}
-	signal(SIGPIPE, SIG_IGN);
-	if (sshexec_run(&t, cmd, 0, 1, 2, &status, err, sizeof(err)) < 0) {
-		fprintf(stderr, "berth exec %s: %s\n", name, err);
-		status = 255;
-	}
-	free(cmd);
-	json_decref(r);
-	return status;
-}
-
-static int cmd_checkpoint(struct client *c, int argc, char **argv)
-{
-	char path[256];
-	json_t *r, *body, *ck;
-	size_t i;
-
-	if (!strcmp(argv[0], "checkpoints")) {
-		if (argc != 2 || !name_valid(argv[1])) {
-			fprintf(stderr, "usage: berth checkpoints NAME\n");
-			return 2;
-		}
-		snprintf(path, sizeof(path), "/v1/machines/%s/checkpoints", argv[1]);
-		if (cli_call(c, "GET", path, NULL, &r) < 0)
-			return 1;
-		if (c->json) {
-			print_json(r);
-		} else {
-			printf("%-40s %-21s %s\n", "CHECKPOINT", "CREATED", "MEMORY");
-			json_array_foreach(json_object_get(r, "checkpoints"), i, ck) {
-				char when[32];
-				time_t t = (time_t)jint(ck, "created");
-				struct tm tm;
-				gmtime_r(&t, &tm);
-				strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%SZ", &tm);
-				printf("%-40s %-21s %s\n", jstr(ck, "name"), when,
-				       json_is_true(json_object_get(ck, "memory")) ? "yes" : "-");
-			}
-		}
-		json_decref(r);
-		return 0;
-	}
-	if (argc == 4 && !strcmp(argv[1], "rm")) {
-		if (!name_valid(argv[2]) || !name_valid(argv[3])) {
-			fprintf(stderr, "berth: invalid machine or checkpoint name\n");
-			return 2;
-		}
-		snprintf(path, sizeof(path), "/v1/machines/%s/checkpoints/%s", argv[2], argv[3]);
-		if (cli_call(c, "DELETE", path, NULL, &r) < 0)
-			return 1;
-		if (c->json)
-			print_json(r);
-		else
-			printf("deleted checkpoint %s of %s\n", argv[3], argv[2]);
-		json_decref(r);
-		return 0;
-	}
-	bool memory = false;
-	const char *mname = NULL, *cname = NULL;
-	for (int k = 1; k < argc; k++) {
-		if (!strcmp(argv[k], "--memory"))
-			memory = true;
-		else if (argv[k][0] != '-' && !mname)
-			mname = argv[k];
-		else if (argv[k][0] != '-' && !cname)
-			cname = argv[k];
-		else
-			mname = NULL, k = argc;
-	}
-	if (!mname || !name_valid(mname)) {
-		fprintf(stderr, "usage: berth checkpoint NAME [CKPT] [--memory] | checkpoint rm NAME CKPT\n");
-		return 2;
-	}
-	argv[1] = (char *)mname;
-	body = json_pack("{s:b}", "memory", memory);
-	if (cname)
-		json_object_set_new(body, "name", json_string(cname));
-	snprintf(path, sizeof(path), "/v1/machines/%s/checkpoints", argv[1]);
-	int rc = cli_call(c, "POST", path, body, &r);
-	json_decref(body);
-	if (rc < 0)
-		return 1;
-	if (c->json)
-		print_json(r);
-	else
-		printf("checkpoint %s of %s%s (%.1f ms)\n", jstr(r, "name"), argv[1],
-		       json_is_true(json_object_get(r, "memory")) ? " with memory" : "",
-		       json_number_value(json_object_get(r, "took_ms")));
-	json_decref(r);
-	return 0;
-}
-
-static int cmd_restore(struct client *c, int argc, char **argv)
-{
-	char path[256];
-	bool wait = true;
-	const char *name = NULL, *ckpt = NULL;
-	json_t *r, *body;
-
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--no-wait"))
-			wait = false;
-		else if (!name)
-			name = argv[i];
-		else if (!ckpt)
-			ckpt = argv[i];
-		else
-			name = NULL, i = argc;
-	}
-	if (!name || !ckpt || !name_valid(name)) {
-		fprintf(stderr, "usage: berth restore NAME CKPT [--no-wait]\n");
-		return 2;
-	}
-	snprintf(path, sizeof(path), "/v1/machines/%s/restore", name);
-	body = json_pack("{s:s, s:b}", "checkpoint", ckpt, "wait", wait);
-	int rc = cli_call(c, "POST", path, body, &r);
-	json_decref(body);
-	if (rc < 0)
-		return 1;
-	if (c->json)
-		print_json(r);
-	else
-		printf("%s: restored to %s, %s\n", name, ckpt, jstr(r, "state"));
-	json_decref(r);
-	return 0;
-}
-
-static int cmd_fork(struct client *c, int argc, char **argv)
-{
-	char path[256];
-	bool start = true, wait = true, live = false;
-	const char *name = NULL, *new_name = NULL, *from = NULL, *v;
-	json_t *r, *body;
-
-	for (int i = 1; i < argc; i++) {
-		if ((v = optval(argc, argv, &i, "--from")))
-			from = v;
-		else if (!strcmp(argv[i], "--no-start"))
-			start = false;
-		else if (!strcmp(argv[i], "--no-wait"))
-			wait = false;
-		else if (!strcmp(argv[i], "--live"))
-			live = true;
-		else if (argv[i][0] != '-' && !name)
-			name = argv[i];
-		else if (argv[i][0] != '-' && !new_name)
-			new_name = argv[i];
-		else {
-			fprintf(stderr, "berth fork: unexpected argument '%s'\n", argv[i]);
-			return 2;
-		}
-	}
-	if (!name || !new_name || !name_valid(name)) {
-		fprintf(stderr, "usage: berth fork NAME NEW [--from CKPT | --live] [--no-start] [--no-wait]\n");
-		return 2;
-	}
-	snprintf(path, sizeof(path), "/v1/machines/%s/fork", name);
-	body = json_pack("{s:s, s:b, s:b, s:b}", "name", new_name, "live", live, "start", start,
-			 "wait", (start || live) && wait);
-	if (from)
-		json_object_set_new(body, "from", json_string(from));
-	int rc = cli_call(c, "POST", path, body, &r);
-	json_decref(body);
-	if (rc < 0)
-		return 1;
-	print_machine(c, r);
-	json_decref(r);
-	return 0;
-}
-
-/* berth key add FILE: every key line of FILE ("-": stdin), each added
- * on its own; a line that fails does not stop the others. */
-static int key_add(struct client *c, const char *file)
-{
-	FILE *f = strcmp(file, "-") == 0 ? stdin : fopen(file, "re");
-	char *line = NULL;
-	size_t cap = 0;
-	int lineno = 0, added = 0, failed = 0;
-	json_t *out = json_pack("{s:[], s:[]}", "added", "failed");
-
-	if (!f) {
-		fprintf(stderr, "berth: cannot read %s: %s\n", file, strerror(errno));
-		json_decref(out);
-		return 1;
-	}
-	while (getline(&line, &cap, f) >= 0) {
-		char *p = line + strspn(line, " \t"), err[1024];
-		long status;
-		json_t *body, *r = NULL, *msg;
-		lineno++;
-		p[strcspn(p, "\r\n")] = '\0';
-		if (*p == '\0' || *p == '#')
-			continue;
-		body = json_pack("{s:s}", "key", p);
-		if (client_call(c, "POST", "/v1/keys", body, &status, &r, err, sizeof(err)) < 0) {
-			fprintf(stderr, "berth: %s\n", err);
-			json_decref(body);
-			failed++;
-			break;
-		}
-		json_decref(body);
-		if (status == 201 && r) {
-			added++;
-			if (!c->json)
-				printf("added key %lld: %s %s%s%s\n", jint(r, "id"), jstr(r, "type"),
-				       jstr(r, "fingerprint"), *jstr(r, "comment") ? " " : "",
-				       jstr(r, "comment"));
-			json_array_append(json_object_get(out, "added"), r);
-		} else {
-			failed++;
-			msg = json_object_get(json_object_get(r, "error"), "message");
-			fprintf(stderr, "berth: %s:%d: %s\n", strcmp(file, "-") ? file : "stdin",
-				lineno, json_is_string(msg) ? json_string_value(msg)
-							    : "unexpected answer from hostd");
-			json_array_append_new(json_object_get(out, "failed"),
-					      json_pack("{s:i, s:O*}", "line", lineno, "error",
-							json_object_get(r, "error")));
-		}
-		json_decref(r);
-	}
-	if (f != stdin)
-		fclose(f);
-	free(line);
-	if (added + failed == 0)
-		fprintf(stderr, "berth: no key line in %s (expected 'TYPE BASE64 [COMMENT]', "
-			"as in ~/.ssh/id_ed25519.pub)\n", strcmp(file, "-") ? file : "stdin");
-	if (c->json)
-		print_json(out);
-	json_decref(out);
-	return added > 0 && failed == 0 ? 0 : 1;
-}
-
-static int cmd_key(struct client *c, int argc, char **argv)
-{
-	json_t *r, *k;
-	size_t i;
-
-	if (argc == 3 && !strcmp(argv[1], "add"))
-		return key_add(c, argv[2]);
-	if (argc == 2 && (!strcmp(argv[1], "ls") || !strcmp(argv[1], "list"))) {
-		if (cli_call(c, "GET", "/v1/keys", NULL, &r) < 0)
-			return 1;
-		if (c->json) {
-			print_json(r);
-		} else {
-			printf("%-5s %-34s %-50s %s\n", "ID", "TYPE", "FINGERPRINT", "COMMENT");
-			json_array_foreach(json_object_get(r, "keys"), i, k)
-				printf("%-5lld %-34s %-50s %s\n", jint(k, "id"), jstr(k, "type"),
-				       jstr(k, "fingerprint"), jstr(k, "comment"));
-		}
-		json_decref(r);
-		return 0;
-	}
-	if (argc == 3 && !strcmp(argv[1], "rm"))
-		return cli_delete_id(c, "key", "/v1/keys", argv[2], "deleted");
-	fprintf(stderr, "usage: berth key add FILE|- | key ls | key rm ID\n");
-	return 2;
-}
+/* The commands, by the name that runs them; the verbs on one machine are
+ * machine.c's (verb_find). */
+static const struct command {
+	const char *name;
+	int (*run)(struct client *c, int argc, char **argv);
+} commands[] = {
+	{ "up", cmd_up },
+	{ "down", cmd_down },
+	{ "info", cmd_info },
+	{ "ls", cmd_ls },
+	{ "list", cmd_ls },
+	{ "create", cmd_create },
+	{ "exec", cmd_exec },
+	{ "image", cmd_image },
+	{ "key", cmd_key },
+	{ "usage", cmd_usage },
+	{ "token", cmd_token },
+};
 
 int main(int argc, char **argv)
 {
@@ -710,7 +67,7 @@ int main(int argc, char **argv)
 
 	for (i = 1; i < argc; i++) {
 		const char *v;
-		if ((v = optval(argc, argv, &i, "--state")))
+		if ((v = cli_optval(argc, argv, &i, "--state")))
 			state = v;
 		else if (!strcmp(argv[i], "--json"))
 			c.json = true;
@@ -737,7 +94,7 @@ int main(int argc, char **argv)
 		}
 		if (!strcmp(args[j], "--json"))
 			c.json = true;
-		else if ((v = optval(nargs, args, &j, "--state")))
+		else if ((v = cli_optval(nargs, args, &j, "--state")))
 			state = v;
 		else
 			args[n++] = args[j];
@@ -749,54 +106,31 @@ int main(int argc, char **argv)
 	}
 	if (!state || !*state)
 		state = "/var/lib/berth";
+	int len;
 	if (state[0] != '/') {
 		char cwd[PATH_MAX];
 		if (!getcwd(cwd, sizeof(cwd)))
 			return 1;
-		snprintf(c.state, sizeof(c.state), "%s/%s", cwd, state);
+		len = snprintf(c.state, sizeof(c.state), "%s/%s", cwd, state);
 	} else {
-		snprintf(c.state, sizeof(c.state), "%s", state);
+		len = snprintf(c.state, sizeof(c.state), "%s", state);
 	}
-	snprintf(c.sock, sizeof(c.sock), "%s/hostd.sock", c.state);
+	/* berth-hostd's limit: paths under it must fit a UNIX socket's
+	 * address. */
+	if (len < 0 || len > 80) {
+		fprintf(stderr, "berth: the state directory's path is longer than 80 bytes: %s\n",
+			state);
+		return 2;
+	}
+	xsnprintf(c.sock, sizeof(c.sock), "%s/hostd.sock", c.state);
 	const char *cmd = args[0];
 
-	if (!strcmp(cmd, "up"))
-		return cmd_up(&c, nargs, args);
-	if (!strcmp(cmd, "down"))
-		return cmd_down(&c, nargs, args);
-	if (!strcmp(cmd, "info"))
-		return cmd_info(&c);
-	if (!strcmp(cmd, "ls") || !strcmp(cmd, "list"))
-		return cmd_ls(&c);
-	if (!strcmp(cmd, "show"))
-		return cmd_show(&c, nargs, args);
-	if (!strcmp(cmd, "create"))
-		return cmd_create(&c, nargs, args);
-	if (!strcmp(cmd, "set"))
-		return cmd_set(&c, nargs, args);
-	if (!strcmp(cmd, "start") || !strcmp(cmd, "stop") || !strcmp(cmd, "suspend") ||
-	    !strcmp(cmd, "resume") || !strcmp(cmd, "restart"))
-		return cmd_action(&c, nargs, args);
-	if (!strcmp(cmd, "rm") || !strcmp(cmd, "delete"))
-		return cmd_rm(&c, nargs, args);
-	if (!strcmp(cmd, "exec"))
-		return cmd_exec(&c, nargs, args);
-	if (!strcmp(cmd, "image"))
-		return cmd_image(&c, nargs, args);
-	if (!strcmp(cmd, "checkpoint") || !strcmp(cmd, "checkpoints"))
-		return cmd_checkpoint(&c, nargs, args);
-	if (!strcmp(cmd, "restore"))
-		return cmd_restore(&c, nargs, args);
-	if (!strcmp(cmd, "fork"))
-		return cmd_fork(&c, nargs, args);
-	if (!strcmp(cmd, "key"))
-		return cmd_key(&c, nargs, args);
-	if (!strcmp(cmd, "usage"))
-		return cmd_usage(&c, nargs, args);
-	if (!strcmp(cmd, "token"))
-		return cmd_token(&c, nargs, args);
-	if (!strcmp(cmd, "desktop"))
-		return cmd_desktop(&c, nargs, args);
+	for (size_t k = 0; k < sizeof(commands) / sizeof(commands[0]); k++)
+		if (!strcmp(cmd, commands[k].name))
+			return commands[k].run(&c, nargs, args);
+	const struct verb *v = verb_find(nargs, args);
+	if (v)
+		return verb_run(&c, v, nargs, args);
 	fprintf(stderr, "berth: unknown command '%s'\n\n%s", cmd, usage_text);
 	return 2;
 }

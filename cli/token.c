@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "cli/commands.h"
 #include "common/banned.h"
 
 static void fmt_time(json_t *o, const char *k, char *out, size_t outlen)
@@ -29,7 +30,7 @@ static int token_create(struct client *c, int argc, char **argv)
 	json_t *body, *r;
 
 	for (int j = 2; j < argc; j++) {
-		if ((v = optval(argc, argv, &j, "--name"))) {
+		if ((v = cli_optval(argc, argv, &j, "--name"))) {
 			name = v;
 		} else {
 			fprintf(stderr, "usage: berth token create [--name N] [--json]\n");
@@ -47,42 +48,39 @@ static int token_create(struct client *c, int argc, char **argv)
 	}
 	json_decref(body);
 	if (c->json) {
-		print_json(r);
+		cli_print_json(r);
 	} else {
-		printf("%s\n", jstr(r, "token"));
+		printf("%s\n", cli_jstr(r, "token"));
 		fprintf(stderr, "token %lld (%s) created: keep it now, it is not shown again; "
-			"berth token rm %lld revokes it\n", jint(r, "id"), jstr(r, "name"),
-			jint(r, "id"));
+			"berth token rm %lld revokes it\n", cli_jint(r, "id"), cli_jstr(r, "name"),
+			cli_jint(r, "id"));
 	}
 	json_decref(r);
 	return 0;
 }
 
-int cmd_token(struct client *c, int argc, char **argv)
+static void print_tokens(json_t *r, void *data)
 {
-	json_t *r, *t;
+	json_t *t;
 	size_t i;
 
+	(void)data;
+	printf("%-5s %-24s %-21s %s\n", "ID", "NAME", "CREATED", "LAST USED");
+	json_array_foreach(json_object_get(r, "tokens"), i, t) {
+		char created[32], used[32];
+		fmt_time(t, "created", created, sizeof(created));
+		fmt_time(t, "last_used", used, sizeof(used));
+		printf("%-5lld %-24s %-21s %s\n", cli_jint(t, "id"), cli_jstr(t, "name"), created,
+		       used);
+	}
+}
+
+int cmd_token(struct client *c, int argc, char **argv)
+{
 	if (argc >= 2 && !strcmp(argv[1], "create"))
 		return token_create(c, argc, argv);
-	if (argc == 2 && (!strcmp(argv[1], "ls") || !strcmp(argv[1], "list"))) {
-		if (cli_call(c, "GET", "/v1/tokens", NULL, &r) < 0)
-			return 1;
-		if (c->json) {
-			print_json(r);
-		} else {
-			printf("%-5s %-24s %-21s %s\n", "ID", "NAME", "CREATED", "LAST USED");
-			json_array_foreach(json_object_get(r, "tokens"), i, t) {
-				char created[32], used[32];
-				fmt_time(t, "created", created, sizeof(created));
-				fmt_time(t, "last_used", used, sizeof(used));
-				printf("%-5lld %-24s %-21s %s\n", jint(t, "id"), jstr(t, "name"),
-				       created, used);
-			}
-		}
-		json_decref(r);
-		return 0;
-	}
+	if (argc == 2 && (!strcmp(argv[1], "ls") || !strcmp(argv[1], "list")))
+		return cli_call_print(c, "GET", "/v1/tokens", NULL, print_tokens, NULL);
 	if (argc == 3 && !strcmp(argv[1], "rm"))
 		return cli_delete_id(c, "token", "/v1/tokens", argv[2], "revoked");
 	fprintf(stderr, "usage: berth token create [--name N] | token ls | token rm ID\n");

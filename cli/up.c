@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/commands.h"
 #include "common/run.h"
 #include "common/sshexec.h"
 #include "common/util.h"
@@ -86,7 +87,7 @@ static int ensure_libvirtd(struct client *c)
 		fprintf(stderr, "berth up: libvirtd started but %s does not answer\n", LIBVIRT_SOCK);
 		return -1;
 	}
-	snprintf(marker, sizeof(marker), "%s/libvirtd.started-by-up", c->state);
+	xsnprintf(marker, sizeof(marker), "%s/libvirtd.started-by-up", c->state);
 	file_write_atomic(marker, "1\n", 2, 0600, NULL);
 	return 0;
 }
@@ -113,7 +114,7 @@ static int spawn_daemon(const char *name, char *const argv[], const char *log)
 
 	if (exe_dir(dir, sizeof(dir)) < 0)
 		return -1;
-	snprintf(bin, sizeof(bin), "%s/%s", dir, name);
+	xsnprintf(bin, sizeof(bin), "%s/%s", dir, name);
 	pid = fork();
 	if (pid < 0)
 		return -1;
@@ -150,7 +151,7 @@ static int ensure_hostd(struct client *c, const char *desktop_url)
 		argv[3] = "--desktop-url";
 		argv[4] = url;
 	}
-	snprintf(log, sizeof(log), "%s/hostd.log", c->state);
+	xsnprintf(log, sizeof(log), "%s/hostd.log", c->state);
 	if (mkdir_p(c->state, 0700) < 0) {
 		fprintf(stderr, "berth up: create %s: %s\n", c->state, strerror(errno));
 		return -1;
@@ -188,31 +189,39 @@ static bool pid_is(pid_t pid, const char *name)
 	return strcmp(comm, name) == 0;
 }
 
-/* berth-sshgw on LISTEN (ADDR:PORT), unless one runs for this state. */
-static int ensure_sshgw(struct client *c, const char *listen, int port)
+/* PROG (berth-sshgw, berth-desktop) on LISTEN (ADDR:PORT), unless one runs
+ * for this state: its pid file is STATE/FILE.pid, its log STATE/FILE.log.
+ * One it starts has 10 s until READY(PORT).  0, or -1 having said why. */
+static int ensure_daemon(struct client *c, const char *prog, const char *file,
+			 const char *listen, int port, bool (*ready)(int port))
 {
 	char log[PATH_MAX], pidfile[PATH_MAX], lst[64];
-	char *const argv[] = { "berth-sshgw", "--state", c->state, "--listen", lst,
+	char *const argv[] = { (char *)prog, "--state", c->state, "--listen", lst,
 			       "--pidfile", pidfile, NULL };
 
-	snprintf(pidfile, sizeof(pidfile), "%s/sshgw.pid", c->state);
+	xsnprintf(pidfile, sizeof(pidfile), "%s/%s.pid", c->state, file);
 	snprintf(lst, sizeof(lst), "%s", listen);
-	if (pid_is(pid_from_file(pidfile), "berth-sshgw"))
+	if (pid_is(pid_from_file(pidfile), prog))
 		return 0;
-	snprintf(log, sizeof(log), "%s/sshgw.log", c->state);
+	xsnprintf(log, sizeof(log), "%s/%s.log", c->state, file);
 	unlink(pidfile);
-	fprintf(stderr, "starting berth-sshgw on %s (log %s)…\n", listen, log);
-	if (spawn_daemon("berth-sshgw", argv, log) < 0)
+	fprintf(stderr, "starting %s on %s (log %s)…\n", prog, listen, log);
+	if (spawn_daemon(prog, argv, log) < 0)
 		return -1;
 	for (int i = 0; i < 100; i++) {
-		if (pid_is(pid_from_file(pidfile), "berth-sshgw") &&
-		    sshexec_banner_ready("127.0.0.1", port, 1000))
+		if (pid_is(pid_from_file(pidfile), prog) && ready(port))
 			return 0;
 		usleep(100 * 1000);
 	}
-	fprintf(stderr, "berth up: berth-sshgw did not come up within 10 s\n");
+	fprintf(stderr, "berth up: %s did not come up within 10 s\n", prog);
 	print_log_tail(log);
 	return -1;
+}
+
+/* Whether an SSH server's banner comes from 127.0.0.1:PORT. */
+static bool banner_ready(int port)
+{
+	return sshexec_banner_ready("127.0.0.1", port, 1000);
 }
 
 /* Whether something accepts TCP connections on 127.0.0.1:PORT. */
@@ -228,31 +237,20 @@ static bool tcp_ready(int port)
 	return ok;
 }
 
+/* berth-sshgw on LISTEN (ADDR:PORT), unless one runs for this state. */
+static int ensure_sshgw(struct client *c, const char *listen, int port)
+{
+	return ensure_daemon(c, "berth-sshgw", "sshgw", listen, port, banner_ready);
+}
+
 /* berth-desktop on 127.0.0.1:PORT (hostd's desktop_url must name it:
  * http://127.0.0.1:6080 by default), unless one runs for this state. */
 static int ensure_desktop(struct client *c, int port)
 {
-	char log[PATH_MAX], pidfile[PATH_MAX], lst[64];
-	char *const argv[] = { "berth-desktop", "--state", c->state, "--listen", lst,
-			       "--pidfile", pidfile, NULL };
+	char listen[64];
 
-	snprintf(pidfile, sizeof(pidfile), "%s/desktop.pid", c->state);
-	snprintf(lst, sizeof(lst), "127.0.0.1:%d", port);
-	if (pid_is(pid_from_file(pidfile), "berth-desktop"))
-		return 0;
-	snprintf(log, sizeof(log), "%s/desktop.log", c->state);
-	unlink(pidfile);
-	fprintf(stderr, "starting berth-desktop on %s (log %s)…\n", lst, log);
-	if (spawn_daemon("berth-desktop", argv, log) < 0)
-		return -1;
-	for (int i = 0; i < 100; i++) {
-		if (pid_is(pid_from_file(pidfile), "berth-desktop") && tcp_ready(port))
-			return 0;
-		usleep(100 * 1000);
-	}
-	fprintf(stderr, "berth up: berth-desktop did not come up within 10 s\n");
-	print_log_tail(log);
-	return -1;
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+	return ensure_daemon(c, "berth-desktop", "desktop", listen, port, tcp_ready);
 }
 
 /* Whether hostd's desktop URLs reach the bridge on 127.0.0.1:PORT.  A
@@ -350,6 +348,21 @@ static void on_signal(int sig)
 	got_signal = sig;
 }
 
+/* S, the value of option OPT, as a port into *PORT: 0, or -1 having said
+ * why. */
+static int port_arg(const char *opt, const char *s, int *port)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+
+	if (*end || v < 1 || v > 65535) {
+		fprintf(stderr, "berth up: %s %s: expected 1 to 65535\n", opt, s);
+		return -1;
+	}
+	*port = (int)v;
+	return 0;
+}
+
 int cmd_up(struct client *c, int argc, char **argv)
 {
 	bool detach = false;
@@ -363,23 +376,11 @@ int cmd_up(struct client *c, int argc, char **argv)
 		if (!strcmp(argv[i], "--detach") || !strcmp(argv[i], "-d")) {
 			detach = true;
 		} else if (!strcmp(argv[i], "--ssh-port") && i + 1 < argc) {
-			char *end;
-			long v = strtol(argv[++i], &end, 10);
-			if (*end || v < 1 || v > 65535) {
-				fprintf(stderr, "berth up: --ssh-port %s: expected 1 to 65535\n",
-					argv[i]);
+			if (port_arg("--ssh-port", argv[++i], &ssh_port) < 0)
 				return 2;
-			}
-			ssh_port = (int)v;
 		} else if (!strcmp(argv[i], "--desktop-port") && i + 1 < argc) {
-			char *end;
-			long v = strtol(argv[++i], &end, 10);
-			if (*end || v < 1 || v > 65535) {
-				fprintf(stderr, "berth up: --desktop-port %s: expected 1 to 65535\n",
-					argv[i]);
+			if (port_arg("--desktop-port", argv[++i], &desktop_port) < 0)
 				return 2;
-			}
-			desktop_port = (int)v;
 			desktop_port_set = true;
 		} else {
 			fprintf(stderr, "usage: berth up [--state DIR] [--detach] [--ssh-port N] "
@@ -444,7 +445,7 @@ int cmd_up(struct client *c, int argc, char **argv)
 	fflush(stdout);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
-	snprintf(pidfile, sizeof(pidfile), "%s/hostd.pid", c->state);
+	xsnprintf(pidfile, sizeof(pidfile), "%s/hostd.pid", c->state);
 	while (!got_signal) {
 		sleep(1);
 		if (!pid_from_file(pidfile) && !client_alive(c)) {
@@ -499,7 +500,7 @@ static bool hostd_holds_lock(const struct client *c)
 	int fd;
 	bool held;
 
-	snprintf(path, sizeof(path), "%s/hostd.lock", c->state);
+	xsnprintf(path, sizeof(path), "%s/hostd.lock", c->state);
 	fd = open(path, O_RDWR | O_CLOEXEC);
 	if (fd < 0)
 		return false;
@@ -534,16 +535,16 @@ int cmd_down(struct client *c, int argc, char **argv)
 	if (client_alive(c))
 		stop_machines(c);
 	/* A stale pid file must not make us kill whatever reused the pid. */
-	snprintf(path, sizeof(path), "%s/sshgw.pid", c->state);
+	xsnprintf(path, sizeof(path), "%s/sshgw.pid", c->state);
 	if (pid_is(pid_from_file(path), "berth-sshgw"))
 		stop_pid("berth-sshgw", path);
-	snprintf(path, sizeof(path), "%s/desktop.pid", c->state);
+	xsnprintf(path, sizeof(path), "%s/desktop.pid", c->state);
 	if (pid_is(pid_from_file(path), "berth-desktop"))
 		stop_pid("berth-desktop", path);
-	snprintf(path, sizeof(path), "%s/hostd.pid", c->state);
+	xsnprintf(path, sizeof(path), "%s/hostd.pid", c->state);
 	if (hostd_holds_lock(c))
 		stop_pid("berth-hostd", path);
-	snprintf(path, sizeof(path), "%s/libvirtd.started-by-up", c->state);
+	xsnprintf(path, sizeof(path), "%s/libvirtd.started-by-up", c->state);
 	if (access(path, F_OK) == 0) {
 		if (domains_running()) {
 			fprintf(stderr, "leaving libvirtd running: other domains run on it\n");

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "cli/commands.h"
 #include "common/util.h"
 #include "common/banned.h"
 
@@ -68,17 +69,64 @@ static void csv_field(const char *s)
 	putchar('"');
 }
 
+/* The usage answer R as CSV. */
+static void print_csv(json_t *r)
+{
+	json_t *m;
+	size_t i;
+
+	printf("machine_id,owner,name,deleted,running_s,storage_gib_s,compute,storage,"
+	       "total,currency\n");
+	json_array_foreach(json_object_get(r, "machines"), i, m) {
+		csv_field(cli_jstr(m, "machine_id"));
+		putchar(',');
+		csv_field(cli_jstr(m, "owner"));
+		putchar(',');
+		csv_field(cli_jstr(m, "name"));
+		printf(",%s,%lld,%lld,%s,%s,%s,", json_is_true(json_object_get(m, "deleted"))
+		       ? "true" : "false", cli_jint(m, "running_s"), cli_jint(m, "storage_gib_s"),
+		       cli_jstr(m, "compute"), cli_jstr(m, "storage"), cli_jstr(m, "total"));
+		csv_field(cli_jstr(r, "currency"));
+		putchar('\n');
+	}
+}
+
+/* The usage answer R as a table, or as CSV when *DATA (a bool) says so. */
+static void print_usage(json_t *r, void *data)
+{
+	json_t *m;
+	size_t i;
+
+	if (*(const bool *)data) {
+		print_csv(r);
+		return;
+	}
+	const char *cur = cli_jstr(r, "currency");
+	printf("%-20s %-10s %10s %14s %14s %14s %14s\n", "MACHINE", "OWNER", "RUNNING s",
+	       "STORAGE GiB-h", "COMPUTE", "STORAGE", "TOTAL");
+	json_array_foreach(json_object_get(r, "machines"), i, m) {
+		char name[80];
+		snprintf(name, sizeof(name), "%s%s", cli_jstr(m, "name"),
+			 json_is_true(json_object_get(m, "deleted")) ? " (deleted)" : "");
+		printf("%-20s %-10s %10lld %14.3f %14s %14s %14s\n", name, cli_jstr(m, "owner"),
+		       cli_jint(m, "running_s"), (double)cli_jint(m, "storage_gib_s") / 3600.0,
+		       cli_jstr(m, "compute"), cli_jstr(m, "storage"), cli_jstr(m, "total"));
+	}
+	json_array_foreach(json_object_get(r, "users"), i, m)
+		printf("user %-15s %10lld s running  %s %s\n", cli_jstr(m, "owner"),
+		       cli_jint(m, "running_s"), cli_jstr(m, "total"), cur);
+	printf("total %s %s\n", cli_jstr(r, "total"), cur);
+}
+
 int cmd_usage(struct client *c, int argc, char **argv)
 {
 	const char *since = NULL, *v;
 	bool csv = false, all = false;
 	long long t = 0;
 	char path[128];
-	json_t *r, *m;
-	size_t i;
 
 	for (int j = 1; j < argc; j++) {
-		if ((v = optval(argc, argv, &j, "--since")))
+		if ((v = cli_optval(argc, argv, &j, "--since")))
 			since = v;
 		else if (!strcmp(argv[j], "--csv"))
 			csv = true;
@@ -96,42 +144,5 @@ int cmd_usage(struct client *c, int argc, char **argv)
 		return 2;
 	}
 	snprintf(path, sizeof(path), "/v1/usage?since=%lld%s", t, all ? "&all=1" : "");
-	if (cli_call(c, "GET", path, NULL, &r) < 0)
-		return 1;
-	if (c->json) {
-		print_json(r);
-	} else if (csv) {
-		printf("machine_id,owner,name,deleted,running_s,storage_gib_s,compute,storage,"
-		       "total,currency\n");
-		json_array_foreach(json_object_get(r, "machines"), i, m) {
-			csv_field(jstr(m, "machine_id"));
-			putchar(',');
-			csv_field(jstr(m, "owner"));
-			putchar(',');
-			csv_field(jstr(m, "name"));
-			printf(",%s,%lld,%lld,%s,%s,%s,", json_is_true(json_object_get(m, "deleted"))
-			       ? "true" : "false", jint(m, "running_s"), jint(m, "storage_gib_s"),
-			       jstr(m, "compute"), jstr(m, "storage"), jstr(m, "total"));
-			csv_field(jstr(r, "currency"));
-			putchar('\n');
-		}
-	} else {
-		const char *cur = jstr(r, "currency");
-		printf("%-20s %-10s %10s %14s %14s %14s %14s\n", "MACHINE", "OWNER", "RUNNING s",
-		       "STORAGE GiB-h", "COMPUTE", "STORAGE", "TOTAL");
-		json_array_foreach(json_object_get(r, "machines"), i, m) {
-			char name[80];
-			snprintf(name, sizeof(name), "%s%s", jstr(m, "name"),
-				 json_is_true(json_object_get(m, "deleted")) ? " (deleted)" : "");
-			printf("%-20s %-10s %10lld %14.3f %14s %14s %14s\n", name, jstr(m, "owner"),
-			       jint(m, "running_s"), (double)jint(m, "storage_gib_s") / 3600.0,
-			       jstr(m, "compute"), jstr(m, "storage"), jstr(m, "total"));
-		}
-		json_array_foreach(json_object_get(r, "users"), i, m)
-			printf("user %-15s %10lld s running  %s %s\n", jstr(m, "owner"),
-			       jint(m, "running_s"), jstr(m, "total"), cur);
-		printf("total %s %s\n", jstr(r, "total"), cur);
-	}
-	json_decref(r);
-	return 0;
+	return cli_call_print(c, "GET", path, NULL, print_usage, &csv);
 }

@@ -56,54 +56,66 @@ static void usage(FILE *f)
 
 /* ---- limits ------------------------------------------------------------- */
 
-/* Refused keys per source address in the current window; an address over
- * the limit has its connections closed at accept until the window ends. */
-static struct rate {
-	char addr[64];
-	int64_t start;
-	int fails;
-} rates[RATE_SLOTS];
-static pthread_mutex_t rate_mu = PTHREAD_MUTEX_INITIALIZER;
-static int auth_fail_limit = 20;
+/* What the connections report back to main through struct gw's
+ * callbacks (its data). */
+struct watch {
+	/* Refused keys per source address in the current window; an
+	 * address over the limit has its connections closed at accept until
+	 * the window ends. */
+	struct rate {
+		char addr[64];
+		int64_t start;
+		int fails;
+	} rates[RATE_SLOTS];
+	pthread_mutex_t rate_mu;
+	int auth_fail_limit;
+	/* hostd's epoch at watch_hostd's last look, and how many times it
+	 * saw a new one (hostd restarted). */
+	char epoch[64];
+	atomic_int generation;
+};
+
 static atomic_int active;
 static int max_sessions = 2000;
 
-static struct rate *rate_slot(const char *addr)
+static struct rate *rate_slot(struct watch *w, const char *addr)
 {
 	unsigned h = 5381;
 
 	for (const char *p = addr; *p; p++)
 		h = h * 33 + (unsigned char)*p;
-	return &rates[h % RATE_SLOTS];
+	return &w->rates[h % RATE_SLOTS];
 }
 
-void gw_auth_failed(const char *addr)
+/* struct gw's auth_failed. */
+static void auth_failed(const char *addr, void *data)
 {
+	struct watch *w = data;
 	int64_t now = mono_ms() / 1000;
 
-	pthread_mutex_lock(&rate_mu);
-	struct rate *r = rate_slot(addr);
+	pthread_mutex_lock(&w->rate_mu);
+	struct rate *r = rate_slot(w, addr);
 	if (strcmp(r->addr, addr) != 0 || now - r->start >= RATE_WINDOW_S) {
 		snprintf(r->addr, sizeof(r->addr), "%s", addr);
 		r->start = now;
 		r->fails = 0;
 	}
-	if (++r->fails == auth_fail_limit)
+	if (++r->fails == w->auth_fail_limit)
 		log_warn("%s: %d refused keys within %d s: its connections are refused for the "
 			 "rest of the minute", addr, r->fails, RATE_WINDOW_S);
-	pthread_mutex_unlock(&rate_mu);
+	pthread_mutex_unlock(&w->rate_mu);
 }
 
-static bool addr_blocked(const char *addr)
+static bool addr_blocked(struct watch *w, const char *addr)
 {
 	int64_t now = mono_ms() / 1000;
 	bool blocked;
 
-	pthread_mutex_lock(&rate_mu);
-	struct rate *r = rate_slot(addr);
+	pthread_mutex_lock(&w->rate_mu);
+	struct rate *r = rate_slot(w, addr);
 	blocked = strcmp(r->addr, addr) == 0 && now - r->start < RATE_WINDOW_S &&
-		  r->fails >= auth_fail_limit;
-	pthread_mutex_unlock(&rate_mu);
+		  r->fails >= w->auth_fail_limit;
+	pthread_mutex_unlock(&w->rate_mu);
 	return blocked;
 }
 
@@ -137,24 +149,24 @@ static void peer_name(const struct sockaddr_storage *ss, char *addr, size_t len,
 		return;
 	}
 	/* An IPv4 client of a dual-stack socket reads as itself. */
-	snprintf(addr, len, "%s", strncmp(host, "::ffff:", 7) == 0 ? host + 7 : host);
+	xsnprintf(addr, len, "%s", strncmp(host, "::ffff:", 7) == 0 ? host + 7 : host);
 	*port = atoi(serv);
 }
 
 /* ---- hostd's restarts ----------------------------------------------------- */
 
-static atomic_int generation;
-
-int gw_hostd_generation(void)
+/* struct gw's hostd_generation. */
+static int hostd_generation(void *data)
 {
-	return atomic_load(&generation);
+	struct watch *w = data;
+
+	return atomic_load(&w->generation);
 }
 
 /* Ask hostd which run of it this is; a new one since the last look means
  * it restarted and every live connection must open its session again. */
-static void watch_hostd(const char *sock)
+static void watch_hostd(struct watch *w, const char *sock)
 {
-	static char last[64];
 	json_t *resp = NULL;
 	char err[256];
 	long st;
@@ -163,11 +175,11 @@ static void watch_hostd(const char *sock)
 			 sizeof(err)) == 0 && st == 200 &&
 	    json_is_string(json_object_get(resp, "epoch"))) {
 		const char *now = json_string_value(json_object_get(resp, "epoch"));
-		if (last[0] && strcmp(last, now) != 0) {
+		if (w->epoch[0] && strcmp(w->epoch, now) != 0) {
 			log_info("hostd restarted: the live sessions are registered again");
-			atomic_fetch_add(&generation, 1);
+			atomic_fetch_add(&w->generation, 1);
 		}
-		snprintf(last, sizeof(last), "%s", now);
+		snprintf(w->epoch, sizeof(w->epoch), "%s", now);
 	}
 	json_decref(resp);
 }
@@ -214,7 +226,7 @@ static ssh_key host_key(const char *dir)
 	char path[PATH_MAX], pub[PATH_MAX + 8];
 	ssh_key key = NULL;
 
-	snprintf(path, sizeof(path), "%s/ssh_host_ed25519_key", dir);
+	xsnprintf(path, sizeof(path), "%s/ssh_host_ed25519_key", dir);
 	if (access(path, F_OK) == 0) {
 		if (ssh_pki_import_privkey_file(path, NULL, NULL, NULL, &key) != SSH_OK) {
 			log_error("cannot read the host key %s", path);
@@ -274,7 +286,10 @@ int main(int argc, char **argv)
 	};
 	const char *state = NULL, *listen_spec = "0.0.0.0:22", *user = "berth-gw", *pidfile = NULL;
 	char sock[PATH_MAX], keydir[PATH_MAX];
-	struct gw g = { .login_grace_s = 30, .max_auth_tries = 6 };
+	/* Static, as PTHREAD_MUTEX_INITIALIZER wants. */
+	static struct watch w = { .rate_mu = PTHREAD_MUTEX_INITIALIZER, .auth_fail_limit = 20 };
+	struct gw g = { .login_grace_s = 30, .max_auth_tries = 6, .auth_failed = auth_failed,
+			.hostd_generation = hostd_generation, .data = &w };
 	int c, lfd;
 	ssh_key key;
 
@@ -299,7 +314,7 @@ int main(int argc, char **argv)
 				return 2;
 			break;
 		case 'f':
-			if (parse_int("--auth-fail-limit", optarg, 1, 1000000, &auth_fail_limit) < 0)
+			if (parse_int("--auth-fail-limit", optarg, 1, 1000000, &w.auth_fail_limit) < 0)
 				return 2;
 			break;
 		case 'L':
@@ -345,7 +360,7 @@ int main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	log_info("listening on %s as uid %u; hostd at %s", listen_spec, (unsigned)getuid(), sock);
 	forget_sessions(sock);
-	watch_hostd(sock);
+	watch_hostd(&w, sock);
 	int64_t watched = mono_ms();
 
 	pthread_attr_t attr;
@@ -365,7 +380,7 @@ int main(int argc, char **argv)
 		if (stopping)
 			break;
 		if (mono_ms() - watched >= 5000) {
-			watch_hostd(sock);
+			watch_hostd(&w, sock);
 			watched = mono_ms();
 		}
 		if (!(pfd[0].revents & POLLIN))
@@ -379,9 +394,9 @@ int main(int argc, char **argv)
 		j->g = &g;
 		j->fd = fd;
 		peer_name(&ss, j->addr, sizeof(j->addr), &j->port);
-		if (addr_blocked(j->addr) || atomic_load(&active) >= max_sessions) {
+		if (addr_blocked(&w, j->addr) || atomic_load(&active) >= max_sessions) {
 			log_debug("refused a connection from %s:%d (%s)", j->addr, j->port,
-				  addr_blocked(j->addr) ? "too many refused keys" : "session limit");
+				  addr_blocked(&w, j->addr) ? "too many refused keys" : "session limit");
 			close(fd);
 			free(j);
 			continue;

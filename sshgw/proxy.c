@@ -106,7 +106,7 @@ struct conn {
 	bool up_failed;
 	char up_err[256];
 	char session_id[64];
-	int generation;		/* gw_hostd_generation() when it was opened */
+	int generation;		/* g->hostd_generation() when it was opened */
 	struct pair *pairs;
 	/* Set by any callback: something arrived that the loop has not looked
 	 * at.  libssh reads every session of the event whenever it reads one,
@@ -185,7 +185,7 @@ static int machine_endpoint(struct conn *c, bool wake, json_t **resp, char *msg,
 
 static void session_opened(struct conn *c)
 {
-	c->generation = gw_hostd_generation();
+	c->generation = c->g->hostd_generation(c->g->data);
 	json_t *body = json_pack("{s:s, s:s, s:s, s:s}", "user", c->owner, "machine", c->machine,
 				 "kind", "ssh", "from", c->addr), *resp = NULL;
 	char err[256];
@@ -275,7 +275,7 @@ static int on_auth_pubkey(ssh_session s, const char *user, struct ssh_key_struct
 	    asprintf(&key, "%s %s", type, b64) < 0) {
 		ssh_string_free_char(b64);
 		c->refused++;
-		gw_auth_failed(c->addr);
+		c->g->auth_failed(c->addr, c->g->data);
 		return SSH_AUTH_DENIED;
 	}
 	ssh_string_free_char(b64);
@@ -297,14 +297,14 @@ static int on_auth_pubkey(ssh_session s, const char *user, struct ssh_key_struct
 	}
 	if (!known) {
 		c->refused++;
-		gw_auth_failed(c->addr);
+		c->g->auth_failed(c->addr, c->g->data);
 		return SSH_AUTH_DENIED;
 	}
 	if (signature_state == SSH_PUBLICKEY_STATE_NONE)
 		return SSH_AUTH_SUCCESS;	/* "this key would do" */
 	if (signature_state != SSH_PUBLICKEY_STATE_VALID) {
 		c->refused++;
-		gw_auth_failed(c->addr);
+		c->g->auth_failed(c->addr, c->g->data);
 		return SSH_AUTH_DENIED;
 	}
 	snprintf(c->login, sizeof(c->login), "%s", user);
@@ -983,7 +983,7 @@ static void serve(struct conn *c)
 		}
 		if (closed(c->down))
 			break;
-		if (c->session_id[0] && c->generation != gw_hostd_generation()) {
+		if (c->session_id[0] && c->generation != c->g->hostd_generation(c->g->data)) {
 			/* hostd restarted and forgot this session. */
 			c->session_id[0] = '\0';
 			session_opened(c);

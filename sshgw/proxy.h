@@ -10,22 +10,26 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* What every connection shares, filled by the caller (main.c) and read,
+ * never changed, by proxy_serve's threads. */
 struct gw {
 	const char *hostd_sock;	/* STATE/hostd.sock */
 	ssh_bind bind;		/* host keys and algorithms for every connection */
 	int login_grace_s;	/* from accept to authenticated */
 	int max_auth_tries;	/* refused keys per connection */
+	/* Required.  A key from ADDR was refused: it counts towards the
+	 * address's limit.  Called from any connection's thread. */
+	void (*auth_failed)(const char *addr, void *data);
+	/* Required.  How many times hostd has been seen to restart (its
+	 * sessions are then gone, and live connections open theirs again).
+	 * Called on every turn of every connection's loop: it must be cheap. */
+	int (*hostd_generation)(void *data);
+	void *data;		/* passed to both callbacks */
 };
 
 /* Serve the accepted connection FD from ADDR:PORT until it ends; FD is
  * consumed.  Logs one line when a session ends: who, which machine, from
  * where, how long, bytes each way. */
 void proxy_serve(struct gw *g, int fd, const char *addr, int port);
-
-/* Implemented by main.c: a refused key from ADDR counts towards its limit. */
-void gw_auth_failed(const char *addr);
-/* Implemented by main.c: how many times hostd was seen to restart (its
- * sessions are then gone, and live connections open theirs again). */
-int gw_hostd_generation(void);
 
 #endif

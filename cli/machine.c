@@ -182,7 +182,7 @@ int cmd_exec(struct client *c, int argc, char **argv)
 	struct sshexec_target t = {
 		.host = cli_jstr(r, "host"), .port = (int)cli_jint(r, "port"),
 		.user = cli_jstr(r, "user"), .key_b64 = cli_jstr(r, "private_key"),
-		.connect_timeout_ms = 15000,
+		.connect_timeout_ms = 15000, .host_key = cli_jstr(r, "host_key"),
 	};
 	cmd = sshexec_quote(argv + i + 1);
 	if (!cmd) {

@@ -318,7 +318,9 @@ static void reseed_running(struct hostd *h, struct machine *f, const char *sourc
 		 "for f in /usr/lib/berth/berth-seed /etc/berth-seed; do "
 		 "[ -x \"$f\" ] && exec $s \"$f\" --live; done; $s hostname '%s'; exit 3",
 		 f->name);
-	if (sshexec_run(&t, cmd, -1, -1, -1, &status, err, sizeof(err)) == 0 && status == 0) {
+	/* The connection may end before its status arrives (the guest's sshd
+	 * restarting): what counts is the key presented after. */
+	if (sshexec_run(&t, cmd, -1, -1, -1, &status, err, sizeof(err)) < 0 || status == 0) {
 		/* Its sshd restarts with the new key: wait for it (10 s). */
 		for (int64_t t0 = mono_ms(); !own && mono_ms() - t0 < 10000; usleep(200 * 1000))
 			own = sshexec_host_key(host, port, NULL, 5000, got, sizeof(got), err,
@@ -333,7 +335,7 @@ static void reseed_running(struct hostd *h, struct machine *f, const char *sourc
 		 "that key stays pinned until then", f->name,
 		 status == 3 ? "its image has no berth-seed" : status >= 0 ? "berth-seed failed"
 							     : err);
-	snprintf(f->host_key_next, sizeof(f->host_key_next), "%s", f->host_key);
+	xsnprintf(f->host_key_next, sizeof(f->host_key_next), "%s", f->host_key);
 	snprintf(f->host_key, sizeof(f->host_key), "%s", source_key);
 	f->host_key_state = HK_CONFIRMED;
 	db_machine_set_host_key(h->db, f->id, f->host_key, HK_CONFIRMED, f->host_key_next, NULL);

@@ -556,12 +556,16 @@ fi
 
 if [ "${1:-}" = --live ]; then
 	sync
-	# The listener (init's child) is respawned with the new key.
+	# The listener (init's child) is restarted by init with the new key.
+	# All of them are found first: once it is gone, the session that runs
+	# this is init's child too, and must not be killed.
+	listeners=
 	for d in /proc/[0-9]*; do
 		[ "$(cat "$d/comm" 2>/dev/null)" = dropbear ] || continue
 		[ "$(sed -n 's/^PPid:[[:space:]]*//p' "$d/status" 2>/dev/null)" = 1 ] &&
-			kill "${d#/proc/}"
+			listeners="$listeners ${d#/proc/}"
 	done
+	[ -n "$listeners" ] && kill $listeners
 	echo "tiny: seed applied live; dropbear restarted"
 fi
 exit 0

@@ -291,11 +291,10 @@ bool egress_name_allowed(const struct egress *p, const char *name, uint16_t *por
 		const struct egress_rule *r = &p->rule[i];
 		size_t rl = strlen(r->name);
 		bool hit = false;
-		if (r->kind == EG_NAME)
-			hit = strcasecmp(name, r->name) == 0;
-		else if (r->kind == EG_SUFFIX)
-			hit = len > rl + 1 && name[len - rl - 1] == '.' &&
-			      strcasecmp(name + len - rl, r->name) == 0;
+		if (r->kind == EG_NAME || r->kind == EG_SUFFIX)
+			hit = strcasecmp(name, r->name) == 0 ||
+			      (len > rl + 1 && name[len - rl - 1] == '.' &&
+			       strcasecmp(name + len - rl, r->name) == 0);
 		if (hit) {
 			*port_lo = r->port_lo;
 			*port_hi = r->port_hi;

@@ -9,8 +9,10 @@
  *   none              nothing
  *   RULE[,RULE...]    exactly what the rules allow, where RULE is
  *                     DEST[:PORTS] and
- *     DEST  = a domain name (github.com: that name only), *.DOMAIN (every
- *             name below DOMAIN, not DOMAIN itself), an IPv4 or IPv6 address,
+ *     DEST  = a domain name, which covers itself and every name below it
+ *             (github.com: github.com, api.github.com; *.github.com is
+ *             accepted and means the same: berth's resolver, dnsmasq, matches
+ *             names this way), an IPv4 or IPv6 address,
  *             a CIDR (198.51.100.0/24, 2001:db8::/32; an IPv6 one in brackets
  *             when a port follows: [2001:db8::/32]:443), or * (anywhere)
  *     PORTS = N or N-M (1..65535), TCP and UDP alike; none: every port.
@@ -34,8 +36,8 @@
 enum egress_mode { EGRESS_OPEN, EGRESS_NONE, EGRESS_LIST };
 
 enum egress_kind {
-	EG_NAME,      /* a domain name, exactly */
-	EG_SUFFIX,    /* *.DOMAIN: names below DOMAIN */
+	EG_NAME,      /* a domain name: it and the names below it */
+	EG_SUFFIX,    /* *.DOMAIN: the same, as written */
 	EG_NET4,      /* an IPv4 network (an address is a /32) */
 	EG_NET6,      /* an IPv6 network (an address is a /128) */
 	EG_ANY,       /* * */
@@ -64,8 +66,9 @@ int egress_parse(const char *spec, struct egress *out, struct err *e);
  * back), appended to OUT. */
 void egress_format(const struct egress *p, struct buf *out);
 /* Whether the domain NAME (lower or upper case, no trailing dot) is one a
- * rule of P names (EG_NAME, EG_SUFFIX); with *PORT_LO and *PORT_HI set to
- * that rule's ports (the first matching rule's).  False for open and none:
+ * rule of P covers (EG_NAME, EG_SUFFIX: the rule's domain or a name below
+ * it); with *PORT_LO and *PORT_HI set to that rule's ports (the first
+ * matching rule's).  False for open and none:
  * their resolver answers do not depend on the name. */
 bool egress_name_allowed(const struct egress *p, const char *name, uint16_t *port_lo,
 			 uint16_t *port_hi);

@@ -122,7 +122,10 @@ struct db *db_open(const char *path, struct err *e)
 	    add_column(db, "machines", "host_key", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
 	    add_column(db, "machines", "host_key_state", "TEXT NOT NULL DEFAULT 'none'",
 		       &msg) < 0 ||
-	    add_column(db, "machines", "host_key_next", "TEXT NOT NULL DEFAULT ''", &msg) < 0) {
+	    add_column(db, "machines", "host_key_next", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
+	    add_column(db, "machines", "net_index", "INTEGER NOT NULL DEFAULT 0", &msg) < 0 ||
+	    add_column(db, "machines", "net_alias", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
+	    add_column(db, "machines", "egress", "TEXT NOT NULL DEFAULT ''", &msg) < 0) {
 		err_set(e, 500, "internal", "database %s: %s", path, msg ? msg : "?");
 		sqlite3_free(msg);
 		goto fail;
@@ -340,7 +343,7 @@ int db_meta_set(struct db *db, const char *key, const char *value, struct err *e
 
 #define MACHINE_COLS "id, owner, name, image, vcpus, memory, disk, state, volume," \
 		     " mac, ssh_port, created, state_since, idle_timeout, host_key," \
-		     " host_key_state, host_key_next"
+		     " host_key_state, host_key_next, net_index, net_alias"
 
 static const char *const host_key_state_names[HK_COUNT] = {
 	[HK_NONE] = "none", [HK_SEED] = "seed", [HK_CONFIRMED] = "confirmed",
@@ -382,6 +385,8 @@ static void machine_from_row(sqlite3_stmt *st, struct machine *m)
 	copy_text(st, 14, m->host_key, sizeof(m->host_key));
 	m->host_key_state = host_key_state_col(st, 15);
 	copy_text(st, 16, m->host_key_next, sizeof(m->host_key_next));
+	m->net_index = sqlite3_column_int(st, 17);
+	copy_text(st, 18, m->net_alias, sizeof(m->net_alias));
 }
 
 /* Open a ledger row for machine M in STATE at time T (caller holds the lock
@@ -427,11 +432,12 @@ static int insert_machine_tx(struct db *db, void *data, struct err *e)
 	struct machine *m = data;
 	int rc = execute(db, e, "insert machine",
 			 "INSERT INTO machines(" MACHINE_COLS ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-			 "?,?,?)",
-			 "ssssiIIsssiIIIsss", m->id, m->owner, m->name, m->image, m->vcpus,
+			 "?,?,?,?,?)",
+			 "ssssiIIsssiIIIsssis", m->id, m->owner, m->name, m->image, m->vcpus,
 			 (int64_t)m->memory, (int64_t)m->disk, mstate_name(m->state), m->volume, m->mac,
 			 m->ssh_port, m->created, m->state_since, m->idle_timeout, m->host_key,
-			 host_key_state_name(m->host_key_state), m->host_key_next);
+			 host_key_state_name(m->host_key_state), m->host_key_next, m->net_index,
+			 m->net_alias);
 
 	if (rc == 1) {
 		err_clear(e);
@@ -576,6 +582,57 @@ int db_machine_set_host_key(struct db *db, const char *id, const char *key,
 			      "UPDATE machines SET host_key = ?, host_key_state = ?, "
 			      "host_key_next = ? WHERE id = ?", "ssss", key,
 			      host_key_state_name(state), next, id) == 0 ? 0 : -1;
+}
+
+bool db_net_index_used(struct db *db, int index)
+{
+	sqlite3_stmt *st;
+	bool used = true;
+
+	pthread_mutex_lock(&db->lock);
+	st = query(db, NULL, "SELECT 1 FROM machines WHERE net_index = ?", "i", index);
+	if (st)
+		used = sqlite3_step(st) == SQLITE_ROW;
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&db->lock);
+	return used;
+}
+
+int db_machine_set_net(struct db *db, const char *id, int index, const char *alias,
+		       struct err *e)
+{
+	return execute_locked(db, e, "update network",
+			      "UPDATE machines SET net_index = ?, net_alias = ? WHERE id = ?", "iss",
+			      index, alias, id) == 0 ? 0 : -1;
+}
+
+int db_machine_egress(struct db *db, const char *id, struct buf *out, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1, step;
+
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT egress FROM machines WHERE id = ?", "s", id);
+	if (st) {
+		step = sqlite3_step(st);
+		if (step == SQLITE_ROW) {
+			const unsigned char *t = sqlite3_column_text(st, 0);
+			buf_adds(out, t ? (const char *)t : "");
+			rc = 0;
+		} else {
+			err_set(e, 404, "not_found", "no machine %s", id);
+		}
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_machine_set_egress(struct db *db, const char *id, const char *policy, struct err *e)
+{
+	return execute_locked(db, e, "update egress",
+			      "UPDATE machines SET egress = ? WHERE id = ?", "ss", policy, id) == 0
+		       ? 0 : -1;
 }
 
 bool db_port_used(struct db *db, int port)

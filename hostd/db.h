@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/buf.h"
 #include "common/err.h"
 #include "hostd/billing.h"
 
@@ -72,6 +73,11 @@ struct machine {
 	/* A live fork whose running guest could not take its own key yet:
 	 * its seed's key, pinned (HK_SEED) at its next cold boot. */
 	char host_key_next[128];
+	int net_index;        /* network = routed: its address and tap (hostd/net.h);
+				 0: none */
+	/* A live fork until its first cold boot: the address and MAC its
+	 * guest still uses, its source's ("IP MAC"); "" otherwise. */
+	char net_alias[40];
 };
 
 struct image {
@@ -130,6 +136,15 @@ int db_machine_set_host_key(struct db *db, const char *id, const char *key,
 int db_machine_delete(struct db *db, const char *id, struct err *e);
 /* Whether any machine's SSH forward uses PORT (for picking a new one). */
 bool db_port_used(struct db *db, int port);
+/* Whether a machine has network index INDEX. */
+bool db_net_index_used(struct db *db, int index);
+/* Machine ID's network index and guest-side alias ("" none). */
+int db_machine_set_net(struct db *db, const char *id, int index, const char *alias,
+		       struct err *e);
+/* Machine ID's own egress policy text into OUT ("" when it has none: the
+ * config's egress_default applies), and setting it. */
+int db_machine_egress(struct db *db, const char *id, struct buf *out, struct err *e);
+int db_machine_set_egress(struct db *db, const char *id, const char *policy, struct err *e);
 
 int db_image_insert(struct db *db, const struct image *img, struct err *e);
 int db_image_get(struct db *db, const char *name, struct image *img, struct err *e);

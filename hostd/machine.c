@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,12 +13,17 @@
 #include "common/util.h"
 #include "hostd/machine_steps.h"
 #include "hostd/memimage.h"
+#include "hostd/net.h"
 #include "hostd/prometheus.h"
 #include "hostd/sampler.h"
 #include "hostd/seed.h"
 #include "hostd/sshkey.h"
 #include "hostd/sessions.h"
 #include "common/banned.h"
+
+/* A new machine's network index is picked and its row inserted under
+ * this, so two creates never take the same address. */
+static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static const char *const action_names[] = {
 	[ACT_START] = "start", [ACT_STOP] = "stop", [ACT_SUSPEND] = "suspend",
@@ -86,8 +92,10 @@ static int xml_render(struct hostd *h, const struct machine *m, bool agent, stru
 	struct image img;
 	struct storage_vol_info vi;
 	char dir[PATH_MAX], seed[PATH_MAX], log[PATH_MAX], vnc[PATH_MAX], name[200];
-	char agent_sock[PATH_MAX];
+	char agent_sock[PATH_MAX], tap[32] = "";
 
+	if (h->net && m->net_index)
+		net_tap_name(net_conf(h), m->net_index, tap, sizeof(tap));
 	if (db_image_get(h->db, m->image, &img, e) < 0 ||
 	    storage_vol_info(h->st, m->volume, &vi, e) < 0)
 		return -1;
@@ -103,7 +111,7 @@ static int xml_render(struct hostd *h, const struct machine *m, bool agent, stru
 		.kernel = img.kernel, .initrd = img.initrd, .cmdline = img.cmdline,
 		.disk_path = vi.path, .disk_format = vi.format, .disk_block = vi.block,
 		.seed_path = seed, .mac = m->mac, .network = h->cfg.network,
-		.nat_network = h->cfg.nat_network, .ssh_port = m->ssh_port,
+		.tap = h->net && m->net_index ? tap : NULL, .ssh_port = m->ssh_port,
 		.console_log = log, .vnc_socket = vnc,
 		.agent_socket = agent ? agent_sock : NULL,
 	};
@@ -203,6 +211,8 @@ int machine_destroy_all(struct hostd *h, const struct machine *m, struct err *e)
 		rc = -1;
 	if (rc < 0)
 		return -1;
+	/* Its tap and rules (the domain that held the tap is gone). */
+	net_machine_remove(h, m);
 	if (db_ckpt_list(h->db, m->id, &cs, &nc, e) < 0 || db_machine_delete(h->db, m->id, e) < 0) {
 		free(cs);
 		return -1;
@@ -309,9 +319,18 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 	}
 
 	/* The row comes first: from here on a crash leaves a "creating" row
-	 * that start-up reconciliation undoes. */
-	if (db_machine_insert(h->db, &m, e) < 0)
+	 * that start-up reconciliation undoes.  Its network address is
+	 * picked and taken in the same breath. */
+	pthread_mutex_lock(&create_lock);
+	if (net_routed(h) && (m.net_index = net_pick_index(h, e)) < 0) {
+		pthread_mutex_unlock(&create_lock);
 		goto out;
+	}
+	rc = db_machine_insert(h->db, &m, e);
+	pthread_mutex_unlock(&create_lock);
+	if (rc < 0)
+		goto out;
+	rc = -1;
 	if (busy_acquire(h->busy, m.id, "create", m.name, e) < 0)
 		goto undo;
 	hostd_crash_point(h, "create-after-row");
@@ -328,6 +347,9 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 	if (seed_write(&s, dir, e) < 0)
 		goto undo;
 	hostd_crash_point(h, "create-after-seed");
+	/* Its tap, address and rules: before the domain, which names the tap. */
+	if (net_machine_add(h, &m, e) < 0)
+		goto undo;
 	if (machine_define(h, &m, e) < 0)
 		goto undo;
 	hostd_crash_point(h, "create-after-define");
@@ -391,13 +413,18 @@ int machine_host_key(struct hostd *h, struct machine *m, struct err *e)
 int machine_endpoint(struct hostd *h, const struct machine *m, char *host,
 		     size_t hostlen, int *port, struct err *e)
 {
+	(void)e;
 	if (strcmp(h->cfg.network, "user") == 0) {
 		snprintf(host, hostlen, "127.0.0.1");
 		*port = m->ssh_port;
 		return 0;
 	}
+	/* Routed: its own address, which the host routes to its tap. */
+	if (!h->net || !m->net_index)
+		return 1;
+	net_ip_text(net_machine_ip(net_conf(h), m->net_index), host, hostlen);
 	*port = 22;
-	return virt_nat_address(h->virt, m->id, host, hostlen, e);
+	return 0;
 }
 
 int machine_wait_ready(struct hostd *h, const struct machine *m, int timeout_s,

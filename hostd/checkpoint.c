@@ -10,6 +10,7 @@
 #include "common/sshexec.h"
 #include "common/util.h"
 #include "hostd/machine_steps.h"
+#include "hostd/net.h"
 #include "common/banned.h"
 
 /* A new volume name for machine M's next top: m-UUID-RANDOM. */
@@ -341,6 +342,30 @@ static void reseed_running(struct hostd *h, struct machine *f, const char *sourc
 	db_machine_set_host_key(h->db, f->id, f->host_key, HK_CONFIRMED, f->host_key_next, NULL);
 }
 
+/* Network = routed: a live fork's guest runs with its source's memory, so
+ * with its address and MAC; the host maps them to the fork's own on the
+ * fork's tap (hostd/net.h) until its first cold boot. */
+static int live_fork_alias(struct hostd *h, const struct machine *src, struct machine *f,
+			   struct err *e)
+{
+	char alias[40], ip[20];
+	struct machine old = *f;
+
+	if (!h->net || !src->net_index || !f->net_index)
+		return 0;
+	net_ip_text(net_machine_ip(net_conf(h), src->net_index), ip, sizeof(ip));
+	/* A live fork of a live fork: the guest's address is the first's. */
+	if (src->net_alias[0])
+		xsnprintf(alias, sizeof(alias), "%s", src->net_alias);
+	else
+		xsnprintf(alias, sizeof(alias), "%s %s", ip, src->mac);
+	if (db_machine_set_net(h->db, f->id, f->net_index, alias, e) < 0)
+		return -1;
+	xsnprintf(f->net_alias, sizeof(f->net_alias), "%s", alias);
+	net_machine_remove(h, &old);
+	return net_machine_add(h, f, e);
+}
+
 int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *out,
 		    struct err *e)
 {
@@ -403,10 +428,16 @@ int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *o
 	/* The fork's volume is made while the source is still marked busy:
 	 * until it exists nothing else holds its base (a checkpoint rm or a
 	 * delete of the source would collect it). */
+	/* Its egress policy is its source's. */
+	struct buf egress = BUF_INIT;
+	db_machine_egress(h->db, m.id, &egress, NULL);
 	struct create_req cr = { .owner = owner, .name = new_name, .image = m.image,
 				 .vcpus = m.vcpus, .memory = m.memory, .disk = m.disk,
-				 .idle_timeout = m.idle_timeout };
-	if (machine_create_from(h, &cr, base, &f, e) < 0) {
+				 .idle_timeout = m.idle_timeout,
+				 .egress = egress.len ? buf_str(&egress) : NULL };
+	rc = machine_create_from(h, &cr, base, &f, e);
+	buf_free(&egress);
+	if (rc < 0) {
 		rc = -1;
 		if (!from)
 			volume_gc(h, base);
@@ -420,6 +451,7 @@ out:
 	if (live) {
 		/* The fork starts from the source's memory in its own domain. */
 		if (busy_acquire(h->busy, f.id, "fork", f.name, e) < 0 ||
+		    live_fork_alias(h, &m, &f, e) < 0 ||
 		    (rc = restore_memory(h, &f, mem, true, e)) < 0) {
 			unlink(mem);
 			busy_release(h->busy, f.id);

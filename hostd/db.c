@@ -343,7 +343,8 @@ int db_meta_set(struct db *db, const char *key, const char *value, struct err *e
 
 #define MACHINE_COLS "id, owner, name, image, vcpus, memory, disk, state, volume," \
 		     " mac, ssh_port, created, state_since, idle_timeout, host_key," \
-		     " host_key_state, host_key_next, net_index, net_alias"
+		     " host_key_state, host_key_next, net_index, net_alias, substr(egress, 1, 255)," \
+		     " length(egress) > 255"
 
 static const char *const host_key_state_names[HK_COUNT] = {
 	[HK_NONE] = "none", [HK_SEED] = "seed", [HK_CONFIRMED] = "confirmed",
@@ -387,6 +388,8 @@ static void machine_from_row(sqlite3_stmt *st, struct machine *m)
 	copy_text(st, 16, m->host_key_next, sizeof(m->host_key_next));
 	m->net_index = sqlite3_column_int(st, 17);
 	copy_text(st, 18, m->net_alias, sizeof(m->net_alias));
+	copy_text(st, 19, m->egress, sizeof(m->egress));
+	m->egress_long = sqlite3_column_int(st, 20) != 0;
 }
 
 /* Open a ledger row for machine M in STATE at time T (caller holds the lock
@@ -427,17 +430,25 @@ static int transaction(struct db *db, int (*fn)(struct db *, void *, struct err 
 	return rc;
 }
 
+struct insert_args {
+	struct machine *m;
+	const char *egress;
+};
+
 static int insert_machine_tx(struct db *db, void *data, struct err *e)
 {
-	struct machine *m = data;
+	struct insert_args *a = data;
+	struct machine *m = a->m;
 	int rc = execute(db, e, "insert machine",
-			 "INSERT INTO machines(" MACHINE_COLS ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-			 "?,?,?,?,?)",
-			 "ssssiIIsssiIIIsssis", m->id, m->owner, m->name, m->image, m->vcpus,
+			 "INSERT INTO machines(id, owner, name, image, vcpus, memory, disk, state,"
+			 " volume, mac, ssh_port, created, state_since, idle_timeout, host_key,"
+			 " host_key_state, host_key_next, net_index, net_alias, egress)"
+			 " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+			 "ssssiIIsssiIIIsssiss", m->id, m->owner, m->name, m->image, m->vcpus,
 			 (int64_t)m->memory, (int64_t)m->disk, mstate_name(m->state), m->volume, m->mac,
 			 m->ssh_port, m->created, m->state_since, m->idle_timeout, m->host_key,
 			 host_key_state_name(m->host_key_state), m->host_key_next, m->net_index,
-			 m->net_alias);
+			 m->net_alias, a->egress);
 
 	if (rc == 1) {
 		err_clear(e);
@@ -448,11 +459,15 @@ static int insert_machine_tx(struct db *db, void *data, struct err *e)
 	return ledger_open(db, m, m->state, m->created, e);
 }
 
-int db_machine_insert(struct db *db, struct machine *m, struct err *e)
+int db_machine_insert(struct db *db, struct machine *m, const char *egress, struct err *e)
 {
+	struct insert_args a = { m, egress ? egress : "" };
+
 	m->state = MS_CREATING;
 	m->created = m->state_since = now_s();
-	return transaction(db, insert_machine_tx, m, e);
+	xsnprintf(m->egress, sizeof(m->egress), "%.255s", a.egress);
+	m->egress_long = strlen(a.egress) > 255;
+	return transaction(db, insert_machine_tx, &a, e);
 }
 
 static int machine_query(struct db *db, const char *sql, const char *a,

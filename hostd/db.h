@@ -78,6 +78,10 @@ struct machine {
 	/* A live fork until its first cold boot: the address and MAC its
 	 * guest still uses, its source's ("IP MAC"); "" otherwise. */
 	char net_alias[40];
+	/* Its own egress policy as far as 255 bytes go ("" = egress_default);
+	 * EGRESS_LONG when there is more (db_machine_egress reads it all). */
+	char egress[256];
+	bool egress_long;
 };
 
 struct image {
@@ -105,9 +109,10 @@ void db_close(struct db *db);
 int db_meta_get(struct db *db, const char *key, char *out, size_t outlen, struct err *e);
 int db_meta_set(struct db *db, const char *key, const char *value, struct err *e);
 
-/* Insert M (state forced to "creating") and open its ledger row.  409
- * "exists" when OWNER already has a machine of that name. */
-int db_machine_insert(struct db *db, struct machine *m, struct err *e);
+/* Insert M (state forced to "creating") with its own egress policy EGRESS
+ * (NULL or "": egress_default) and open its ledger row.  409 "exists" when
+ * OWNER already has a machine of that name. */
+int db_machine_insert(struct db *db, struct machine *m, const char *egress, struct err *e);
 /* 404 "not_found" ("no machine NAME") when absent. */
 int db_machine_get(struct db *db, const char *owner, const char *name,
 		   struct machine *m, struct err *e);

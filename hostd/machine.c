@@ -12,6 +12,7 @@
 #include "common/sshexec.h"
 #include "common/util.h"
 #include "hostd/machine_steps.h"
+#include "hostd/egress.h"
 #include "hostd/memimage.h"
 #include "hostd/net.h"
 #include "hostd/prometheus.h"
@@ -253,6 +254,19 @@ static int validate_create(struct hostd *h, const struct create_req *r,
 		return err_set(e, 400, "invalid_disk",
 			       "disk %llu bytes is not a multiple of 512 bytes",
 			       (unsigned long long)r->disk);
+	if (r->egress) {
+		struct egress *p = calloc(1, sizeof(*p));
+		int rc;
+		if (!p)
+			abort();
+		rc = egress_parse(r->egress, p, e);
+		if (rc == 0 && !net_routed(h) && p->mode != EGRESS_OPEN)
+			rc = err_set(e, 409, "egress_needs_routed", "egress policies need network = "
+				     "routed; this host runs network = %s", h->cfg.network);
+		free(p);
+		if (rc < 0)
+			return -1;
+	}
 	if (db_image_get(h->db, r->image, img, e) < 0)
 		return -1;
 	if (r->disk && (r->disk < img->virtual_size || r->disk > h->cfg.max_disk)) {
@@ -326,7 +340,7 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 		pthread_mutex_unlock(&create_lock);
 		goto out;
 	}
-	rc = db_machine_insert(h->db, &m, e);
+	rc = db_machine_insert(h->db, &m, r->egress, e);
 	pthread_mutex_unlock(&create_lock);
 	if (rc < 0)
 		goto out;
@@ -375,6 +389,47 @@ out:
 		memset(hk_priv, 0, strlen(hk_priv));
 	free(hk_priv);
 	free(hk_pub);
+	return rc;
+}
+
+int machine_set_egress(struct hostd *h, struct machine *m, const char *policy,
+		       struct err *e)
+{
+	struct egress *p = calloc(1, sizeof(*p)), *old = calloc(1, sizeof(*old));
+	bool dflt = strcmp(policy, "default") == 0;
+	struct buf text = BUF_INIT, was = BUF_INIT;
+	int rc = -1;
+
+	if (!p || !old)
+		abort();
+	if (egress_parse(dflt ? h->cfg.egress_default : policy, p, e) < 0)
+		goto out;
+	if (!net_routed(h) && p->mode != EGRESS_OPEN) {
+		err_set(e, 409, "egress_needs_routed", "egress policies need network = routed; "
+			"this host runs network = %s, where a guest's connections are QEMU's own "
+			"and cannot be told apart per machine", h->cfg.network);
+		goto out;
+	}
+	egress_format(p, &text);
+	if (db_machine_egress(h->db, m->id, &was, e) < 0 ||
+	    egress_parse(was.len ? buf_str(&was) : h->cfg.egress_default, old, e) < 0)
+		goto out;
+	if (m->net_index && net_machine_policy(h, m, p, e) < 0)
+		goto out;
+	if (db_machine_set_egress(h->db, m->id, dflt ? "" : buf_str(&text), e) < 0) {
+		/* The policy in force stays the recorded one. */
+		if (m->net_index)
+			net_machine_policy(h, m, old, NULL);
+		goto out;
+	}
+	log_info("machine %s/%s: egress %s%s", m->owner, m->name, buf_str(&text),
+		 dflt ? " (the default)" : "");
+	rc = 0;
+out:
+	free(p);
+	free(old);
+	buf_free(&text);
+	buf_free(&was);
 	return rc;
 }
 
@@ -478,6 +533,17 @@ int machine_do_start(struct hostd *h, struct machine *m, enum vstate vs, struct 
 		if (memimage_discard(h, m->id))
 			log_warn("machine %s/%s: removed a memory image it had run since", m->owner,
 				 m->name);
+		/* A live fork's guest takes its own address and MAC at its
+		 * first boot: the host maps its source's no more. */
+		if (m->net_alias[0]) {
+			struct machine old = *m;
+			if (db_machine_set_net(h->db, m->id, m->net_index, "", e) < 0)
+				return -1;
+			m->net_alias[0] = '\0';
+			net_machine_remove(h, &old);
+			if (net_machine_add(h, m, e) < 0)
+				return -1;
+		}
 		/* A live fork that ran with its source's host key takes its
 		 * seed's at its first boot. */
 		if (m->host_key_next[0]) {

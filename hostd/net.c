@@ -371,7 +371,10 @@ static int dnsmasq_start(struct hostd *h, struct net *n, const char *domains, st
 	buf_printf(&b, "# written by berth-hostd: the DHCP and DNS of instance %s's machines\n",
 		   h->instance);
 	buf_printf(&b, "interface=%s*\nexcept-interface=lo\nbind-dynamic\n", c->tap_prefix);
-	buf_adds(&b, "no-hosts\ndomain-needed\nbogus-priv\nstop-dns-rebind\n");
+	/* No stop-dns-rebind: an answer in a closed range is harmless, the
+	 * closed ranges hold whatever the resolver says (and dnsmasq counts
+	 * the documentation ranges as private, which tests use). */
+	buf_adds(&b, "no-hosts\ndomain-needed\nbogus-priv\n");
 	buf_adds(&b, "user=nobody\ngroup=nogroup\n");
 	if (h->cfg.dns_upstream[0]) {
 		char list[sizeof(h->cfg.dns_upstream)], *save = NULL;
@@ -423,9 +426,10 @@ out:
 	return rc;
 }
 
-/* " d1 d2 ": the domains of every machine's policy (and of P, for the
- * machine whose policy is changing, when not NULL), each once. */
-static int policy_domains(struct hostd *h, struct buf *out, struct err *e)
+/* " d1 d2 ": the domains of every machine's policy, each once; for machine
+ * ID (when not NULL) those of P, its policy being set. */
+static int policy_domains(struct hostd *h, const char *id, const struct egress *pol,
+			  struct buf *out, struct err *e)
 {
 	struct machine *ms = NULL;
 	size_t n = 0;
@@ -441,8 +445,11 @@ static int policy_domains(struct hostd *h, struct buf *out, struct err *e)
 	}
 	for (size_t i = 0; i < n; i++) {
 		buf_reset(&text);
-		if (ms[i].state == MS_DELETING || db_machine_egress(h->db, ms[i].id, &text, NULL) < 0 ||
-		    egress_parse(text.len ? buf_str(&text) : h->cfg.egress_default, p, NULL) < 0)
+		if (id && pol && strcmp(ms[i].id, id) == 0)
+			*p = *pol;
+		else if (ms[i].state == MS_DELETING ||
+			 db_machine_egress(h->db, ms[i].id, &text, NULL) < 0 ||
+			 egress_parse(text.len ? buf_str(&text) : h->cfg.egress_default, p, NULL) < 0)
 			continue;
 		for (size_t k = 0; p->mode == EGRESS_LIST && k < p->n; k++) {
 			char key[EGRESS_NAME_MAX + 2];
@@ -459,13 +466,15 @@ static int policy_domains(struct hostd *h, struct buf *out, struct err *e)
 	return 0;
 }
 
-/* Restart dnsmasq when the domains named by all policies changed. */
-static int dnsmasq_follow(struct hostd *h, struct net *n, struct err *e)
+/* Restart dnsmasq when the domains named by all policies changed (with
+ * machine ID's policy POL, being set, when not NULL). */
+static int dnsmasq_follow(struct hostd *h, struct net *n, const char *id,
+			  const struct egress *pol, struct err *e)
 {
 	struct buf d = BUF_INIT;
 	int rc = 0;
 
-	if (policy_domains(h, &d, e) < 0)
+	if (policy_domains(h, id, pol, &d, e) < 0)
 		rc = -1;
 	else if (strcmp(buf_str(&d), n->dns_domains) != 0 || !dnsmasq_pid(n))
 		rc = dnsmasq_start(h, n, buf_str(&d), e);
@@ -509,6 +518,7 @@ static void host_networks(struct net *n)
 		if (next)
 			*next++ = '\0';
 		const char *d = strstr(line, " dev ");
+		/* A network (a /32 is a point-to-point peer, no LAN). */
 		if (sscanf(line, "%63s", dst) != 1 || !strchr(dst, '/') || !d ||
 		    sscanf(d, " dev %31s", dev) != 1)
 			continue;
@@ -583,7 +593,7 @@ int net_start(struct hostd *h, struct err *e)
 	pthread_mutex_lock(&n->lock);
 	rc = nft_run(n, buf_str(&script), NULL, e);
 	if (rc == 0)
-		rc = dnsmasq_follow(h, n, e);
+		rc = dnsmasq_follow(h, n, NULL, NULL, e);
 	pthread_mutex_unlock(&n->lock);
 	if (rc == 0) {
 		char gw[20];
@@ -672,7 +682,7 @@ int net_machine_add(struct hostd *h, const struct machine *m, struct err *e)
 	pthread_mutex_lock(&n->lock);
 	net_machine_script(&n->conf, &v, true, &script);
 	if (tap_setup(n, &v, e) == 0 && dhcp_entry(n, &v, e) == 0 &&
-	    nft_run(n, buf_str(&script), NULL, e) == 0 && dnsmasq_follow(h, n, e) == 0)
+	    nft_run(n, buf_str(&script), NULL, e) == 0 && dnsmasq_follow(h, n, NULL, NULL, e) == 0)
 		rc = 0;
 	pthread_mutex_unlock(&n->lock);
 	if (rc < 0)
@@ -703,7 +713,7 @@ void net_machine_remove(struct hostd *h, const struct machine *m)
 	dhcp_entry_remove(n, m->net_index);
 	tap_remove(tap);
 	err_clear(&e);
-	if (dnsmasq_follow(h, n, &e) < 0)
+	if (dnsmasq_follow(h, n, NULL, NULL, &e) < 0)
 		log_warn("dnsmasq: %s", e.msg);
 	pthread_mutex_unlock(&n->lock);
 	buf_free(&script);
@@ -742,7 +752,7 @@ int net_machine_policy(struct hostd *h, const struct machine *m, const struct eg
 	if (run_argv(argv, &o, &ce) < 0 && !strstr(ce.msg, "0 flow entries"))
 		log_debug("conntrack -D --orig-zone %s: %s", zone, ce.msg);
 	buf_free(&out);
-	rc = dnsmasq_follow(h, n, e);
+	rc = dnsmasq_follow(h, n, m->id, p, e);
 out:
 	pthread_mutex_unlock(&n->lock);
 	buf_free(&script);
@@ -752,16 +762,16 @@ out:
 /* One element of a dynamic set as nft -j lists it, into ARR. */
 static void log_element(json_t *el, int64_t timeout, json_t *arr)
 {
-	json_t *val = json_object_get(el, "val"), *concat, *counter;
+	json_t *val, *concat, *inner = json_object_get(el, "elem");
 	json_int_t expires = 0, packets = 0;
 
-	if (json_is_object(val) && json_object_get(val, "elem")) {
-		json_t *inner = json_object_get(val, "elem");
-		expires = json_integer_value(json_object_get(inner, "expires"));
-		counter = json_object_get(inner, "counter");
-		packets = json_integer_value(json_object_get(counter, "packets"));
-		val = json_object_get(inner, "val");
-	}
+	/* {"elem": {"val": {"concat": [ADDR, PROTO, PORT]}, "expires": S,
+	 * "counter": {"packets": N, ...}}} */
+	if (!json_is_object(inner))
+		return;
+	expires = json_integer_value(json_object_get(inner, "expires"));
+	packets = json_integer_value(json_object_get(json_object_get(inner, "counter"), "packets"));
+	val = json_object_get(inner, "val");
 	concat = json_object_get(val, "concat");
 	if (!json_is_array(concat) || json_array_size(concat) != 3)
 		return;

@@ -292,6 +292,11 @@ done
 cc -static -O2 -Wall -o "$R/usr/bin/clipagent" \
 	"$(dirname -- "${BASH_SOURCE[0]}")/tiny/clipagent.c" ||
 	die "cannot build clipagent"
+# What the guest reaches, for the network tests and benchmarks (TCP and
+# UDP probes, a stream, throughput, round trips: busybox's nc has none).
+cc -static -O2 -Wall -o "$R/usr/bin/netprobe" \
+	"$(dirname -- "${BASH_SOURCE[0]}")/tiny/netprobe.c" ||
+	die "cannot build netprobe"
 
 # dropbear, dbclient, sftp-server, rsync and exactly the libraries ldd
 # lists, plus the loader.

@@ -188,13 +188,19 @@ static void machine_elements(const struct net_conf *c, const struct net_machine 
 	buf_printf(b, "add element inet %s guests { \"%s\" . %s . %s }\n", t, tap, ip,
 		   m->alias_ip ? m->alias_mac : m->mac);
 	buf_printf(b, "add element inet %s egress { \"%s\" : jump m%d }\n", t, tap, m->index);
-	buf_printf(b, "add element inet %s ctzone { \"%s\" : %d }\n", t, tap, m->index);
+	/* Before conntrack, for each packet from its tap (one lookup): its
+	 * zone, and a live fork's guest-side address mapped to its own. */
+	buf_printf(b, "add chain inet %s r%d\nflush chain inet %s r%d\n", t, m->index, t, m->index);
 	if (m->alias_ip) {
 		net_ip_text(m->alias_ip, alias, sizeof(alias));
-		buf_printf(b, "add element inet %s alias_in { \"%s\" . %s : %s }\n", t, tap, alias, ip);
-		buf_printf(b, "add element inet %s alias_out { \"%s\" . %s : %s }\n", t, tap, ip,
-			   alias);
+		buf_printf(b, "add rule inet %s r%d ip saddr %s ip saddr set %s\n", t, m->index, alias, ip);
+		buf_printf(b, "add chain inet %s a%d\nflush chain inet %s a%d\n"
+			   "add rule inet %s a%d ip daddr %s ip daddr set %s\n"
+			   "add element inet %s aliases { \"%s\" : jump a%d }\n",
+			   t, m->index, t, m->index, t, m->index, ip, alias, t, tap, m->index);
 	}
+	buf_printf(b, "add rule inet %s r%d ct original zone set %d\n", t, m->index, m->index);
+	buf_printf(b, "add element inet %s raw_taps { \"%s\" : jump r%d }\n", t, tap, m->index);
 }
 
 void net_machine_script(const struct net_conf *c, const struct net_machine *m, bool add,
@@ -214,26 +220,26 @@ void net_machine_remove_script(const struct net_conf *c, const struct net_machin
 	int i = m->index;
 
 	net_tap_name(c, i, tap, sizeof(tap));
-	/* Whatever of it is there: an element that is not is no error with
-	 * "destroy", which 1.0.6 lacks, so the elements are flushed by
-	 * re-adding and deleting them. */
+	/* Whatever of it is there: "destroy", no error for what is not, is
+	 * newer than nft 1.0.6, so everything is (re)added first, then
+	 * deleted, in one transaction. */
+	buf_printf(b, "add chain inet %s m%d\nadd chain inet %s m%d-ok\nadd chain inet %s m%d-deny\n",
+		   t, i, t, i, t, i);
 	machine_elements(c, m, b);
 	buf_printf(b, "delete element inet %s egress { \"%s\" }\n", t, tap);
-	buf_printf(b, "delete element inet %s ctzone { \"%s\" }\n", t, tap);
+	buf_printf(b, "delete element inet %s raw_taps { \"%s\" }\n", t, tap);
+	buf_printf(b, "flush chain inet %s r%d\ndelete chain inet %s r%d\n", t, i, t, i);
 	buf_printf(b, "delete element inet %s guests { \"%s\" . ", t, tap);
 	char ip[16];
 	net_ip_text(net_machine_ip(c, i), ip, sizeof(ip));
 	buf_printf(b, "%s . %s }\n", ip, m->alias_ip ? m->alias_mac : m->mac);
-	if (m->alias_ip) {
-		char alias[16];
-		net_ip_text(m->alias_ip, alias, sizeof(alias));
-		buf_printf(b, "delete element inet %s alias_in { \"%s\" . %s }\n", t, tap, alias);
-		buf_printf(b, "delete element inet %s alias_out { \"%s\" . %s }\n", t, tap, ip);
-	}
-	buf_printf(b, "add chain inet %s m%d\nadd chain inet %s m%d-ok\nadd chain inet %s m%d-deny\n"
-		   "flush chain inet %s m%d\ndelete chain inet %s m%d\n"
-		   "delete chain inet %s m%d-ok\ndelete chain inet %s m%d-deny\n",
-		   t, i, t, i, t, i, t, i, t, i, t, i, t, i);
+	if (m->alias_ip)
+		buf_printf(b, "delete element inet %s aliases { \"%s\" }\n"
+			   "flush chain inet %s a%d\ndelete chain inet %s a%d\n", t, tap, t, i, t, i);
+	buf_printf(b, "flush chain inet %s m%d\ndelete chain inet %s m%d\n"
+		   "flush chain inet %s m%d-ok\ndelete chain inet %s m%d-ok\n"
+		   "flush chain inet %s m%d-deny\ndelete chain inet %s m%d-deny\n",
+		   t, i, t, i, t, i, t, i, t, i, t, i);
 	buf_printf(b, "add set inet %s m%d-ok { type ipv4_addr . inet_proto . inet_service; "
 		   "flags dynamic,timeout; timeout 1h; size 1024; counter; }\ndelete set inet %s m%d-ok\n",
 		   t, i, t, i);
@@ -261,13 +267,12 @@ void net_ruleset(const struct net_conf *c, const struct net_machine *ms, size_t 
 	buf_adds(b, " } }\n");
 	buf_adds(b, "\tset guests { type ifname . ipv4_addr . ether_addr; }\n"
 		    "\tmap egress { type ifname : verdict; }\n"
-		    "\tmap ctzone { typeof iifname : ct zone; }\n"
-		    "\tmap alias_in { type ifname . ipv4_addr : ipv4_addr; }\n"
-		    "\tmap alias_out { type ifname . ipv4_addr : ipv4_addr; }\n");
-	/* Before conntrack: a live fork's address mapped, each tap its zone. */
+		    "\tmap raw_taps { type ifname : verdict; }\n"
+		    "\tmap aliases { type ifname : verdict; }\n");
+	/* Before conntrack: each tap's chain (r<index>, one lookup) sets its
+	 * zone and maps a live fork's guest-side address to its own. */
 	buf_printf(b, "\tchain raw { type filter hook prerouting priority raw; policy accept;\n"
-		      "\t\tiifname \"%s*\" ip saddr set iifname . ip saddr map @alias_in\n"
-		      "\t\tiifname \"%s*\" ct original zone set iifname map @ctzone\n\t}\n", px, px);
+		      "\t\tiifname \"%s*\" iifname vmap @raw_taps\n\t}\n", px);
 	buf_printf(b, "\tchain input { type filter hook input priority filter; policy accept;\n"
 		      "\t\tiifname \"%s*\" jump guest_in\n"
 		      "\t\tip daddr %s counter drop\n\t}\n", px, gw);
@@ -306,7 +311,7 @@ void net_ruleset(const struct net_conf *c, const struct net_machine *ms, size_t 
 	buf_adds(b, "\t\tcounter drop\n\t}\n");
 	/* After NAT: to a live fork's guest, its source's address. */
 	buf_printf(b, "\tchain alias { type filter hook postrouting priority 300; policy accept;\n"
-		      "\t\toifname \"%s*\" ip daddr set oifname . ip daddr map @alias_out\n\t}\n", px);
+		      "\t\toifname \"%s*\" oifname vmap @aliases\n\t}\n", px);
 	buf_printf(b, "\tchain nat { type nat hook postrouting priority srcnat; policy accept;\n"
 		      "\t\tip saddr %s/%d oifname != \"%s*\" masquerade\n\t}\n", net, c->prefix, px);
 	buf_adds(b, "}\n");

@@ -490,6 +490,41 @@ static int dnsmasq_follow(struct hostd *h, struct net *n, const char *id,
 	return rc;
 }
 
+/* Forget the DHCP lease of address IP: dnsmasq stopped, its lease file
+ * rewritten without it, dnsmasq started again (a DNS blip of some ten
+ * milliseconds for the other machines).  Nothing when no lease names IP. */
+static int dnsmasq_drop_lease(struct hostd *h, struct net *n, const char *ip, struct err *e)
+{
+	char path[PATH_MAX], key[32], line[512];
+	struct buf keep = BUF_INIT;
+	bool found = false;
+	FILE *f;
+	int rc = 0;
+
+	net_path(n, "leases", path, sizeof(path));
+	/* "EXPIRY MAC IP HOSTNAME CLIENT-ID" */
+	xsnprintf(key, sizeof(key), " %s ", ip);
+	if (!(f = fopen(path, "re")))
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (strstr(line, key))
+			found = true;
+		else
+			buf_adds(&keep, line);
+	}
+	fclose(f);
+	if (found) {
+		char domains[sizeof(n->dns_domains)];
+		xsnprintf(domains, sizeof(domains), "%s", n->dns_domains);
+		dnsmasq_stop(n);
+		if (file_write_atomic(path, keep.data ? keep.data : "", keep.len, 0644, e) < 0 ||
+		    dnsmasq_start(h, n, domains, e) < 0)
+			rc = -1;
+	}
+	buf_free(&keep);
+	return rc;
+}
+
 /* ---- the pieces together -------------------------------------------------- */
 
 /* The policy in force for machine M (its own, else egress_default) into P. */
@@ -720,6 +755,12 @@ void net_machine_remove(struct hostd *h, const struct machine *m)
 		log_warn("machine %s/%s: removing its rules: %s", m->owner, m->name, e.msg);
 	dhcp_entry_remove(n, m->net_index);
 	tap_remove(tap);
+	/* Its lease goes too: dnsmasq would not give the address to the next
+	 * machine with this index (another MAC) while the lease lasts. */
+	char ip[20];
+	net_ip_text(net_machine_ip(&n->conf, m->net_index), ip, sizeof(ip));
+	if (dnsmasq_drop_lease(h, n, ip, &e) < 0)
+		log_warn("dnsmasq: %s", e.msg);
 	err_clear(&e);
 	if (dnsmasq_follow(h, n, NULL, NULL, &e) < 0)
 		log_warn("dnsmasq: %s", e.msg);

@@ -84,6 +84,17 @@ if [ "$what" != build ] && ! getent passwd berth-gw >/dev/null 2>&1; then
 		echo "install-deps: no user berth-gw (run as root to create it)" >&2
 	fi
 fi
+# dnsmasq, the machines' DHCP and DNS with network = routed, runs as its
+# own unprivileged user, which alone (with root) reads STATE/net.
+if [ "$what" != build ] && ! getent passwd berth-dns >/dev/null 2>&1; then
+	if [ "$(id -u)" = 0 ]; then
+		useradd --system --no-create-home --home-dir /nonexistent \
+			--shell /usr/sbin/nologin --user-group berth-dns
+		echo "install-deps: created the system user berth-dns (the machines' dnsmasq runs as it)" >&2
+	else
+		echo "install-deps: no user berth-dns (run as root to create it)" >&2
+	fi
+fi
 # From npm, into build/node (not committed; web/package-lock.json pins
 # them): noVNC, which berth-desktop serves to browsers (run), and
 # playwright-core, which drives Debian's chromium in the browser tests

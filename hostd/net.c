@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
@@ -31,6 +32,7 @@ struct net {
 	struct nft_ctx *nft;
 	char dir[PATH_MAX];        /* STATE/net */
 	char dns_domains[1 << 16]; /* " d1 d2 ": the domains dnsmasq's conf names */
+	char dns_user[32], dns_group[32]; /* what dnsmasq runs as */
 };
 
 bool net_routed(const struct hostd *h)
@@ -291,6 +293,7 @@ static int dhcp_entry(struct net *n, const struct net_machine *m, struct err *e)
 	}
 	existed = access(path, F_OK) == 0;
 	rc = file_write_atomic(tmp, b.data, b.len, 0644, e);
+	/* Readable through the directory only: its group is dnsmasq's. */
 	if (rc == 0 && rename(tmp, path) < 0)
 		rc = err_errno(e, errno, "rename %s", tmp);
 	buf_free(&b);
@@ -383,7 +386,7 @@ static int dnsmasq_start(struct hostd *h, struct net *n, const char *domains, st
 	 * closed ranges hold whatever the resolver says (and dnsmasq counts
 	 * the documentation ranges as private, which tests use). */
 	buf_adds(&b, "no-hosts\ndomain-needed\nbogus-priv\n");
-	buf_adds(&b, "user=nobody\ngroup=nogroup\n");
+	buf_printf(&b, "user=%s\ngroup=%s\n", n->dns_user, n->dns_group);
 	if (h->cfg.dns_upstream[0]) {
 		char list[sizeof(h->cfg.dns_upstream)], *save = NULL;
 		xsnprintf(list, sizeof(list), "%s", h->cfg.dns_upstream);
@@ -594,9 +597,23 @@ int net_start(struct hostd *h, struct err *e)
 	pthread_mutex_init(&n->lock, NULL);
 	h->net = n;
 	xsnprintf(n->dir, sizeof(n->dir), "%s/net", h->cfg.state_dir);
-	/* dnsmasq, as nobody, reads the DHCP hosts in it. */
+	/* dnsmasq runs as berth-dns (else nobody), and reads the DHCP hosts
+	 * in STATE/net/dhcp: the directories are its group's, and no one
+	 * else's (nobody's when there is no berth-dns: then they are open
+	 * to every local user). */
+	struct group gr, *grp = NULL;
+	char grbuf[4096];
+	bool own = getgrnam_r("berth-dns", &gr, grbuf, sizeof(grbuf), &grp) == 0 && grp;
+	xsnprintf(n->dns_user, sizeof(n->dns_user), "%s", own ? "berth-dns" : "nobody");
+	xsnprintf(n->dns_group, sizeof(n->dns_group), "%s", own ? "berth-dns" : "nogroup");
+	if (!own)
+		log_warn("no user berth-dns (deploy/install-deps.sh creates it): dnsmasq runs as "
+			 "nobody, and STATE/net is readable by every local user");
 	net_path(n, "dhcp", path, sizeof(path));
-	if (mkdir_p(path, 0755) < 0 || chmod(n->dir, 0755) < 0 || chmod(path, 0755) < 0) {
+	if (mkdir_p(path, 0750) < 0 ||
+	    (own ? chown(n->dir, 0, gr.gr_gid) < 0 || chown(path, 0, gr.gr_gid) < 0 ||
+		   chmod(n->dir, 0710) < 0 || chmod(path, 0750) < 0
+		 : chmod(n->dir, 0755) < 0 || chmod(path, 0755) < 0)) {
 		err_errno(e, errno, "create %s", path);
 		goto out;
 	}

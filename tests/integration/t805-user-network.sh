@@ -5,6 +5,8 @@
 # intact; egress policies other than open are refused (409, saying why),
 # at create and later.
 . "$(dirname "$0")/../lib.sh"
+squatter=
+trap '[ -n "$squatter" ] && kill "$squatter" 2>/dev/null; cleanup' EXIT
 
 mkdir -p "$STATE"
 echo "network = user" >"$STATE/berth.conf"
@@ -25,15 +27,21 @@ berth suspend m1 >/dev/null
 # exec above, which a plain bind refuses; a listening socket is what counts.
 python3 -c 'import socket,sys,time
 s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1); print("held", flush=True); time.sleep(120)' \
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1); print("held", flush=True); time.sleep(300)' \
 	"$port" >"$T/squatter.out" &
 squatter=$!
-for _ in $(seq 100); do grep -q held "$T/squatter.out" 2>/dev/null && break; sleep 0.1; done
+# It says when it listens: a python3 that starts on a loaded machine may
+# take seconds.
+for _ in $(seq 600); do
+	grep -q held "$T/squatter.out" 2>/dev/null && break
+	kill -0 "$squatter" 2>/dev/null || break
+	sleep 0.1
+done
 check "the squatter holds the port" grep -q held "$T/squatter.out"
 check_eq "resume while another program holds its port: running" running "$(berth resume m1 --json | json state)"
 check "the SSH port moved" test "$(berth show m1 --json | json ssh.port)" != "$port"
 check_eq "memory survived the move" "$token" "$(berth exec m1 -- cat /tmp/value)"
-kill "$squatter" 2>/dev/null; wait "$squatter" 2>/dev/null
+kill "$squatter" 2>/dev/null; wait "$squatter" 2>/dev/null; squatter=
 
 # Egress policies need network = routed.
 out=$(berth set m1 --egress none 2>&1)

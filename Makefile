@@ -4,7 +4,8 @@
 # on those binaries).  Quiet unless V=1.
 
 CC      ?= cc
-PKGS    := libvirt sqlite3 libmicrohttpd jansson libssh libcurl libzstd libcrypto libnbd
+PKGS    := libvirt sqlite3 libmicrohttpd jansson libssh libcurl libzstd libcrypto libnbd \
+           libnftables
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
            -Wmissing-prototypes -Wformat=2 -Wno-format-nonliteral \
            -Wno-missing-field-initializers -Wformat-truncation
@@ -36,7 +37,7 @@ STORAGE_SRC := storage/storage.c storage/qcow2.c storage/lvm_thin.c storage/voli
 HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/busy.c hostd/config.c hostd/db.c hostd/virt.c \
                hostd/seed.c hostd/api.c hostd/machine.c hostd/machine_json.c hostd/memimage.c \
                hostd/reconcile.c hostd/image.c \
-               hostd/gwkey.c hostd/checkpoint.c hostd/userkeys.c hostd/sessions.c \
+               hostd/gwkey.c hostd/sshkey.c hostd/egress.c hostd/net.c hostd/net_rules.c hostd/checkpoint.c hostd/userkeys.c hostd/sessions.c \
                hostd/transfer.c hostd/zmem.c hostd/billing.c hostd/usage.c hostd/sampler.c \
                hostd/prometheus.c \
                hostd/idle.c hostd/tokens.c hostd/http.c hostd/desktop.c

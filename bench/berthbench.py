@@ -108,7 +108,28 @@ def hostd(conf=None, tiny=True):
             if tmp + "/" in xml:
                 subprocess.run(VIRSH + ["destroy", d], capture_output=True)
                 subprocess.run(VIRSH + ["undefine", "--managed-save", d], capture_output=True)
+        net_cleanup(state)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def net_cleanup(state):
+    """What network = routed left once hostd is gone: dnsmasq, the table, the taps."""
+    import sqlite3
+    try:
+        row = sqlite3.connect(os.path.join(state, "berth.db")).execute(
+            "SELECT value FROM meta WHERE key = 'instance'").fetchone()
+    except sqlite3.Error:
+        return
+    if not row:
+        return
+    inst = row[0]
+    subprocess.run(["pkill", "-f", f"--conf-file={state}/net/dnsmasq.conf"], capture_output=True)
+    subprocess.run(["nft", "delete", "table", "inet", f"berth-{inst}"], capture_output=True)
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for line in links.splitlines():
+        name = line.split(": ")[1].split("@")[0]
+        if name.startswith(f"bt{inst[:4]}-"):
+            subprocess.run(["ip", "link", "delete", name], capture_output=True)
 
 
 def rss_kib(pid):

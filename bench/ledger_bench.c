@@ -103,7 +103,7 @@ int main(int argc, char **argv)
 		snprintf(m.image, sizeof(m.image), "tiny");
 		snprintf(m.volume, sizeof(m.volume), "m-%s", m.id);
 		snprintf(m.mac, sizeof(m.mac), "52:54:00:00:00:00");
-		if (db_machine_insert(db, &m, &e) < 0) {
+		if (db_machine_insert(db, &m, NULL, &e) < 0) {
 			fprintf(stderr, "ledger_bench: %s\n", e.msg);
 			return 1;
 		}

@@ -15,6 +15,7 @@ int cmd_ls(struct client *c, int argc, char **argv);
 int cmd_create(struct client *c, int argc, char **argv);
 /* exec's status is the command's in the machine (255: it could not run). */
 int cmd_exec(struct client *c, int argc, char **argv);
+int cmd_egress(struct client *c, int argc, char **argv);
 /* machine.c: the verbs on one machine, rows of one table: show, set, start,
  * stop, suspend, resume, restart, rm (delete), checkpoints, checkpoint,
  * checkpoint rm, restore, fork, desktop. */

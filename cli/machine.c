@@ -77,6 +77,73 @@ static void print_idle(json_t *m, void *data)
 		       (long long)json_integer_value(json_object_get(i, "cpu_percent")));
 }
 
+/* "egress: ..." and "host key: ..." for one machine M (cli_print_fn). */
+static void print_egress_line(json_t *m, void *data)
+{
+	json_t *g = json_object_get(m, "egress");
+
+	(void)data;
+	if (g)
+		printf("egress:     %s%s%s\n", cli_jstr(g, "policy"),
+		       json_is_true(json_object_get(g, "truncated")) ? "\u2026" : "",
+		       json_is_true(json_object_get(g, "default")) ? " (the host's default)" : "");
+	if (*cli_jstr(m, "host_key"))
+		printf("host key:   %.60s\u2026 (%s)\n", cli_jstr(m, "host_key"),
+		       cli_jstr(m, "host_key_state"));
+}
+
+/* set: the settings it changes. */
+static void print_settings(json_t *m, void *data)
+{
+	print_idle(m, data);
+	print_egress_line(m, data);
+}
+
+/* The destinations of one list of an egress log. */
+static void print_dests(const char *what, json_t *list)
+{
+	size_t i;
+	json_t *d;
+
+	printf("%s (last hour): %s\n", what, json_array_size(list) ? "" : "none");
+	if (json_array_size(list))
+		printf("  %-16s %-5s %6s %7s %9s\n", "ADDRESS", "PROTO", "PORT", "COUNT", "LAST");
+	json_array_foreach(list, i, d)
+		printf("  %-16s %-5s %6lld %7lld %8llds\n", cli_jstr(d, "address"),
+		       cli_jstr(d, "protocol"), (long long)cli_jint(d, "port"),
+		       (long long)cli_jint(d, "count"), (long long)cli_jint(d, "seconds_ago"));
+}
+
+static void print_egress(json_t *r, void *data)
+{
+	(void)data;
+	printf("egress of %s: %s%s\n", cli_jstr(r, "machine"), cli_jstr(r, "policy"),
+	       json_is_true(json_object_get(r, "default")) ? " (the host's default)" : "");
+	print_dests("allowed", json_object_get(r, "allowed"));
+	print_dests("denied", json_object_get(r, "denied"));
+}
+
+/* berth egress log NAME (or egress NAME): the policy and what it let
+ * through and refused lately. */
+int cmd_egress(struct client *c, int argc, char **argv)
+{
+	const char *name = argc == 3 && !strcmp(argv[1], "log") ? argv[2]
+			   : argc == 2 ? argv[1] : NULL;
+	char path[128];
+
+	if (!name || name[0] == '-') {
+		fputs("usage: berth egress log NAME   (berth set NAME --egress POLICY changes it)\n",
+		      stderr);
+		return 2;
+	}
+	if (!name_valid(name)) {
+		fprintf(stderr, "berth: invalid machine name '%s'\n", name);
+		return 2;
+	}
+	xsnprintf(path, sizeof(path), "/v1/machines/%s/egress", name);
+	return cli_call_print(c, "GET", path, NULL, print_egress, NULL);
+}
+
 int cmd_ls(struct client *c, int argc, char **argv)
 {
 	(void)argc, (void)argv;
@@ -108,6 +175,8 @@ int cmd_create(struct client *c, int argc, char **argv)
 			json_object_set_new(body, "disk", json_string(v));
 		else if ((v = cli_optval(argc, argv, &i, "--idle")))
 			json_object_set_new(body, "idle", json_string(v));
+		else if ((v = cli_optval(argc, argv, &i, "--egress")))
+			json_object_set_new(body, "egress", json_string(v));
 		else if (!strcmp(argv[i], "--no-start"))
 			start = false;
 		else if (!strcmp(argv[i], "--no-wait"))
@@ -121,7 +190,8 @@ int cmd_create(struct client *c, int argc, char **argv)
 	}
 	if (!name) {
 		fprintf(stderr, "usage: berth create NAME [--image I] [--cpus N] [--memory 512M] "
-			"[--disk 4G] [--idle 15m|never] [--no-start] [--no-wait]\n");
+			"[--disk 4G] [--idle 15m|never] [--egress POLICY] [--no-start] "
+			"[--no-wait]\n");
 		goto out;
 	}
 	json_object_set_new(body, "name", json_string(name));
@@ -182,7 +252,7 @@ int cmd_exec(struct client *c, int argc, char **argv)
 	struct sshexec_target t = {
 		.host = cli_jstr(r, "host"), .port = (int)cli_jint(r, "port"),
 		.user = cli_jstr(r, "user"), .key_b64 = cli_jstr(r, "private_key"),
-		.connect_timeout_ms = 15000,
+		.connect_timeout_ms = 15000, .host_key = cli_jstr(r, "host_key"),
 	};
 	cmd = sshexec_quote(argv + i + 1);
 	if (!cmd) {
@@ -264,6 +334,7 @@ static void print_shown(json_t *r, void *data)
 {
 	print_machine(r, data);
 	print_idle(r, data);
+	print_egress_line(r, data);
 }
 
 /* start, stop, suspend, resume, restart: the machine's state now. */
@@ -355,10 +426,12 @@ static void fork_finish(json_t *body)
 static const struct verb verbs[] = {
 	{ .name = "show", .usage = "usage: berth show NAME\n",
 	  .method = "GET", .path = "/v1/machines/%s", .print = print_shown },
-	{ .name = "set", .usage = "usage: berth set NAME --idle 30m|never|default\n",
+	{ .name = "set",
+	  .usage = "usage: berth set NAME [--idle 30m|never|default] [--egress open|none|RULES|default]\n",
 	  .flags = V_SAY_UNEXPECTED | V_NEED_FIELD,
 	  .method = "PATCH", .path = "/v1/machines/%s", .body = "{}",
-	  .opts = { { "--idle", OPT_STRING, "idle" } }, .print = print_idle },
+	  .opts = { { "--idle", OPT_STRING, "idle" }, { "--egress", OPT_STRING, "egress" } },
+	  .print = print_settings },
 	ACTION("start", "{\"wait\": true}"),
 	ACTION("stop", "{}"),
 	ACTION("suspend", "{}"),

@@ -21,8 +21,12 @@ static const char usage_text[] =
 	"  ls                             list machines\n"
 	"  show NAME                      one machine, with its SSH endpoint\n"
 	"  create NAME [--image I] [--cpus N] [--memory 512M] [--disk 4G] [--idle 15m|never]\n"
+	"         [--egress open|none|RULES]\n"
 	"         [--no-start] [--no-wait]\n"
 	"  set NAME --idle 30m|never|default  suspend it after that long quiet (the idle policy)\n"
+	"  set NAME --egress open|none|RULES|default  what its guest may reach: RULES are\n"
+	"         domains, CIDRs and ports, e.g. github.com,*.npmjs.org:443,198.51.100.0/24\n"
+	"  egress log NAME                  its policy, and what it reached and was refused\n"
 	"  start|stop|suspend|resume|restart NAME [--no-wait] [--timeout S]\n"
 	"  rm NAME                        delete a machine and its disk\n"
 	"  exec NAME [--no-wake] -- CMD...  run CMD in the machine; exits with its status\n"
@@ -53,6 +57,7 @@ static const struct command {
 	{ "list", cmd_ls },
 	{ "create", cmd_create },
 	{ "exec", cmd_exec },
+	{ "egress", cmd_egress },
 	{ "image", cmd_image },
 	{ "key", cmd_key },
 	{ "usage", cmd_usage },

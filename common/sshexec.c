@@ -472,38 +472,90 @@ out:
 	return ret;
 }
 
-ssh_session sshexec_connect(const struct sshexec_target *t, long long deadline,
-			   char *err, size_t errlen)
+/* The key type of the public key line LINE ("ssh-ed25519 AAAA...") into
+ * OUT; false when it has none. */
+static bool key_type_of(const char *line, char *out, size_t outlen)
+{
+	size_t n = strcspn(line, " \t");
+
+	if (n == 0 || n >= outlen || line[n] == '\0')
+		return false;
+	memcpy(out, line, n);
+	out[n] = '\0';
+	return true;
+}
+
+/* LINE ("TYPE BASE64 [COMMENT]") as a libssh key, or NULL. */
+static ssh_key key_of_line(const char *line)
+{
+	char type[64], b64[4096];
+	ssh_key key = NULL;
+	size_t n;
+	const char *p;
+
+	if (!line || !key_type_of(line, type, sizeof(type)))
+		return NULL;
+	p = line + strlen(type);
+	p += strspn(p, " \t");
+	n = strcspn(p, " \t\r\n");
+	if (n == 0 || n >= sizeof(b64))
+		return NULL;
+	memcpy(b64, p, n);
+	b64[n] = '\0';
+	if (ssh_pki_import_pubkey_base64(b64, ssh_key_type_from_name(type), &key) != SSH_OK)
+		return NULL;
+	return key;
+}
+
+bool sshexec_key_equal(const char *a, const char *b)
+{
+	ssh_key ka = key_of_line(a), kb = key_of_line(b);
+	bool eq = ka && kb && ssh_key_cmp(ka, kb, SSH_KEY_CMP_PUBLIC) == 0;
+
+	ssh_key_free(ka);
+	ssh_key_free(kb);
+	return eq;
+}
+
+/* KEY's SHA256 fingerprint as ssh-keygen -l prints it, into OUT. */
+static void fingerprint(ssh_key key, char *out, size_t outlen)
+{
+	unsigned char *hash = NULL;
+	size_t hlen = 0;
+	char *fp;
+
+	snprintf(out, outlen, "?");
+	if (ssh_get_publickey_hash(key, SSH_PUBLICKEY_HASH_SHA256, &hash, &hlen) != 0)
+		return;
+	fp = ssh_get_fingerprint_hash(SSH_PUBLICKEY_HASH_SHA256, hash, hlen);
+	if (fp)
+		snprintf(out, outlen, "%s", fp);
+	ssh_string_free_char(fp);
+	ssh_clean_pubkey_hash(&hash);
+}
+
+/* TCP connect to HOST:PORT and the SSH key exchange, before DEADLINE,
+ * offering only host keys of type PREFER when it is not NULL: a session
+ * that has not authenticated, or NULL with ERR set. */
+static ssh_session handshake(const char *host, int port, const char *prefer,
+			     long long deadline, char *err, size_t errlen)
 {
 	ssh_session session = NULL;
-	ssh_key key = NULL;
 	long long left;
 	char why[160];
 	int fd = -1;
 	int rc;
 	bool no = false;
 
-	if (t == NULL || t->host == NULL || t->user == NULL || t->key_b64 == NULL) {
-		set_err(err, errlen, t ? t->host : NULL, t ? t->port : 0,
-			"invalid arguments");
-		return NULL;
-	}
-	if (ssh_pki_import_privkey_base64(t->key_b64, NULL, NULL, NULL,
-					  &key) != SSH_OK) {
-		set_err(err, errlen, t->host, t->port,
-			"cannot read the private key");
-		return NULL;
-	}
-
-	fd = tcp_connect(t->host, t->port, deadline, why, sizeof(why));
+	fd = tcp_connect(host, port, deadline, why, sizeof(why));
 	if (fd < 0) {
-		set_err(err, errlen, t->host, t->port, "%s", why);
+		set_err(err, errlen, host, port, "%s", why);
 		goto fail;
 	}
 
 	session = ssh_new();
 	if (session == NULL) {
-		set_err(err, errlen, t->host, t->port, "out of memory");
+		set_err(err, errlen, host, port, "out of memory");
 		goto fail;
 	}
 	/* Only the key we were given counts: no ssh_config, and an ssh
@@ -511,24 +563,23 @@ ssh_session sshexec_connect(const struct sshexec_target *t, long long deadline,
 	 * reads the invoking user's ~/.ssh (and ssh_options_apply() in
 	 * ssh_connect() has no path of ours to expand, so it cannot fail
 	 * before it takes the socket, see below). */
-	if (ssh_options_set(session, SSH_OPTIONS_HOST, t->host) < 0 ||
-	    ssh_options_set(session, SSH_OPTIONS_PORT, &t->port) < 0 ||
-	    ssh_options_set(session, SSH_OPTIONS_USER, t->user) < 0 ||
+	if (ssh_options_set(session, SSH_OPTIONS_HOST, host) < 0 ||
+	    ssh_options_set(session, SSH_OPTIONS_PORT, &port) < 0 ||
 	    ssh_options_set(session, SSH_OPTIONS_PROCESS_CONFIG, &no) < 0 ||
 	    ssh_options_set(session, SSH_OPTIONS_SSH_DIR, "/dev/null") < 0 ||
 	    ssh_options_set(session, SSH_OPTIONS_KNOWNHOSTS, "/dev/null") < 0 ||
 	    ssh_options_set(session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS,
 			    "/dev/null") < 0 ||
+	    (prefer && ssh_options_set(session, SSH_OPTIONS_HOSTKEYS, prefer) < 0) ||
 	    ssh_options_set(session, SSH_OPTIONS_FD, &fd) < 0) {
-		set_err(err, errlen, t->host, t->port,
+		set_err(err, errlen, host, port,
 			"cannot set SSH options: %s", ssh_get_error(session));
 		goto fail;
 	}
 
 	left = time_left(deadline);
 	if (left == 0) {
-		set_err(err, errlen, t->host, t->port,
-			"SSH handshake timed out");
+		set_err(err, errlen, host, port, "SSH handshake timed out");
 		goto fail;
 	}
 	set_timeout(session, left);
@@ -540,21 +591,91 @@ ssh_session sshexec_connect(const struct sshexec_target *t, long long deadline,
 	fd = -1;
 	if (rc != SSH_OK) {
 		if (time_left(deadline) == 0)
-			set_err(err, errlen, t->host, t->port,
-				"SSH handshake timed out");
+			set_err(err, errlen, host, port, "SSH handshake timed out");
 		else
-			set_err(err, errlen, t->host, t->port,
-				"SSH handshake failed: %s",
+			set_err(err, errlen, host, port, "SSH handshake failed: %s",
 				ssh_get_error(session));
 		goto fail;
 	}
-	/*
-	 * The server's host key is accepted without a check, on purpose:
-	 * the target is always one of our VMs reached over loopback, and its
-	 * host key is new each time the VM is re-created, so a known_hosts
-	 * entry would only ever be stale.  What protects the guest is the
-	 * client key, which only the host daemon hands out.
-	 */
+	return session;
+fail:
+	sshexec_disconnect(session);
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+/* Whether SESSION's server presented the host key PINNED; ERR says what it
+ * presented instead. */
+static bool host_key_ok(ssh_session session, const char *pinned, const char *host, int port,
+			char *err, size_t errlen)
+{
+	ssh_key got = NULL, want = key_of_line(pinned);
+	char fgot[128], fwant[128];
+	bool ok = false;
+
+	if (!want) {
+		set_err(err, errlen, host, port, "the pinned host key does not parse");
+		return false;
+	}
+	if (ssh_get_server_publickey(session, &got) != SSH_OK) {
+		set_err(err, errlen, host, port, "the server presented no host key");
+		goto out;
+	}
+	ok = ssh_key_cmp(got, want, SSH_KEY_CMP_PUBLIC) == 0;
+	if (!ok) {
+		fingerprint(got, fgot, sizeof(fgot));
+		fingerprint(want, fwant, sizeof(fwant));
+		set_err(err, errlen, host, port, "host key mismatch: the machine presented %s "
+			"%s, berth pinned %s %s", ssh_key_type_to_char(ssh_key_type(got)), fgot,
+			ssh_key_type_to_char(ssh_key_type(want)), fwant);
+	}
+out:
+	ssh_key_free(got);
+	ssh_key_free(want);
+	return ok;
+}
+
+ssh_session sshexec_connect(const struct sshexec_target *t, long long deadline,
+			   char *err, size_t errlen)
+{
+	ssh_session session = NULL;
+	ssh_key key = NULL;
+	long long left;
+	char type[64];
+	bool pinned = t && t->host_key && t->host_key[0];
+	int rc;
+
+	if (t == NULL || t->host == NULL || t->user == NULL || t->key_b64 == NULL ||
+	    (pinned && !key_type_of(t->host_key, type, sizeof(type)))) {
+		set_err(err, errlen, t ? t->host : NULL, t ? t->port : 0,
+			"invalid arguments");
+		return NULL;
+	}
+	if (ssh_pki_import_privkey_base64(t->key_b64, NULL, NULL, NULL,
+					  &key) != SSH_OK) {
+		set_err(err, errlen, t->host, t->port,
+			"cannot read the private key");
+		return NULL;
+	}
+	/* Only the pinned key's type is offered, so the server shows that
+	 * key (an RSA key signs with SHA-2 these days). */
+	session = handshake(t->host, t->port,
+			    !pinned ? NULL : strcmp(type, "ssh-rsa") == 0
+				    ? "rsa-sha2-512,rsa-sha2-256,ssh-rsa" : type,
+			    deadline, err, errlen);
+	if (!session)
+		goto fail;
+	/* The machine must be the one hostd made: its pinned host key,
+	 * checked before anything of the user's (the key, a forwarded
+	 * agent) goes to it. */
+	if (pinned && !host_key_ok(session, t->host_key, t->host, t->port, err, errlen))
+		goto fail;
+	if (ssh_options_set(session, SSH_OPTIONS_USER, t->user) < 0) {
+		set_err(err, errlen, t->host, t->port, "cannot set the SSH user: %s",
+			ssh_get_error(session));
+		goto fail;
+	}
 
 	left = time_left(deadline);
 	if (left == 0) {
@@ -582,10 +703,39 @@ ssh_session sshexec_connect(const struct sshexec_target *t, long long deadline,
 	return session;
 fail:
 	sshexec_disconnect(session);
-	if (fd >= 0)
-		close(fd);
 	ssh_key_free(key);
 	return NULL;
+}
+
+int sshexec_host_key(const char *host, int port, const char *prefer, int timeout_ms,
+		     char *out, size_t outlen, char *err, size_t errlen)
+{
+	ssh_session session;
+	ssh_key key = NULL;
+	char *b64 = NULL;
+	int rc = -1;
+
+	session = handshake(host, port, prefer,
+			    now_ms() + (timeout_ms > 0 ? timeout_ms : SSHEXEC_DEFAULT_TIMEOUT_MS),
+			    err, errlen);
+	if (!session)
+		return -1;
+	if (ssh_get_server_publickey(session, &key) != SSH_OK ||
+	    ssh_pki_export_pubkey_base64(key, &b64) != SSH_OK) {
+		set_err(err, errlen, host, port, "the server presented no host key");
+		goto out;
+	}
+	if ((size_t)snprintf(out, outlen, "%s %s", ssh_key_type_to_char(ssh_key_type(key)), b64) >=
+	    outlen) {
+		set_err(err, errlen, host, port, "the server's host key is too long");
+		goto out;
+	}
+	rc = 0;
+out:
+	ssh_string_free_char(b64);
+	ssh_key_free(key);
+	sshexec_disconnect(session);
+	return rc;
 }
 
 void sshexec_disconnect(ssh_session session)

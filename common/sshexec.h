@@ -3,10 +3,9 @@
  * stdout and stderr, and report its exit status.  Used by `berth exec` and
  * by whatever waits for a booting VM's sshd.
  *
- * The targets are always VMs on loopback whose host key changes each time
- * they are re-created, so the server's host key is accepted without a check
- * (see sshexec.c); the client authenticates with the private key it is given
- * and never reads ~/.ssh or any ssh_config.
+ * The server must present the host key hostd pinned for the machine
+ * (sshexec_target.host_key); the client authenticates with the private key
+ * it is given and never reads ~/.ssh or any ssh_config.
  */
 #ifndef BERTH_SSHEXEC_H
 #define BERTH_SSHEXEC_H
@@ -24,6 +23,12 @@ struct sshexec_target {
 	/* Bound on TCP connect + SSH handshake + authentication + opening the
 	 * channel and starting the command; <= 0 means 10000. */
 	int connect_timeout_ms;
+	/* The host key the server must present, "TYPE BASE64" (a public key
+	 * line, comment ignored): any other is refused before authentication,
+	 * "host key mismatch: ...".  NULL or "": not checked (the first
+	 * answer of a machine whose image ignored the seed's key, which
+	 * hostd then pins: sshexec_host_key). */
+	const char *host_key;
 };
 
 /*
@@ -80,6 +85,22 @@ struct ssh_session_struct *sshexec_connect(const struct sshexec_target *t, long 
 void sshexec_disconnect(struct ssh_session_struct *session);
 /* Now, in milliseconds of CLOCK_MONOTONIC. */
 long long sshexec_now_ms(void);
+
+/*
+ * The host key the SSH server at HOST:PORT presents, as "TYPE BASE64" into
+ * OUT (OUTLEN bytes), preferring type PREFER ("ssh-ed25519"; NULL: libssh's
+ * order), within TIMEOUT_MS: a key exchange and nothing more.  0, or -1
+ * with ERR as sshexec_run sets it.
+ */
+int sshexec_host_key(const char *host, int port, const char *prefer, int timeout_ms,
+		     char *out, size_t outlen, char *err, size_t errlen);
+
+/*
+ * Whether the public key lines A and B ("TYPE BASE64 [COMMENT]") are the
+ * same key (type and key data; comments ignored).  False when either does
+ * not parse.
+ */
+bool sshexec_key_equal(const char *a, const char *b);
 
 /*
  * True when something at HOST:PORT accepts a TCP connection and sends the

@@ -11,16 +11,19 @@ what=${1:-test}
 # against (libvncserver-dev: libvncclient and libvncserver for berth-desktop).
 build="gcc make pkg-config libvirt-dev libsqlite3-dev libmicrohttpd-dev
 libjansson-dev libssh-dev libcurl4-openssl-dev libzstd-dev libssl-dev
-libnbd-dev libvncserver-dev"
+libnbd-dev libvncserver-dev libnftables-dev"
 # Run: the hypervisor, libvirt, the tools hostd runs from argv (lvm2 and
 # thin-provisioning-tools for the lvm-thin backend: lvm, thin_ls), and what
 # the tiny image recipe (rsync and dbclient go into the guest too) and
 # tests/guest/lvm-vm.sh take from Debian; debootstrap for the agents image
 # recipe; zstd, xz and gzip for image catalogs and their benchmarks; nodejs
-# for npm (below).
+# for npm (below); for network = routed: nftables (libnftables), dnsmasq-base
+# (the machines' DHCP and DNS), conntrack (a policy change cuts flows) and
+# iproute2 (taps' addresses and routes).
 run="nodejs qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
 genisoimage busybox-static dropbear-bin openssh-sftp-server kmod cpio e2fsprogs
-zstd xz-utils gzip ca-certificates lvm2 thin-provisioning-tools rsync debootstrap"
+zstd xz-utils gzip ca-certificates lvm2 thin-provisioning-tools rsync debootstrap
+nftables dnsmasq-base conntrack iproute2"
 # Test: real clients the tests drive, and what tests/guest/bios-disk.sh makes
 # a disk that boots by itself with (SYSLINUX, mtools, sfdisk); chromium,
 # headless, for the browser tests.
@@ -79,6 +82,17 @@ if [ "$what" != build ] && ! getent passwd berth-gw >/dev/null 2>&1; then
 		echo "install-deps: created the system user berth-gw (the gateways run as it)" >&2
 	else
 		echo "install-deps: no user berth-gw (run as root to create it)" >&2
+	fi
+fi
+# dnsmasq, the machines' DHCP and DNS with network = routed, runs as its
+# own unprivileged user, which alone (with root) reads STATE/net.
+if [ "$what" != build ] && ! getent passwd berth-dns >/dev/null 2>&1; then
+	if [ "$(id -u)" = 0 ]; then
+		useradd --system --no-create-home --home-dir /nonexistent \
+			--shell /usr/sbin/nologin --user-group berth-dns
+		echo "install-deps: created the system user berth-dns (the machines' dnsmasq runs as it)" >&2
+	else
+		echo "install-deps: no user berth-dns (run as root to create it)" >&2
 	fi
 fi
 # From npm, into build/node (not committed; web/package-lock.json pins

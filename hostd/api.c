@@ -22,6 +22,7 @@
 #include "hostd/machine.h"
 #include "hostd/machine_json.h"
 #include "hostd/memimage.h"
+#include "hostd/net.h"
 #include "hostd/prometheus.h"
 #include "hostd/sessions.h"
 #include "hostd/tokens.h"
@@ -348,6 +349,8 @@ static void facts_of(struct hostd *h, const struct machine *m, const char *user,
 	f->allocated = allocated;
 	f->memory_bytes = memimage_bytes(h, m);
 	f->sessions = sessions_count(h->sessions, m->id);
+	f->egress = m->egress[0] ? m->egress : h->cfg.egress_default;
+	f->egress_long = m->egress_long;
 	idle_view(h, m, &f->idle);
 	if (!busy_get(h->busy, m->id, &f->op, &f->done, &f->total))
 		f->op = NULL;
@@ -424,7 +427,7 @@ static struct reply do_list(struct call *c)
 static struct reply do_create(struct call *c)
 {
 	static const char *const allowed[] = { "name", "image", "vcpus", "memory", "disk",
-					       "start", "wait", "idle", NULL };
+					       "start", "wait", "idle", "egress", NULL };
 	struct err e = { 0 };
 	struct machine m;
 	struct create_req r = { .owner = c->owner, .image = "tiny", .vcpus = 1,
@@ -449,6 +452,13 @@ static struct reply do_create(struct call *c)
 	}
 	if (v)
 		r.image = json_string_value(v);
+	v = json_object_get(j, "egress");
+	if (v && !json_is_string(v)) {
+		err_set(&e, 400, "invalid_egress", "egress must be a string: open, none or rules");
+		goto out;
+	}
+	if (v && strcmp(json_string_value(v), "default") != 0)
+		r.egress = json_string_value(v);
 	if (get_idle(j, &r.idle_timeout, &idle_set, &e) < 0 ||
 	    get_int(j, "vcpus", 1, 1 << 20, &r.vcpus, &e) < 0 ||
 	    api_get_size(j, "memory", 1ULL << 20, &mem, &e) < 0 ||
@@ -481,30 +491,74 @@ static struct reply do_show(struct call *c)
 }
 
 /* PATCH /v1/machines/NAME: change a setting of a machine (its idle
- * timeout), whatever its state. */
+ * timeout, its egress policy), whatever its state.  Each change is whole
+ * or not at all: an egress policy is applied (at once, to a running
+ * machine) before it is recorded, and a policy that does not parse or
+ * apply leaves the one in force. */
 static struct reply do_patch(struct call *c)
 {
-	static const char *const allowed[] = { "idle", NULL };
+	static const char *const allowed[] = { "idle", "egress", NULL };
 	struct err e = { 0 };
 	struct machine m;
 	int64_t idle = 0;
-	bool set;
-	json_t *j = api_parse_body(c->body, allowed, &e);
+	bool idle_set;
+	json_t *j = api_parse_body(c->body, allowed, &e), *v;
+	const char *egress = NULL;
 
-	if (!j || get_idle(j, &idle, &set, &e) < 0) {
-		json_decref(j);
+	if (!j || get_idle(j, &idle, &idle_set, &e) < 0)
+		goto out;
+	v = json_object_get(j, "egress");
+	if (v && !json_is_string(v)) {
+		err_set(&e, 400, "invalid_egress", "egress must be a string: open, none, rules, "
+			"or default");
+		goto out;
+	}
+	egress = v ? json_string_value(v) : NULL;
+	if (!idle_set && !egress) {
+		err_set(&e, 400, "nothing_to_change", "nothing to change: give \"idle\" or "
+			"\"egress\"");
+		goto out;
+	}
+	if (db_machine_get(c->h->db, c->owner, c->arg[0], &m, &e) < 0 ||
+	    (egress && machine_set_egress(c->h, &m, egress, &e) < 0) ||
+	    (idle_set && db_machine_set_idle(c->h->db, m.id, idle, &e) < 0) ||
+	    db_machine_get_id(c->h->db, m.id, &m, &e) < 0)
+		goto out;
+	if (idle_set)
+		log_info("machine %s/%s: idle timeout %lld (0: default, -1: never)", c->owner,
+			 c->arg[0], (long long)idle);
+out:
+	json_decref(j);
+	if (err_isset(&e))
+		return fail(&e);
+	return machine_reply(c, 200, &m, -1);
+}
+
+/* GET /v1/machines/NAME/egress: its policy, and what its guest reached and
+ * was refused lately. */
+static struct reply do_egress(struct call *c)
+{
+	struct err e = { 0 };
+	struct machine m;
+	struct buf text = BUF_INIT;
+	json_t *log;
+	struct reply rep;
+
+	if (db_machine_get(c->h->db, c->owner, c->arg[0], &m, &e) < 0 ||
+	    db_machine_egress(c->h->db, m.id, &text, &e) < 0)
+		return fail(&e);
+	log = net_egress_log(c->h, &m, &e);
+	if (!log) {
+		buf_free(&text);
 		return fail(&e);
 	}
-	json_decref(j);
-	if (!set)
-		return fail_now(400, "nothing_to_change", "nothing to change: give \"idle\"");
-	if (db_machine_get(c->h->db, c->owner, c->arg[0], &m, &e) < 0 ||
-	    db_machine_set_idle(c->h->db, m.id, idle, &e) < 0 ||
-	    db_machine_get_id(c->h->db, m.id, &m, &e) < 0)
-		return fail(&e);
-	log_info("machine %s/%s: idle timeout %lld (0: default, -1: never)", c->owner, c->arg[0],
-		 (long long)idle);
-	return machine_reply(c, 200, &m, -1);
+	json_object_set_new(log, "machine", json_string(m.name));
+	json_object_set_new(log, "policy", json_string(text.len ? buf_str(&text)
+								 : c->h->cfg.egress_default));
+	json_object_set_new(log, "default", json_boolean(text.len == 0));
+	rep = ok(200, log);
+	buf_free(&text);
+	return rep;
 }
 
 static struct reply do_delete(struct call *c)
@@ -578,12 +632,18 @@ static struct reply ssh_credential(struct hostd *h, const char *owner, const cha
 		return fail(&e);
 	if (r > 0)
 		return fail_now(503, "no_address", "machine %s has no address yet", name);
+	/* The client checks the machine's host key before it sends anything
+	 * of the user's: the key is confirmed (or first pinned) now. */
+	if (machine_host_key(h, &m, &e) < 0) {
+		log_warn("%s; the client is given the key pinned so far", e.msg);
+		err_clear(&e);
+	}
 	/* A connection is about to start: the idle policy must not take the
 	 * machine away before its session or exec is registered. */
 	idle_touch(h, m.id, "connect");
-	return ok(200, json_pack("{s:s, s:i, s:s, s:s, s:I}", "host", host, "port", port,
+	return ok(200, json_pack("{s:s, s:i, s:s, s:s, s:s, s:I}", "host", host, "port", port,
 				 "user", img.user, "private_key", h->key.private_pem,
-				 "woke_ms", (json_int_t)woke));
+				 "host_key", m.host_key, "woke_ms", (json_int_t)woke));
 failed:
 	/* No such machine (or it went while waking): the gateway's answer
 	 * must not tell another owner's machine from none. */
@@ -1331,6 +1391,7 @@ static const struct api_route routes[] = {
 	  .fn = do_checkpoint_delete },
 	{ "POST", "/v1/machines/{name}/restore", ANYONE, .fn = do_restore },
 	{ "POST", "/v1/machines/{name}/fork", ANYONE, .fn = do_fork },
+	{ "GET", "/v1/machines/{name}/egress", ANYONE, .fn = do_egress },
 	{ "POST", "/v1/machines/{name}/{action}", ANYONE, .catch_all = true, .fn = do_action },
 
 	/* A token makes no credentials: a stolen one must not outlive its

@@ -10,6 +10,7 @@
 #include "common/sshexec.h"
 #include "common/util.h"
 #include "hostd/machine_steps.h"
+#include "hostd/net.h"
 #include "common/banned.h"
 
 /* A new volume name for machine M's next top: m-UUID-RANDOM. */
@@ -293,23 +294,82 @@ out:
 	return rc;
 }
 
-/* A live fork runs with its source's memory, hostname included; its seed
- * names it at its next boot.  Best effort now: `hostname NEW` over SSH. */
-static void rename_running(struct hostd *h, const struct machine *f)
+/* A live fork runs with its source's memory: its hostname, and in its sshd
+ * its source's host key (SOURCE_KEY).  Its seed is its own already: the
+ * image's berth-seed --live (berth's images have one) applies it to the
+ * running guest, which then presents the fork's own key, confirmed here.
+ * Another image gets `hostname NEW` and keeps presenting the source's key
+ * until it reboots: that key stays pinned until then, and its seed's is
+ * pinned at its first cold boot (host_key_next). */
+static void reseed_running(struct hostd *h, struct machine *f, const char *source_key)
 {
 	struct image img;
-	char host[64], err[512], cmd[128];
+	char host[64], err[512], cmd[512], got[HOST_KEY_MAX];
 	int port, status = -1;
+	bool own = false;
 
 	if (db_image_get(h->db, f->image, &img, NULL) < 0 ||
 	    machine_endpoint(h, f, host, sizeof(host), &port, NULL) != 0)
 		return;
+	/* A guest under TCG on a loaded host may take tens of seconds to
+	 * answer or to restart its sshd: up to a third of the boot timeout
+	 * (60 s by default), never less than 20 s. */
+	int64_t wait_ms = (int64_t)h->cfg.boot_timeout_s * 1000 / 3;
+	if (wait_ms < 20000)
+		wait_ms = 20000;
 	struct sshexec_target t = { .host = host, .port = port, .user = img.user,
-				    .key_b64 = h->key.private_pem, .connect_timeout_ms = 20000 };
-	snprintf(cmd, sizeof(cmd), "hostname '%s'", f->name);
-	if (sshexec_run(&t, cmd, -1, -1, -1, &status, err, sizeof(err)) < 0 || status != 0)
-		log_warn("live fork %s keeps its source's hostname until it reboots: %s",
-			 f->name, status > 0 ? "hostname failed" : err);
+				    .key_b64 = h->key.private_pem,
+				    .connect_timeout_ms = (int)wait_ms, .host_key = source_key };
+	snprintf(cmd, sizeof(cmd),
+		 "s=; [ \"$(id -u)\" = 0 ] || s='sudo -n'; "
+		 "for f in /usr/lib/berth/berth-seed /etc/berth-seed; do "
+		 "[ -x \"$f\" ] && exec $s \"$f\" --live; done; $s hostname '%s'; exit 3",
+		 f->name);
+	/* The connection may end before its status arrives (the guest's sshd
+	 * restarting): what counts is the key presented after. */
+	if (sshexec_run(&t, cmd, -1, -1, -1, &status, err, sizeof(err)) < 0 || status == 0) {
+		/* Its sshd restarts with the new key: wait for it. */
+		for (int64_t t0 = mono_ms(); !own && mono_ms() - t0 < wait_ms; usleep(200 * 1000))
+			own = sshexec_host_key(host, port, NULL, 5000, got, sizeof(got), err,
+					       sizeof(err)) == 0 && sshexec_key_equal(got, f->host_key);
+	}
+	if (own) {
+		f->host_key_state = HK_CONFIRMED;
+		db_machine_set_host_key(h->db, f->id, f->host_key, HK_CONFIRMED, "", NULL);
+		return;
+	}
+	log_warn("live fork %s presents its source's host key until it reboots (%s); "
+		 "that key stays pinned until then", f->name,
+		 status == 3 ? "its image has no berth-seed" : status >= 0 ? "berth-seed failed"
+							     : err);
+	xsnprintf(f->host_key_next, sizeof(f->host_key_next), "%s", f->host_key);
+	snprintf(f->host_key, sizeof(f->host_key), "%s", source_key);
+	f->host_key_state = HK_CONFIRMED;
+	db_machine_set_host_key(h->db, f->id, f->host_key, HK_CONFIRMED, f->host_key_next, NULL);
+}
+
+/* Network = routed: a live fork's guest runs with its source's memory, so
+ * with its address and MAC; the host maps them to the fork's own on the
+ * fork's tap (hostd/net.h) until its first cold boot. */
+static int live_fork_alias(struct hostd *h, const struct machine *src, struct machine *f,
+			   struct err *e)
+{
+	char alias[40], ip[20];
+	struct machine old = *f;
+
+	if (!h->net || !src->net_index || !f->net_index)
+		return 0;
+	net_ip_text(net_machine_ip(net_conf(h), src->net_index), ip, sizeof(ip));
+	/* A live fork of a live fork: the guest's address is the first's. */
+	if (src->net_alias[0])
+		xsnprintf(alias, sizeof(alias), "%s", src->net_alias);
+	else
+		xsnprintf(alias, sizeof(alias), "%s %s", ip, src->mac);
+	if (db_machine_set_net(h->db, f->id, f->net_index, alias, e) < 0)
+		return -1;
+	xsnprintf(f->net_alias, sizeof(f->net_alias), "%s", alias);
+	net_machine_remove(h, &old);
+	return net_machine_add(h, f, e);
 }
 
 int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *out,
@@ -347,6 +407,11 @@ int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *o
 		char old_top[80];
 		snprintf(old_top, sizeof(old_top), "%s", m.volume);
 		if (live) {
+			/* The fork's first answers come with the source's host
+			 * key: it must be the one pinned. */
+			struct err ke = { 0 };
+			if (machine_host_key(h, &m, &ke) < 0)
+				log_warn("live fork of %s: %s", m.name, ke.msg);
 			xsnprintf(mem, sizeof(mem), "%s/tmp", h->cfg.state_dir);
 			mkdir_p(mem, 0700);
 			xsnprintf(mem, sizeof(mem), "%s/tmp/fork-%s-%s.mem", h->cfg.state_dir, m.id,
@@ -369,10 +434,16 @@ int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *o
 	/* The fork's volume is made while the source is still marked busy:
 	 * until it exists nothing else holds its base (a checkpoint rm or a
 	 * delete of the source would collect it). */
+	/* Its egress policy is its source's. */
+	struct buf egress = BUF_INIT;
+	db_machine_egress(h->db, m.id, &egress, NULL);
 	struct create_req cr = { .owner = owner, .name = new_name, .image = m.image,
 				 .vcpus = m.vcpus, .memory = m.memory, .disk = m.disk,
-				 .idle_timeout = m.idle_timeout };
-	if (machine_create_from(h, &cr, base, &f, e) < 0) {
+				 .idle_timeout = m.idle_timeout,
+				 .egress = egress.len ? buf_str(&egress) : NULL };
+	rc = machine_create_from(h, &cr, base, &f, e);
+	buf_free(&egress);
+	if (rc < 0) {
 		rc = -1;
 		if (!from)
 			volume_gc(h, base);
@@ -386,6 +457,7 @@ out:
 	if (live) {
 		/* The fork starts from the source's memory in its own domain. */
 		if (busy_acquire(h->busy, f.id, "fork", f.name, e) < 0 ||
+		    live_fork_alias(h, &m, &f, e) < 0 ||
 		    (rc = restore_memory(h, &f, mem, true, e)) < 0) {
 			unlink(mem);
 			busy_release(h->busy, f.id);
@@ -399,7 +471,7 @@ out:
 		db_machine_set_state(h->db, f.id, MS_RUNNING, NULL);
 		busy_release(h->busy, f.id);
 		log_info("live fork %s/%s -> %s", owner, name, new_name);
-		rename_running(h, &f);
+		reseed_running(h, &f, m.host_key);
 		if (r->wait && machine_wait_ready(h, &f, h->cfg.boot_timeout_s, e) < 0)
 			return -1;
 		return db_machine_get_id(h->db, f.id, out, e);

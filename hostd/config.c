@@ -22,7 +22,7 @@ struct copt {
 };
 
 static const char *const storages[] = { "qcow2", "lvm-thin", NULL };
-static const char *const networks[] = { "user", "nat", NULL };
+static const char *const networks[] = { "routed", "user", NULL };
 static const char *const hypervisors[] = { "auto", "kvm", "tcg", NULL };
 static const char *const levels[] = { "error", "warn", "info", "debug", NULL };
 
@@ -36,7 +36,10 @@ static const struct copt options[] = {
 	STR("storage", storage, storages),
 	STR("storage_location", storage_location, NULL),
 	STR("network", network, networks),
-	STR("nat_network", nat_network, NULL),
+	STR("guest_network", guest_network, NULL),
+	STR("dns_upstream", dns_upstream, NULL),
+	STR("egress_default", egress_default, NULL),
+	STR("egress_closed", egress_closed, NULL),
 	STR("hypervisor", hypervisor, hypervisors),
 	STR("libvirt_uri", libvirt_uri, NULL),
 	STR("recipes_dir", recipes_dir, NULL),
@@ -73,8 +76,14 @@ void config_defaults(struct config *c, const char *state_dir)
 	memset(c, 0, sizeof(*c));
 	snprintf(c->state_dir, sizeof(c->state_dir), "%s", state_dir);
 	snprintf(c->storage, sizeof(c->storage), "qcow2");
-	snprintf(c->network, sizeof(c->network), "user");
-	snprintf(c->nat_network, sizeof(c->nat_network), "default");
+	snprintf(c->network, sizeof(c->network), "routed");
+	snprintf(c->guest_network, sizeof(c->guest_network), "10.87.0.0/16");
+	snprintf(c->egress_default, sizeof(c->egress_default), "open");
+	/* RFC 1918, shared address space (RFC 6598), IETF protocol
+	 * assignments and benchmarking; loopback, link-local, multicast and
+	 * the host's own networks are closed whatever this says. */
+	snprintf(c->egress_closed, sizeof(c->egress_closed), "10.0.0.0/8,172.16.0.0/12,"
+		 "192.168.0.0/16,100.64.0.0/10,192.0.0.0/24,198.18.0.0/15");
 	snprintf(c->hypervisor, sizeof(c->hypervisor), "auto");
 	snprintf(c->libvirt_uri, sizeof(c->libvirt_uri), "qemu:///system");
 	snprintf(c->cache_dir, sizeof(c->cache_dir), "/var/cache/berth");

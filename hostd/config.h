@@ -17,8 +17,13 @@ struct config {
 	char storage_location[PATH_MAX]; /* qcow2: directory ("" = STATE/volumes);
 					    lvm-thin: VG/POOL */
 	int max_fill;                  /* lvm-thin: no creation above this % use */
-	char network[16];              /* "user" (loopback port forward) or "nat" */
-	char nat_network[64];          /* libvirt network for "nat" */
+	char network[16];              /* "routed" (a tap each, hostd/net.h) or "user"
+					  (QEMU's user-mode stack, a fallback) */
+	char guest_network[20];        /* routed: the machines' IPv4 network (CIDR) */
+	char dns_upstream[256];        /* routed: resolvers berth's forwards to ("" =
+					  /etc/resolv.conf's) */
+	char egress_default[4096];     /* a new machine's egress policy (hostd/egress.h) */
+	char egress_closed[1024];      /* networks closed to every guest (CIDRs) */
 	char hypervisor[16];           /* "auto", "kvm" or "tcg" */
 	char libvirt_uri[128];
 	char recipes_dir[PATH_MAX];    /* "" = next to the binary */

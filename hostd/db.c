@@ -118,7 +118,14 @@ struct db *db_open(const char *path, struct err *e)
 	    sqlite3_exec(db->h, schema, NULL, NULL, &msg) != SQLITE_OK ||
 	    add_column(db, "images", "source", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
 	    add_column(db, "images", "source_size", "INTEGER NOT NULL DEFAULT 0", &msg) < 0 ||
-	    add_column(db, "machines", "idle_timeout", "INTEGER NOT NULL DEFAULT 0", &msg) < 0) {
+	    add_column(db, "machines", "idle_timeout", "INTEGER NOT NULL DEFAULT 0", &msg) < 0 ||
+	    add_column(db, "machines", "host_key", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
+	    add_column(db, "machines", "host_key_state", "TEXT NOT NULL DEFAULT 'none'",
+		       &msg) < 0 ||
+	    add_column(db, "machines", "host_key_next", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
+	    add_column(db, "machines", "net_index", "INTEGER NOT NULL DEFAULT 0", &msg) < 0 ||
+	    add_column(db, "machines", "net_alias", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
+	    add_column(db, "machines", "egress", "TEXT NOT NULL DEFAULT ''", &msg) < 0) {
 		err_set(e, 500, "internal", "database %s: %s", path, msg ? msg : "?");
 		sqlite3_free(msg);
 		goto fail;
@@ -335,7 +342,29 @@ int db_meta_set(struct db *db, const char *key, const char *value, struct err *e
 }
 
 #define MACHINE_COLS "id, owner, name, image, vcpus, memory, disk, state, volume," \
-		     " mac, ssh_port, created, state_since, idle_timeout"
+		     " mac, ssh_port, created, state_since, idle_timeout, host_key," \
+		     " host_key_state, host_key_next, net_index, net_alias, substr(egress, 1, 255)," \
+		     " length(egress) > 255"
+
+static const char *const host_key_state_names[HK_COUNT] = {
+	[HK_NONE] = "none", [HK_SEED] = "seed", [HK_CONFIRMED] = "confirmed",
+	[HK_TOFU] = "first-answer",
+};
+
+const char *host_key_state_name(enum host_key_state s)
+{
+	return (unsigned)s < HK_COUNT ? host_key_state_names[s] : "none";
+}
+
+static enum host_key_state host_key_state_col(sqlite3_stmt *st, int col)
+{
+	const unsigned char *t = sqlite3_column_text(st, col);
+
+	for (int i = 0; t && i < HK_COUNT; i++)
+		if (strcmp((const char *)t, host_key_state_names[i]) == 0)
+			return (enum host_key_state)i;
+	return HK_NONE;
+}
 
 static void machine_from_row(sqlite3_stmt *st, struct machine *m)
 {
@@ -354,6 +383,13 @@ static void machine_from_row(sqlite3_stmt *st, struct machine *m)
 	m->created = sqlite3_column_int64(st, 11);
 	m->state_since = sqlite3_column_int64(st, 12);
 	m->idle_timeout = sqlite3_column_int64(st, 13);
+	copy_text(st, 14, m->host_key, sizeof(m->host_key));
+	m->host_key_state = host_key_state_col(st, 15);
+	copy_text(st, 16, m->host_key_next, sizeof(m->host_key_next));
+	m->net_index = sqlite3_column_int(st, 17);
+	copy_text(st, 18, m->net_alias, sizeof(m->net_alias));
+	copy_text(st, 19, m->egress, sizeof(m->egress));
+	m->egress_long = sqlite3_column_int(st, 20) != 0;
 }
 
 /* Open a ledger row for machine M in STATE at time T (caller holds the lock
@@ -394,14 +430,25 @@ static int transaction(struct db *db, int (*fn)(struct db *, void *, struct err 
 	return rc;
 }
 
+struct insert_args {
+	struct machine *m;
+	const char *egress;
+};
+
 static int insert_machine_tx(struct db *db, void *data, struct err *e)
 {
-	struct machine *m = data;
+	struct insert_args *a = data;
+	struct machine *m = a->m;
 	int rc = execute(db, e, "insert machine",
-			 "INSERT INTO machines(" MACHINE_COLS ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-			 "ssssiIIsssiIII", m->id, m->owner, m->name, m->image, m->vcpus,
+			 "INSERT INTO machines(id, owner, name, image, vcpus, memory, disk, state,"
+			 " volume, mac, ssh_port, created, state_since, idle_timeout, host_key,"
+			 " host_key_state, host_key_next, net_index, net_alias, egress)"
+			 " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+			 "ssssiIIsssiIIIsssiss", m->id, m->owner, m->name, m->image, m->vcpus,
 			 (int64_t)m->memory, (int64_t)m->disk, mstate_name(m->state), m->volume, m->mac,
-			 m->ssh_port, m->created, m->state_since, m->idle_timeout);
+			 m->ssh_port, m->created, m->state_since, m->idle_timeout, m->host_key,
+			 host_key_state_name(m->host_key_state), m->host_key_next, m->net_index,
+			 m->net_alias, a->egress);
 
 	if (rc == 1) {
 		err_clear(e);
@@ -412,11 +459,15 @@ static int insert_machine_tx(struct db *db, void *data, struct err *e)
 	return ledger_open(db, m, m->state, m->created, e);
 }
 
-int db_machine_insert(struct db *db, struct machine *m, struct err *e)
+int db_machine_insert(struct db *db, struct machine *m, const char *egress, struct err *e)
 {
+	struct insert_args a = { m, egress ? egress : "" };
+
 	m->state = MS_CREATING;
 	m->created = m->state_since = now_s();
-	return transaction(db, insert_machine_tx, m, e);
+	xsnprintf(m->egress, sizeof(m->egress), "%.255s", a.egress);
+	m->egress_long = strlen(a.egress) > 255;
+	return transaction(db, insert_machine_tx, &a, e);
 }
 
 static int machine_query(struct db *db, const char *sql, const char *a,
@@ -537,6 +588,66 @@ int db_machine_set_port(struct db *db, const char *id, int port, struct err *e)
 {
 	return execute_locked(db, e, "update port", "UPDATE machines SET ssh_port = ? WHERE id = ?",
 			      "is", port, id) == 0 ? 0 : -1;
+}
+
+int db_machine_set_host_key(struct db *db, const char *id, const char *key,
+			    enum host_key_state state, const char *next, struct err *e)
+{
+	return execute_locked(db, e, "update host key",
+			      "UPDATE machines SET host_key = ?, host_key_state = ?, "
+			      "host_key_next = ? WHERE id = ?", "ssss", key,
+			      host_key_state_name(state), next, id) == 0 ? 0 : -1;
+}
+
+bool db_net_index_used(struct db *db, int index)
+{
+	sqlite3_stmt *st;
+	bool used = true;
+
+	pthread_mutex_lock(&db->lock);
+	st = query(db, NULL, "SELECT 1 FROM machines WHERE net_index = ?", "i", index);
+	if (st)
+		used = sqlite3_step(st) == SQLITE_ROW;
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&db->lock);
+	return used;
+}
+
+int db_machine_set_net(struct db *db, const char *id, int index, const char *alias,
+		       struct err *e)
+{
+	return execute_locked(db, e, "update network",
+			      "UPDATE machines SET net_index = ?, net_alias = ? WHERE id = ?", "iss",
+			      index, alias, id) == 0 ? 0 : -1;
+}
+
+int db_machine_egress(struct db *db, const char *id, struct buf *out, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1, step;
+
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT egress FROM machines WHERE id = ?", "s", id);
+	if (st) {
+		step = sqlite3_step(st);
+		if (step == SQLITE_ROW) {
+			const unsigned char *t = sqlite3_column_text(st, 0);
+			buf_adds(out, t ? (const char *)t : "");
+			rc = 0;
+		} else {
+			err_set(e, 404, "not_found", "no machine %s", id);
+		}
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_machine_set_egress(struct db *db, const char *id, const char *policy, struct err *e)
+{
+	return execute_locked(db, e, "update egress",
+			      "UPDATE machines SET egress = ? WHERE id = ?", "ss", policy, id) == 0
+		       ? 0 : -1;
 }
 
 bool db_port_used(struct db *db, int port)

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/buf.h"
 #include "common/err.h"
 #include "hostd/billing.h"
 
@@ -39,6 +40,18 @@ int mstate_parse(const char *s, enum mstate *out);
 /* Running or paused: the vCPUs and memory are held, and billed. */
 bool mstate_holds_cpu(enum mstate s);
 
+/* How far a machine's SSH host key is pinned (the gateways, `berth exec`
+ * and hostd refuse any other key): HK_NONE, a machine made before berth
+ * pinned keys; HK_SEED, hostd made the key and gave it in the seed, and has
+ * not yet seen the machine answer; HK_CONFIRMED, it answered with it;
+ * HK_TOFU, it answered with another (its image ignores the seed's key),
+ * which was pinned then (trust on first use). */
+enum host_key_state { HK_NONE, HK_SEED, HK_CONFIRMED, HK_TOFU };
+#define HK_COUNT (HK_TOFU + 1)
+const char *host_key_state_name(enum host_key_state s);
+
+#define HOST_KEY_MAX 768      /* a public key line, with the NUL: RSA 4096 fits */
+
 struct machine {
 	char id[37];          /* UUID: also the libvirt domain's UUID */
 	char owner[64];
@@ -55,6 +68,20 @@ struct machine {
 	int64_t state_since;
 	int64_t idle_timeout; /* seconds quiet before the idle policy suspends it:
 				 0 = the config's idle_timeout, -1 = never */
+	char host_key[HOST_KEY_MAX];  /* pinned SSH host key, "TYPE BASE64"; "" */
+	enum host_key_state host_key_state;
+	/* A live fork whose running guest could not take its own key yet:
+	 * its seed's key, pinned (HK_SEED) at its next cold boot. */
+	char host_key_next[128];
+	int net_index;        /* network = routed: its address and tap (hostd/net.h);
+				 0: none */
+	/* A live fork until its first cold boot: the address and MAC its
+	 * guest still uses, its source's ("IP MAC"); "" otherwise. */
+	char net_alias[40];
+	/* Its own egress policy as far as 255 bytes go ("" = egress_default);
+	 * EGRESS_LONG when there is more (db_machine_egress reads it all). */
+	char egress[256];
+	bool egress_long;
 };
 
 struct image {
@@ -82,9 +109,10 @@ void db_close(struct db *db);
 int db_meta_get(struct db *db, const char *key, char *out, size_t outlen, struct err *e);
 int db_meta_set(struct db *db, const char *key, const char *value, struct err *e);
 
-/* Insert M (state forced to "creating") and open its ledger row.  409
- * "exists" when OWNER already has a machine of that name. */
-int db_machine_insert(struct db *db, struct machine *m, struct err *e);
+/* Insert M (state forced to "creating") with its own egress policy EGRESS
+ * (NULL or "": egress_default) and open its ledger row.  409 "exists" when
+ * OWNER already has a machine of that name. */
+int db_machine_insert(struct db *db, struct machine *m, const char *egress, struct err *e);
 /* 404 "not_found" ("no machine NAME") when absent. */
 int db_machine_get(struct db *db, const char *owner, const char *name,
 		   struct machine *m, struct err *e);
@@ -104,11 +132,24 @@ int db_machine_set_state_at(struct db *db, const char *id, enum mstate state, in
 /* Set machine ID's idle_timeout (see struct machine). */
 int db_machine_set_idle(struct db *db, const char *id, int64_t idle_timeout, struct err *e);
 int db_machine_set_port(struct db *db, const char *id, int port, struct err *e);
+/* Pin machine ID's host key KEY in STATE, and NEXT ("" none) for its next
+ * cold boot. */
+int db_machine_set_host_key(struct db *db, const char *id, const char *key,
+			    enum host_key_state state, const char *next, struct err *e);
 /* Remove the row and its checkpoint rows, and close its ledger row (ledger
  * rows are kept). */
 int db_machine_delete(struct db *db, const char *id, struct err *e);
 /* Whether any machine's SSH forward uses PORT (for picking a new one). */
 bool db_port_used(struct db *db, int port);
+/* Whether a machine has network index INDEX. */
+bool db_net_index_used(struct db *db, int index);
+/* Machine ID's network index and guest-side alias ("" none). */
+int db_machine_set_net(struct db *db, const char *id, int index, const char *alias,
+		       struct err *e);
+/* Machine ID's own egress policy text into OUT ("" when it has none: the
+ * config's egress_default applies), and setting it. */
+int db_machine_egress(struct db *db, const char *id, struct buf *out, struct err *e);
+int db_machine_set_egress(struct db *db, const char *id, const char *policy, struct err *e);
 
 int db_image_insert(struct db *db, const struct image *img, struct err *e);
 int db_image_get(struct db *db, const char *name, struct image *img, struct err *e);

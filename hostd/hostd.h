@@ -41,6 +41,7 @@ struct hostd {
 	struct desktop *desktop;    /* desktop tokens and STATE/desktop.sock */
 
 	struct idle *idle;          /* the idle policy (hostd/idle.c) */
+	struct net *net;            /* network = routed (hostd/net.h); NULL otherwise */
 
 	/* The storage sampler and the heartbeat (hostd/sampler.c); last_alive
 	 * is the previous run's last heartbeat (0: none), read at start. */

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,12 +12,19 @@
 #include "common/sshexec.h"
 #include "common/util.h"
 #include "hostd/machine_steps.h"
+#include "hostd/egress.h"
 #include "hostd/memimage.h"
+#include "hostd/net.h"
 #include "hostd/prometheus.h"
 #include "hostd/sampler.h"
 #include "hostd/seed.h"
+#include "hostd/sshkey.h"
 #include "hostd/sessions.h"
 #include "common/banned.h"
+
+/* A new machine's network index is picked and its row inserted under
+ * this, so two creates never take the same address. */
+static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static const char *const action_names[] = {
 	[ACT_START] = "start", [ACT_STOP] = "stop", [ACT_SUSPEND] = "suspend",
@@ -85,8 +93,10 @@ static int xml_render(struct hostd *h, const struct machine *m, bool agent, stru
 	struct image img;
 	struct storage_vol_info vi;
 	char dir[PATH_MAX], seed[PATH_MAX], log[PATH_MAX], vnc[PATH_MAX], name[200];
-	char agent_sock[PATH_MAX];
+	char agent_sock[PATH_MAX], tap[32] = "";
 
+	if (h->net && m->net_index)
+		net_tap_name(net_conf(h), m->net_index, tap, sizeof(tap));
 	if (db_image_get(h->db, m->image, &img, e) < 0 ||
 	    storage_vol_info(h->st, m->volume, &vi, e) < 0)
 		return -1;
@@ -102,7 +112,7 @@ static int xml_render(struct hostd *h, const struct machine *m, bool agent, stru
 		.kernel = img.kernel, .initrd = img.initrd, .cmdline = img.cmdline,
 		.disk_path = vi.path, .disk_format = vi.format, .disk_block = vi.block,
 		.seed_path = seed, .mac = m->mac, .network = h->cfg.network,
-		.nat_network = h->cfg.nat_network, .ssh_port = m->ssh_port,
+		.tap = h->net && m->net_index ? tap : NULL, .ssh_port = m->ssh_port,
 		.console_log = log, .vnc_socket = vnc,
 		.agent_socket = agent ? agent_sock : NULL,
 	};
@@ -202,6 +212,8 @@ int machine_destroy_all(struct hostd *h, const struct machine *m, struct err *e)
 		rc = -1;
 	if (rc < 0)
 		return -1;
+	/* Its tap and rules (the domain that held the tap is gone). */
+	net_machine_remove(h, m);
 	if (db_ckpt_list(h->db, m->id, &cs, &nc, e) < 0 || db_machine_delete(h->db, m->id, e) < 0) {
 		free(cs);
 		return -1;
@@ -242,6 +254,19 @@ static int validate_create(struct hostd *h, const struct create_req *r,
 		return err_set(e, 400, "invalid_disk",
 			       "disk %llu bytes is not a multiple of 512 bytes",
 			       (unsigned long long)r->disk);
+	if (r->egress) {
+		struct egress *p = calloc(1, sizeof(*p));
+		int rc;
+		if (!p)
+			abort();
+		rc = egress_parse(r->egress, p, e);
+		if (rc == 0 && !net_routed(h) && p->mode != EGRESS_OPEN)
+			rc = err_set(e, 409, "egress_needs_routed", "egress policies need network = "
+				     "routed; this host runs network = %s", h->cfg.network);
+		free(p);
+		if (rc < 0)
+			return -1;
+	}
 	if (db_image_get(h->db, r->image, img, e) < 0)
 		return -1;
 	if (r->disk && (r->disk < img->virtual_size || r->disk > h->cfg.max_disk)) {
@@ -280,14 +305,20 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 {
 	struct image img;
 	struct machine m;
-	char dir[PATH_MAX];
+	char dir[PATH_MAX], *hk_priv = NULL, *hk_pub = NULL;
 	const char *keys[] = { h->key.public_line, NULL };
+	int rc = -1;
 
 	memset(&m, 0, sizeof(m));
 	if (validate_create(h, r, &img, e) < 0)
 		return -1;
 	if (uuid_generate(m.id) < 0 || mac_generate(m.mac) < 0)
 		return err_errno(e, errno, "random");
+	/* Its own SSH host key: in its seed, pinned from the start. */
+	if (sshkey_ed25519(&hk_priv, &hk_pub, e) < 0)
+		return -1;
+	snprintf(m.host_key, sizeof(m.host_key), "%s", hk_pub);
+	m.host_key_state = HK_SEED;
 	snprintf(m.owner, sizeof(m.owner), "%s", r->owner);
 	snprintf(m.name, sizeof(m.name), "%s", r->name);
 	snprintf(m.image, sizeof(m.image), "%s", r->image);
@@ -296,13 +327,24 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 	m.memory = r->memory;
 	m.disk = r->disk ? r->disk : img.virtual_size;
 	m.idle_timeout = r->idle_timeout;
-	if (strcmp(h->cfg.network, "user") == 0 && (m.ssh_port = pick_port(h)) < 0)
-		return err_set(e, 503, "no_port", "no free loopback port for %s's SSH", r->name);
+	if (strcmp(h->cfg.network, "user") == 0 && (m.ssh_port = pick_port(h)) < 0) {
+		err_set(e, 503, "no_port", "no free loopback port for %s's SSH", r->name);
+		goto out;
+	}
 
 	/* The row comes first: from here on a crash leaves a "creating" row
-	 * that start-up reconciliation undoes. */
-	if (db_machine_insert(h->db, &m, e) < 0)
-		return -1;
+	 * that start-up reconciliation undoes.  Its network address is
+	 * picked and taken in the same breath. */
+	pthread_mutex_lock(&create_lock);
+	if (net_routed(h) && (m.net_index = net_pick_index(h, e)) < 0) {
+		pthread_mutex_unlock(&create_lock);
+		goto out;
+	}
+	rc = db_machine_insert(h->db, &m, r->egress, e);
+	pthread_mutex_unlock(&create_lock);
+	if (rc < 0)
+		goto out;
+	rc = -1;
 	if (busy_acquire(h->busy, m.id, "create", m.name, e) < 0)
 		goto undo;
 	hostd_crash_point(h, "create-after-row");
@@ -314,10 +356,14 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 		err_errno(e, errno, "create %s", dir);
 		goto undo;
 	}
-	struct seed s = { .instance_id = m.id, .hostname = m.name, .user = img.user, .keys = keys };
+	struct seed s = { .instance_id = m.id, .hostname = m.name, .user = img.user, .keys = keys,
+			  .host_key_private = hk_priv, .host_key_public = hk_pub };
 	if (seed_write(&s, dir, e) < 0)
 		goto undo;
 	hostd_crash_point(h, "create-after-seed");
+	/* Its tap, address and rules: before the domain, which names the tap. */
+	if (net_machine_add(h, &m, e) < 0)
+		goto undo;
 	if (machine_define(h, &m, e) < 0)
 		goto undo;
 	hostd_crash_point(h, "create-after-define");
@@ -327,29 +373,113 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 	log_info("created machine %s/%s (%s, %d vCPU, %llu MiB, image %s)", m.owner,
 		 m.name, m.id, m.vcpus, (unsigned long long)(m.memory >> 20), m.image);
 	if (db_machine_get_id(h->db, m.id, out, e) < 0)
-		return -1;
+		goto out;
 	/* Storage is billed from its creation, not from the next minute. */
 	sampler_record(h, out);
-	return 0;
+	rc = 0;
+	goto out;
 undo:
 	log_warn("create %s/%s failed: %s; removing what it made", m.owner, m.name, e->msg);
 	if (machine_destroy_all(h, &m, NULL) < 0)
 		log_error("create %s/%s: cleanup incomplete; start-up reconciliation will retry",
 			  m.owner, m.name);
 	busy_release(h->busy, m.id);
-	return -1;
+out:
+	if (hk_priv)
+		memset(hk_priv, 0, strlen(hk_priv));
+	free(hk_priv);
+	free(hk_pub);
+	return rc;
+}
+
+int machine_set_egress(struct hostd *h, struct machine *m, const char *policy,
+		       struct err *e)
+{
+	struct egress *p = calloc(1, sizeof(*p)), *old = calloc(1, sizeof(*old));
+	bool dflt = strcmp(policy, "default") == 0;
+	struct buf text = BUF_INIT, was = BUF_INIT;
+	int rc = -1;
+
+	if (!p || !old)
+		abort();
+	if (egress_parse(dflt ? h->cfg.egress_default : policy, p, e) < 0)
+		goto out;
+	if (!net_routed(h) && p->mode != EGRESS_OPEN) {
+		err_set(e, 409, "egress_needs_routed", "egress policies need network = routed; "
+			"this host runs network = %s, where a guest's connections are QEMU's own "
+			"and cannot be told apart per machine", h->cfg.network);
+		goto out;
+	}
+	egress_format(p, &text);
+	if (db_machine_egress(h->db, m->id, &was, e) < 0 ||
+	    egress_parse(was.len ? buf_str(&was) : h->cfg.egress_default, old, e) < 0)
+		goto out;
+	if (m->net_index && net_machine_policy(h, m, p, e) < 0)
+		goto out;
+	if (db_machine_set_egress(h->db, m->id, dflt ? "" : buf_str(&text), e) < 0) {
+		/* The policy in force stays the recorded one. */
+		if (m->net_index)
+			net_machine_policy(h, m, old, NULL);
+		goto out;
+	}
+	log_info("machine %s/%s: egress %s%s", m->owner, m->name, buf_str(&text),
+		 dflt ? " (the default)" : "");
+	rc = 0;
+out:
+	free(p);
+	free(old);
+	buf_free(&text);
+	buf_free(&was);
+	return rc;
+}
+
+int machine_host_key(struct hostd *h, struct machine *m, struct err *e)
+{
+	char host[64], got[HOST_KEY_MAX], why[512];
+	int port;
+
+	if (m->host_key_state == HK_CONFIRMED || m->host_key_state == HK_TOFU)
+		return 0;
+	if (machine_endpoint(h, m, host, sizeof(host), &port, e) != 0)
+		return -1;
+	if (sshexec_host_key(host, port, NULL, 20000, got, sizeof(got), why, sizeof(why)) < 0)
+		return err_set(e, 503, "unreachable", "machine %s: %s", m->name, why);
+	if (m->host_key_state == HK_SEED && sshexec_key_equal(got, m->host_key)) {
+		m->host_key_state = HK_CONFIRMED;
+		log_info("machine %s/%s answers with the host key of its seed", m->owner, m->name);
+	} else {
+		/* The image ignores the seed's key (or the machine was made
+		 * before berth pinned keys): the key of its first answer is
+		 * pinned from now on. */
+		if (m->host_key_state == HK_SEED)
+			log_warn("machine %s/%s presents a host key other than its seed's: its "
+				 "image ignores cloud-init's ssh_keys; pinning the key of this "
+				 "first answer (trust on first use)", m->owner, m->name);
+		else
+			log_info("machine %s/%s had no pinned host key; pinning the key of this "
+				 "answer (trust on first use)", m->owner, m->name);
+		snprintf(m->host_key, sizeof(m->host_key), "%s", got);
+		m->host_key_state = HK_TOFU;
+	}
+	return db_machine_set_host_key(h->db, m->id, m->host_key, m->host_key_state,
+				       m->host_key_next, e);
 }
 
 int machine_endpoint(struct hostd *h, const struct machine *m, char *host,
 		     size_t hostlen, int *port, struct err *e)
 {
+	(void)e;
 	if (strcmp(h->cfg.network, "user") == 0) {
 		snprintf(host, hostlen, "127.0.0.1");
 		*port = m->ssh_port;
 		return 0;
 	}
+	/* Routed: its own address, which the host routes to its tap. */
+	if (!h->net || !m->net_index)
+		return 1;
+	net_ip_text(net_machine_ip(net_conf(h), m->net_index), host, hostlen);
 	*port = 22;
-	return virt_nat_address(h->virt, m->id, host, hostlen, e);
+	return 0;
 }
 
 int machine_wait_ready(struct hostd *h, const struct machine *m, int timeout_s,
@@ -403,6 +533,26 @@ int machine_do_start(struct hostd *h, struct machine *m, enum vstate vs, struct 
 		if (memimage_discard(h, m->id))
 			log_warn("machine %s/%s: removed a memory image it had run since", m->owner,
 				 m->name);
+		/* A live fork's guest takes its own address and MAC at its
+		 * first boot: the host maps its source's no more. */
+		if (m->net_alias[0]) {
+			struct machine old = *m;
+			if (db_machine_set_net(h->db, m->id, m->net_index, "", e) < 0)
+				return -1;
+			m->net_alias[0] = '\0';
+			net_machine_remove(h, &old);
+			if (net_machine_add(h, m, e) < 0)
+				return -1;
+		}
+		/* A live fork that ran with its source's host key takes its
+		 * seed's at its first boot. */
+		if (m->host_key_next[0]) {
+			if (db_machine_set_host_key(h->db, m->id, m->host_key_next, HK_SEED, "", e) < 0)
+				return -1;
+			snprintf(m->host_key, sizeof(m->host_key), "%s", m->host_key_next);
+			m->host_key_state = HK_SEED;
+			m->host_key_next[0] = '\0';
+		}
 		if (machine_port_refresh(h, m, e) < 0 || machine_define(h, m, e) < 0)
 			return -1;
 	}

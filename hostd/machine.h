@@ -22,6 +22,7 @@ struct create_req {
 	uint64_t memory;   /* bytes */
 	uint64_t disk;     /* bytes; 0 = the image's size */
 	int64_t idle_timeout; /* as struct machine's: 0 = the config's, -1 = never */
+	const char *egress; /* its egress policy (hostd/egress.h); NULL: the config's */
 	bool start;        /* start it once made */
 	bool wait;         /* with start: until its SSH answers */
 };
@@ -67,6 +68,20 @@ int machine_settle(struct hostd *h, const char *owner, const char *name,
  * be NULL. */
 int machine_wake(struct hostd *h, const char *owner, const char *name, bool wait,
 		 struct machine *out, int64_t *woke_ms, struct err *e);
+/* Set machine M's egress policy to POLICY ("default": egress_default's):
+ * checked whole (400 "invalid_egress" naming the rule), applied to the
+ * network at once (a running machine's connections it no longer allows
+ * are cut), then recorded.  Nothing changes on failure. */
+int machine_set_egress(struct hostd *h, struct machine *m, const char *policy,
+		       struct err *e);
+/* Make sure M's pinned host key is the one it answers with, before its
+ * SSH credential goes to a client: a key given in its seed (HK_SEED) is
+ * checked once, by hostd reading the key the running machine presents;
+ * the same confirms it, another is pinned instead (its image ignores the
+ * seed: trust on first use, logged).  M (and its row) are updated.
+ * Nothing to do for a key already confirmed or pinned.  503 "unreachable"
+ * when the machine does not answer. */
+int machine_host_key(struct hostd *h, struct machine *m, struct err *e);
 /* The machine's SSH endpoint.  1 when it has none yet (nat, no lease). */
 int machine_endpoint(struct hostd *h, const struct machine *m, char *host,
 		     size_t hostlen, int *port, struct err *e);

@@ -60,6 +60,22 @@ void machine_json_write(struct hostd *h, const struct machine *m,
 	} else {
 		buf_adds(b, "null");
 	}
+	/* Its egress policy (GET .../egress has all of a long one). */
+	if (f->egress) {
+		add_key(b, "egress");
+		buf_adds(b, "{\"policy\":");
+		buf_add_json_str(b, f->egress);
+		add_key(b, "default");
+		buf_adds(b, m->egress[0] ? "false" : "true");
+		if (f->egress_long) {
+			add_key(b, "truncated");
+			buf_adds(b, "true");
+		}
+		buf_adds(b, "}");
+	}
+	/* The SSH host key the gateways and berth exec insist on. */
+	add_str(b, "host_key", m->host_key);
+	add_str(b, "host_key_state", host_key_state_name(m->host_key_state));
 	add_str(b, "domain", name);
 	add_str(b, "hypervisor", virt_hypervisor(h->virt));
 	if (f->allocated >= 0)

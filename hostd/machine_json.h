@@ -19,6 +19,9 @@ struct machine_facts {
 	int64_t allocated;        /* its storage in bytes; -1: unknown */
 	int64_t memory_bytes;     /* its saved memory on disk; -1: none */
 	int sessions;             /* the gateways' live sessions on it */
+	const char *egress;       /* its egress policy (the config's when its own
+				     is ""), its first 255 bytes */
+	bool egress_long;         /* and there is more */
 	struct idle_view idle;    /* what the idle policy knows of it */
 	const char *op;           /* a long operation in progress told its
 				     progress (an export); NULL: none */

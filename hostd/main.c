@@ -29,6 +29,7 @@
 #include "hostd/idle.h"
 #include "hostd/http.h"
 #include "hostd/image.h"
+#include "hostd/net.h"
 #include "hostd/reconcile.h"
 #include "hostd/sampler.h"
 #include "hostd/usage.h"
@@ -239,6 +240,10 @@ int main(int argc, char **argv)
 		 state, h.instance, storage_name(h.st), storage_location(h.st),
 		 h.cfg.network, h.recipes_dir);
 
+	/* Machines' taps, rules, DHCP and DNS, before their domains are
+	 * looked at (a domain names its tap). */
+	if (net_start(&h, &e) < 0)
+		goto fail;
 	reconcile_at_start(&h);
 	image_reconcile(&h);
 	/* Prices recorded, storage sampled now and every minute. */
@@ -281,6 +286,7 @@ fail:
 out:
 	idle_stop(&h);
 	desktop_stop(h.desktop);
+	net_stop(&h);
 	sampler_stop(&h);
 	virt_close(h.virt);
 	storage_close(h.st);

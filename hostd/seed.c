@@ -16,6 +16,16 @@ static bool clean_value(const char *s)
 	return *s && strpbrk(s, "\r\n\"'\\") == NULL;
 }
 
+/* OpenSSH PEM text: base64 lines between BEGIN and END lines, nothing a
+ * YAML block could read otherwise. */
+static bool pem_ok(const char *s)
+{
+	return strncmp(s, "-----BEGIN OPENSSH PRIVATE KEY-----\n", 36) == 0 &&
+	       strstr(s, "-----END OPENSSH PRIVATE KEY-----") != NULL &&
+	       strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=- \n") ==
+		       strlen(s);
+}
+
 int seed_render(const struct seed *s, struct buf *meta, struct buf *user,
 		struct err *e)
 {
@@ -27,13 +37,32 @@ int seed_render(const struct seed *s, struct buf *meta, struct buf *user,
 		if (!clean_value(s->keys[i]))
 			return err_set(e, 400, "invalid_key",
 				       "seed: public key %zu has a newline or a quote", i + 1);
+	if (s->host_key_private &&
+	    (!pem_ok(s->host_key_private) || !s->host_key_public ||
+	     !clean_value(s->host_key_public)))
+		return err_set(e, 400, "invalid_key", "seed: the host key is not an OpenSSH key");
 	/* Every value quoted: YAML reads a bare 1234, 0123, yes or null as
 	 * something other than a string, and a ": " in a key's comment as a
 	 * mapping.  Single quotes need no escaping: values never hold one. */
 	buf_printf(meta, "instance-id: '%s'\nlocal-hostname: '%s'\n", s->instance_id, s->hostname);
-	buf_printf(user, "#cloud-config\nhostname: '%s'\nssh_authorized_keys:\n", s->hostname);
+	/* manage_etc_hosts: /etc/hosts names the machine (sudo resolves its
+	 * own hostname). */
+	buf_printf(user, "#cloud-config\nhostname: '%s'\nmanage_etc_hosts: true\n"
+		   "ssh_authorized_keys:\n", s->hostname);
 	for (size_t i = 0; s->keys && s->keys[i]; i++)
 		buf_printf(user, "  - '%s'\n", s->keys[i]);
+	/* The machine's own host key (cloud-init's cc_ssh writes it to
+	 * /etc/ssh/ssh_host_ed25519_key{,.pub}), which hostd pins. */
+	if (s->host_key_private) {
+		buf_adds(user, "ssh_keys:\n  ed25519_private: |\n");
+		for (const char *l = s->host_key_private; *l;) {
+			size_t n = strcspn(l, "\n");
+			if (n)
+				buf_printf(user, "    %.*s\n", (int)n, l);
+			l += n + (l[n] == '\n');
+		}
+		buf_printf(user, "  ed25519_public: '%s'\n", s->host_key_public);
+	}
 	/* For cloud images whose default user is not root (cloud-init's
 	 * "users" module): the same keys for that user, passwordless sudo. */
 	if (strcmp(s->user, "root") != 0) {
@@ -57,8 +86,8 @@ int seed_write(const struct seed *s, const char *dir, struct err *e)
 	snprintf(part, sizeof(part), "%s/seed.iso.part", dir);
 	if (seed_render(s, &meta, &user, e) < 0)
 		goto out;
-	if (file_write_atomic(meta_path, meta.data, meta.len, 0644, e) < 0 ||
-	    file_write_atomic(user_path, user.data, user.len, 0644, e) < 0)
+	if (file_write_atomic(meta_path, meta.data, meta.len, 0600, e) < 0 ||
+	    file_write_atomic(user_path, user.data, user.len, 0600, e) < 0)
 		goto out;
 	char *const argv[] = { "genisoimage", "-quiet", "-output", part,
 			       "-volid", "cidata", "-joliet", "-rock",

@@ -82,9 +82,9 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 {
 	const char *fields[] = { s->dom_name, s->uuid, s->owner, s->name, s->kernel,
 				 s->initrd, s->cmdline, s->disk_path, s->disk_format,
-				 s->seed_path, s->mac, s->nat_network, s->console_log,
+				 s->seed_path, s->mac, s->tap, s->console_log,
 				 s->vnc_socket, s->agent_socket };
-	bool user, nat;
+	bool user, routed;
 
 	if (s->vcpus < 1 || s->memory < (1 << 20) || !s->disk_path ||
 	    !s->dom_name || !s->uuid || !s->owner || !s->name || !s->disk_format ||
@@ -96,12 +96,12 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 			return err_set(e, 400, "invalid_spec",
 				       "domain %s: a value has a control character", s->dom_name);
 	user = strcmp(s->network, "user") == 0;
-	nat = strcmp(s->network, "nat") == 0;
-	if (!user && !nat)
+	routed = strcmp(s->network, "routed") == 0;
+	if (!user && !routed)
 		return err_set(e, 500, "internal", "domain %s: unknown network '%s'",
 			       s->dom_name, s->network);
-	if (nat && !s->nat_network)
-		return err_set(e, 500, "internal", "domain %s: no NAT network", s->dom_name);
+	if (routed && (!s->tap || !*s->tap))
+		return err_set(e, 500, "internal", "domain %s: no tap", s->dom_name);
 	if (user && (s->ssh_port < 1 || s->ssh_port > 65535))
 		return err_set(e, 500, "internal", "domain %s: no SSH port", s->dom_name);
 	buf_printf(b, "<domain type='%s' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>\n",
@@ -165,12 +165,14 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 		buf_add_xml(b, s->seed_path);
 		buf_adds(b, "'/>\n      <target dev='vdb' bus='virtio'/>\n      <readonly/>\n    </disk>\n");
 	}
-	if (nat) {
-		buf_adds(b, "    <interface type='network'>\n      <source network='");
-		buf_add_xml(b, s->nat_network);
-		buf_adds(b, "'/>\n      <mac address='");
+	if (routed) {
+		/* The tap hostd made (hostd/net.h): libvirtd attaches to it and
+		 * hands QEMU the descriptor, so QEMU needs no privilege. */
+		buf_adds(b, "    <interface type='ethernet'>\n      <mac address='");
 		buf_add_xml(b, s->mac);
-		buf_adds(b, "'/>\n      <model type='virtio'/>\n    </interface>\n");
+		buf_adds(b, "'/>\n      <target dev='");
+		buf_add_xml(b, s->tap);
+		buf_adds(b, "' managed='no'/>\n      <model type='virtio'/>\n    </interface>\n");
 	}
 	buf_adds(b, "    <serial type='pty'>\n");
 	if (s->console_log) {
@@ -1192,33 +1194,4 @@ int virt_list_prefix(struct virt *v, const char *prefix,
 	free(doms);
 	virConnectClose(c);
 	return 0;
-}
-
-int virt_nat_address(struct virt *v, const char *uuid, char *out, size_t outlen,
-		     struct err *e)
-{
-	virConnectPtr c;
-	virDomainPtr d = dom_get(v, uuid, &c, e);
-	virDomainInterfacePtr *ifaces = NULL;
-	int n, rc = 1;
-
-	if (!d)
-		return -1;
-	n = virDomainInterfaceAddresses(d, &ifaces, VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE, 0);
-	if (n < 0) {
-		verr(e, "interface addresses", uuid);
-		rc = -1;
-	}
-	for (int i = 0; i < n; i++) {
-		for (unsigned j = 0; rc == 1 && j < ifaces[i]->naddrs; j++) {
-			if (ifaces[i]->addrs[j].type == VIR_IP_ADDR_TYPE_IPV4) {
-				snprintf(out, outlen, "%s", ifaces[i]->addrs[j].addr);
-				rc = 0;
-			}
-		}
-		virDomainInterfaceFree(ifaces[i]);
-	}
-	free(ifaces);
-	dom_put(d, c);
-	return rc;
 }

@@ -37,8 +37,8 @@ struct domain_spec {
 	bool disk_block;
 	const char *seed_path;     /* NoCloud ISO, attached read-only as vdb */
 	const char *mac;
-	const char *network;       /* "user" or "nat" */
-	const char *nat_network;   /* libvirt network name for "nat" */
+	const char *network;       /* "routed" or "user" */
+	const char *tap;           /* "routed": the machine's tap (hostd made it) */
 	int ssh_port;              /* "user": 127.0.0.1:PORT -> guest :22 */
 	const char *console_log;   /* serial console is logged here */
 	const char *vnc_socket;    /* the screen: VNC on this UNIX socket (NULL: none) */
@@ -175,9 +175,4 @@ int virt_disk_path(struct virt *v, const char *uuid, char *out, size_t outlen,
 int virt_list_prefix(struct virt *v, const char *prefix,
 		     void (*fn)(const char *name, const char *uuid, void *data),
 		     void *data, struct err *e);
-/* network=nat: the guest's IPv4 address from the DHCP leases of its
- * interface.  1 when none yet, 0 with OUT filled, -1 on error. */
-int virt_nat_address(struct virt *v, const char *uuid, char *out, size_t outlen,
-		     struct err *e);
-
 #endif

@@ -675,8 +675,11 @@ static int ensure_up(struct conn *c, bool wake, struct pair *progress)
 		rc = -1;
 		goto fail;
 	}
+	/* The machine must present the host key hostd pinned for it. */
+	const char *host_key = json_string_value(json_object_get(ep, "host_key"));
 	struct sshexec_target t = { .host = host, .port = (int)json_integer_value(port),
-				    .user = c->vm_user[0] ? c->vm_user : user, .key_b64 = key };
+				    .user = c->vm_user[0] ? c->vm_user : user, .key_b64 = key,
+				    .host_key = host_key };
 	snprintf(c->up.key, sizeof(c->up.key), "%s/%s/%s@%s:%d", c->owner, c->machine, t.user,
 		 host, t.port);
 	if (pool_take(c->up.key, &c->up)) {
@@ -692,7 +695,11 @@ static int ensure_up(struct conn *c, bool wake, struct pair *progress)
 		handshake_end(endpoint);
 		if (!c->up.s) {
 			log_warn("%s/%s from %s: %s", c->owner, c->machine, c->addr, err);
-			if (strstr(err, "authentication failed") && c->vm_user[0])
+			const char *mismatch = strstr(err, "host key mismatch");
+			if (mismatch)
+				snprintf(msg, sizeof(msg), "refusing to connect to %s: %s", c->machine,
+					 mismatch);
+			else if (strstr(err, "authentication failed") && c->vm_user[0])
 				snprintf(msg, sizeof(msg), "cannot log in to %s as %s", c->machine,
 					 c->vm_user);
 			else

@@ -161,6 +161,9 @@ print("" if v is None else (json.dumps(v) if isinstance(v,(dict,list,bool)) else
 }
 
 start_hostd() {
+	mkdir -p "$STATE"
+	grep -qs '^guest_network' "$STATE/berth.conf" ||
+		echo "guest_network = $GUEST_NET" >>"$STATE/berth.conf"
 	env "$@" "$BIN/berth-hostd" --state "$STATE" >> "$T/hostd.log" 2>&1 &
 	HOSTD_PID=$!
 	for _ in $(seq 200); do
@@ -225,8 +228,45 @@ cleanup() {
 		$VIRSH undefine --managed-save --nvram "$d" >/dev/null 2>&1 ||
 			$VIRSH undefine --managed-save "$d" >/dev/null 2>&1
 	done
+	net_cleanup
 	if [ "${KEEP:-}" = 1 ]; then diag "kept $T"; else rm -rf "$T"; fi
 }
+
+# The instance of this test's state directory ("" before hostd made it).
+instance_id() {
+	python3 -c 'import sqlite3, sys
+try:
+    r = sqlite3.connect(sys.argv[1]).execute("SELECT value FROM meta WHERE key = ?", ("instance",)).fetchone()
+    print(r[0] if r else "")
+except Exception:
+    print("")' "$STATE/berth.db" 2>/dev/null
+}
+# What network = routed made for this test's hostd and a killed hostd
+# leaves: its dnsmasq, its nftables table, its taps.
+net_cleanup() {
+	local inst l
+	inst=$(instance_id)
+	[ -n "$inst" ] || return 0
+	pkill -f -- "--conf-file=$STATE/net/dnsmasq.conf" 2>/dev/null
+	nft delete table inet "berth-$inst" 2>/dev/null
+	for l in $(ip -o link show 2>/dev/null | awk -F': ' '{ print $2 }' | cut -d@ -f1); do
+		case $l in "bt${inst:0:4}-"*) ip link delete "$l" 2>/dev/null ;; esac
+	done
+	return 0
+}
+# A guest network of its own for this test's hostd (tests run side by
+# side): a /24 in 10.224.0.0/11 that no route of the host's covers.
+pick_guest_net() {
+	local a b
+	for _ in $(seq 50); do
+		a=$((224 + RANDOM % 32)) b=$((RANDOM % 256))
+		ip route show | grep -q "^10\.$a\.$b\." && continue
+		echo "10.$a.$b.0/24"
+		return 0
+	done
+	echo "10.231.$((RANDOM % 256)).0/24"
+}
+GUEST_NET=$(pick_guest_net)
 trap cleanup EXIT
 
 # finish: end of a test script; exit status tells the runner.

@@ -110,7 +110,10 @@ fi
 DROPBEAR=/usr/sbin/dropbear
 DROPBEARKEY=/usr/bin/dropbearkey
 DBCLIENT=/usr/bin/dbclient
-if [ ! -x $DROPBEAR ] || [ ! -x $DROPBEARKEY ] || [ ! -x $DBCLIENT ]; then
+# The seed's host key is OpenSSH's format; dropbear reads its own.
+DROPBEARCONVERT=/usr/lib/dropbear/dropbearconvert
+if [ ! -x $DROPBEAR ] || [ ! -x $DROPBEARKEY ] || [ ! -x $DBCLIENT ] ||
+	[ ! -x $DROPBEARCONVERT ]; then
 	die "dropbear not found (install dropbear-bin)"
 fi
 # OpenSSH's scp speaks SFTP by default (and sftp always): dropbear runs
@@ -289,15 +292,22 @@ done
 cc -static -O2 -Wall -o "$R/usr/bin/clipagent" \
 	"$(dirname -- "${BASH_SOURCE[0]}")/tiny/clipagent.c" ||
 	die "cannot build clipagent"
+# What the guest reaches, for the network tests and benchmarks (TCP and
+# UDP probes, a stream, throughput, round trips: busybox's nc has none).
+cc -static -O2 -Wall -o "$R/usr/bin/netprobe" \
+	"$(dirname -- "${BASH_SOURCE[0]}")/tiny/netprobe.c" ||
+	die "cannot build netprobe"
 
 # dropbear, dbclient, sftp-server, rsync and exactly the libraries ldd
 # lists, plus the loader.
 cp $DROPBEAR "$R/usr/sbin/dropbear"
 cp $DROPBEARKEY "$R/usr/bin/dropbearkey"
 cp $DBCLIENT "$R/usr/bin/dbclient"
+cp $DROPBEARCONVERT "$R/usr/bin/dropbearconvert"
 cp $SFTP_SERVER "$R/usr/lib/sftp-server"
 cp $RSYNC "$R/usr/bin/rsync"
-for lib in $( (ldd $DROPBEAR; ldd $DROPBEARKEY; ldd $DBCLIENT; ldd $SFTP_SERVER; ldd $RSYNC) |
+for lib in $( (ldd $DROPBEAR; ldd $DROPBEARKEY; ldd $DBCLIENT; ldd $DROPBEARCONVERT
+	ldd $SFTP_SERVER; ldd $RSYNC) |
 	awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u); do
 	mkdir -p "$R${lib%/*}"
 	[ -e "$R$lib" ] || cp -L "$lib" "$R$lib"
@@ -408,32 +418,19 @@ exit 0
 EOF
 chmod 755 "$R/etc/udhcpc/default.script"
 
-cat >"$R/etc/rc" <<'EOF'
+cat >"$R/etc/berth-seed" <<'EOF'
 #!/bin/sh
-# berth tiny: system initialisation (busybox init sysinit).
+# berth tiny: apply the cloud-init NoCloud seed hostd gives every machine:
+# the hostname, root's authorized keys (replaced by the seed's) and the SSH
+# host key (ssh_keys' ed25519_private, converted for dropbear).  Run by
+# /etc/rc at every boot; `berth-seed --live` applies it to a running guest
+# (a live fork, which runs with its source's memory) and restarts dropbear's
+# listener so that it presents the new host key (sessions stay).
 export PATH=/sbin:/bin:/usr/sbin:/usr/bin
 umask 022
 
-mounted() { grep -q "^[^ ]* $1 " /proc/mounts; }
-mount -t proc proc /proc 2>/dev/null
-mounted /sys || mount -t sysfs sysfs /sys
-mounted /dev || mount -t devtmpfs devtmpfs /dev
-mkdir -p /dev/pts /dev/shm
-mounted /dev/pts || mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /dev/pts
-mounted /dev/shm || mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm
-mounted /tmp || mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp
-mounted /run || mount -t tmpfs -o mode=755,nosuid,nodev tmpfs /run
-ln -sfn /proc/self/fd /dev/fd
-ln -sfn /proc/self/fd/0 /dev/stdin
-ln -sfn /proc/self/fd/1 /dev/stdout
-ln -sfn /proc/self/fd/2 /dev/stderr
-mount -o remount,rw / 2>/dev/null
-
-for f in /var/log/dropbear.log /var/log/acpid.log; do
-	[ -f "$f" ] && [ "$(wc -c <"$f")" -gt 1048576 ] && mv -f "$f" "$f.old"
-done
-
 # ---- cloud-init NoCloud seed: ISO 9660 labelled cidata on a virtio disk.
+mkdir -p -m 700 /etc/dropbear
 iso_label() { # DEV: the ISO 9660 volume label, or fail
 	[ "$(dd if="$1" bs=1 skip=32769 count=5 2>/dev/null)" = CD001 ] || return 1
 	dd if="$1" bs=1 skip=32808 count=32 2>/dev/null | tr -d ' \0'
@@ -490,7 +487,23 @@ yaml_keys() { # FILE
 	' "$1"
 }
 
+# The block "ed25519_private: |" of ssh_keys: its indented lines, the
+# indentation removed (cloud-init's ssh_keys, hostd/seed.c).
+yaml_host_key() { # FILE
+	awk '
+	{ sub(/\r$/, "") }
+	inkey && /^[ \t]*$/ { next }
+	inkey {
+		match($0, /^[ \t]*/)
+		if (RLENGTH > ind) { print substr($0, RLENGTH + 1); next }
+		inkey = 0
+	}
+	/^[ \t]*ed25519_private:[ \t]*\|[ \t]*$/ { match($0, /^[ \t]*/); ind = RLENGTH; inkey = 1 }
+	' "$1"
+}
+
 seed=$(find_seed) || seed=
+hostkey=
 if [ -n "$seed" ]; then
 	mkdir -p /run/seed
 	if mount -t iso9660 -o ro "$seed" /run/seed 2>/dev/null; then
@@ -512,6 +525,18 @@ if [ -n "$seed" ]; then
 		mv -f /root/.ssh/authorized_keys.new /root/.ssh/authorized_keys
 		echo "tiny: seed $seed: hostname '$(cat /etc/hostname)'," \
 			"$(grep -c . /root/.ssh/authorized_keys) ssh key(s)"
+		# The machine's own host key, which hostd pins.
+		if [ -f /run/seed/user-data ]; then
+			(umask 077 && yaml_host_key /run/seed/user-data >/run/seed-host-key)
+			if grep -q 'BEGIN OPENSSH PRIVATE KEY' /run/seed-host-key &&
+				dropbearconvert openssh dropbear /run/seed-host-key \
+					/etc/dropbear/dropbear_ed25519_host_key.new >/dev/null 2>&1; then
+				mv -f /etc/dropbear/dropbear_ed25519_host_key.new \
+					/etc/dropbear/dropbear_ed25519_host_key
+				hostkey=seed
+			fi
+			rm -f /run/seed-host-key /etc/dropbear/dropbear_ed25519_host_key.new
+		fi
 		umount /run/seed
 	else
 		echo "tiny: cannot mount the seed $seed"
@@ -526,12 +551,60 @@ name=$(hostname)
 printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
 	"$name" >/etc/hosts
 
-# ---- ssh host key (the others are made on demand by dropbear -R)
-mkdir -p /etc/dropbear
+# ---- ssh host key: the seed's, else one made once (the others are made
+# on demand by dropbear -R)
+[ -n "$hostkey" ] && echo "tiny: the seed's ssh host key"
 if [ ! -s /etc/dropbear/dropbear_ed25519_host_key ]; then
 	dropbearkey -t ed25519 -f /etc/dropbear/dropbear_ed25519_host_key >/dev/null 2>&1 ||
 		echo "tiny: dropbearkey failed"
 fi
+
+if [ "${1:-}" = --live ]; then
+	sync
+	# The listener (init's child) is restarted by init with the new key.
+	# All of them are found first: once it is gone, the session that runs
+	# this is init's child too, and must not be killed.
+	listeners=
+	for d in /proc/[0-9]*; do
+		[ "$(cat "$d/comm" 2>/dev/null)" = dropbear ] || continue
+		[ "$(sed -n 's/^PPid:[[:space:]]*//p' "$d/status" 2>/dev/null)" = 1 ] &&
+			listeners="$listeners ${d#/proc/}"
+	done
+	[ -n "$listeners" ] && kill $listeners
+	echo "tiny: seed applied live; dropbear restarted"
+fi
+exit 0
+EOF
+chmod 755 "$R/etc/berth-seed"
+
+cat >"$R/etc/rc" <<'EOF'
+#!/bin/sh
+# berth tiny: system initialisation (busybox init sysinit).
+export PATH=/sbin:/bin:/usr/sbin:/usr/bin
+umask 022
+
+mounted() { grep -q "^[^ ]* $1 " /proc/mounts; }
+mount -t proc proc /proc 2>/dev/null
+mounted /sys || mount -t sysfs sysfs /sys
+mounted /dev || mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /dev/shm
+mounted /dev/pts || mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /dev/pts
+mounted /dev/shm || mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm
+mounted /tmp || mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp
+mounted /run || mount -t tmpfs -o mode=755,nosuid,nodev tmpfs /run
+ln -sfn /proc/self/fd /dev/fd
+ln -sfn /proc/self/fd/0 /dev/stdin
+ln -sfn /proc/self/fd/1 /dev/stdout
+ln -sfn /proc/self/fd/2 /dev/stderr
+mount -o remount,rw / 2>/dev/null
+
+for f in /var/log/dropbear.log /var/log/acpid.log; do
+	[ -f "$f" ] && [ "$(wc -c <"$f")" -gt 1048576 ] && mv -f "$f" "$f.old"
+done
+
+# ---- the seed (hostname, keys, host key) and the hostname: /etc/berth-seed
+/etc/berth-seed
+name=$(hostname)
 
 # ---- network: waits at most ~5 s for a lease, then keeps trying in the
 # background.

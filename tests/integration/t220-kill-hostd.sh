@@ -8,6 +8,7 @@ start_hostd && build_tiny || { not_ok "hostd and image"; finish; }
 check_eq "create a: running" running "$(berth create a --json | json state)"
 check_eq "create b: running" running "$(berth create b --json | json state)"
 da=$(dom_of a)
+host_a=$(berth show a --json | json ssh.host)
 port_a=$(berth show a --json | json ssh.port)
 db=$(dom_of b)
 
@@ -17,7 +18,7 @@ check_eq "after SIGKILL of hostd, a runs" running "$(dom_state "$da")"
 check_eq "after SIGKILL of hostd, b runs" running "$(dom_state "$db")"
 check_eq "and answers OpenSSH's ssh with the gateway key" a \
 	"$(ssh -q -i "$STATE/keys/gateway" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
-		-o BatchMode=yes -p "$port_a" root@127.0.0.1 hostname)"
+		-o BatchMode=yes -p "$port_a" "root@$host_a" hostname)"
 
 start_hostd || not_ok "hostd restarts"
 check_eq "restarted hostd lists a running" running "$(berth show a --json | json state)"

@@ -50,7 +50,9 @@ put a only-a
 put b only-b
 check_eq "after the fork a's memory is a's" only-a "$(get a)"
 check_eq "and b's is b's" only-b "$(get b)"
-check "b has its own SSH port" test "$(berth show b --json | json ssh.port)" != "$(berth show a --json | json ssh.port)"
+check "b has its own SSH endpoint" test \
+	"$(berth show b --json | json ssh.host):$(berth show b --json | json ssh.port)" != \
+	"$(berth show a --json | json ssh.host):$(berth show a --json | json ssh.port)"
 berth restart b >/dev/null
 check_eq "b reboots as b (its seed)" b "$(berth exec b -- hostname)"
 

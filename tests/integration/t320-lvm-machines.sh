@@ -285,6 +285,9 @@ diag "libvirtd up in $(secs "$t") s"
 {
 	printf '%s\n' "$setup"
 	echo "boot_timeout = 300"
+	# QEMU's own network stack: this test is about storage, and the
+	# routed network (taps, nft, dnsmasq) has its tests on the host.
+	echo "network = user"
 	[ "${BERTH_T320_DEBUG:-}" != 1 ] || echo "log_level = debug"
 	echo "recipes_dir = $T/recipes"
 } >"$STATE/berth.conf"

@@ -68,8 +68,12 @@ print(s.recv(4096).decode())' "$STATE/desktop.sock" 2>&1)
 check_match "  but refuses anyone else (nobody)" "only root and the gateway user" "$out"
 # Files may keep a mode of their own (a public key, a read-only base
 # volume) inside directories no one else may enter.  Fails when find does.
+# STATE/net and STATE/net/dhcp are open to their group, berth-dns (the
+# machines' dnsmasq runs as it), and no one else.
 private() {
-	find "$STATE" -mindepth 1 -type d -perm /077 || return 1
+	find "$STATE" -mindepth 1 -type d -perm /007 || return 1
+	find "$STATE" -mindepth 1 -type d -perm /070 ! \( -group berth-dns \
+		\( -path "$STATE/net" -o -path "$STATE/net/dhcp" \) \) || return 1
 	find "$STATE" -mindepth 1 -maxdepth 1 ! -type d -perm /077 ! -name hostd.sock \
 		! -name desktop.sock ! -name berth.conf
 }

@@ -181,6 +181,7 @@ EOF
 start_hostd && build_tiny || { not_ok "hostd and image"; finish; }
 check_eq "create m1: running" running "$(berth create m1 --memory 512M --json | json state)"
 VM_PORT=$(berth show m1 --json | json ssh.port)
+VM_HOST=$(berth show m1 --json | json ssh.host)
 for k in k1 k2 k3 kbob; do ssh-keygen -q -t ed25519 -N '' -C "t410 $k" -f "$T/$k"; done
 check_match "root's key k1 registered" "^added key" "$(berth key add "$T/k1.pub")"
 out=$(curl -s -w ' %{http_code}' --unix-socket "$STATE/hostd.sock" -X POST -H 'X-Berth-User: bob' \
@@ -196,7 +197,7 @@ out=$(gw m1@127.0.0.1 'echo hi; exit 7')
 check_eq "exec: exit 7 arrives as 7" "7 hi" "$? $out"
 gw -v m1@127.0.0.1 'kill -TERM $$' 2>"$T/sig.err"
 rc_gw=$?
-direct -v root@127.0.0.1 'kill -TERM $$' 2>"$T/sig-direct.err"
+direct -v "root@$VM_HOST" 'kill -TERM $$' 2>"$T/sig-direct.err"
 rc_direct=$?
 check_eq "exec: killed by SIGTERM: exit 255, as direct ssh to the machine" "255 255" "$rc_gw $rc_direct"
 check "  the client gets the exit-signal (ssh -v: rtype exit-signal)" grep -q 'rtype exit-signal' "$T/sig.err"

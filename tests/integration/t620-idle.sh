@@ -122,8 +122,9 @@ check_eq "keep's timeout unchanged" never "$(berth show keep --json | json idle.
 # A bad config value stops hostd with the file and line.
 kill_hostd TERM
 echo "idle_timeout = soon" >>"$STATE/berth.conf"
+line=$(wc -l <"$STATE/berth.conf")
 out=$(timeout 20 "$BIN/berth-hostd" --state "$STATE" 2>&1)
-check_match "idle_timeout = soon: hostd names the line" "berth.conf:3: idle_timeout = 'soon' is not a duration" "$out"
+check_match "idle_timeout = soon: hostd names the line" "berth.conf:$line: idle_timeout = 'soon' is not a duration" "$out"
 sed -i '$d' "$STATE/berth.conf"
 start_hostd || not_ok "hostd restarts"
 

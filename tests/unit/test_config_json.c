@@ -48,16 +48,19 @@ static void test_config_good(void)
 
 	config_defaults(&c, "/var/lib/berth");
 	check(strcmp(c.state_dir, "/var/lib/berth") == 0 && strcmp(c.storage, "qcow2") == 0 &&
-	      strcmp(c.network, "user") == 0 && strcmp(c.hypervisor, "auto") == 0 &&
+	      strcmp(c.network, "routed") == 0 && strcmp(c.hypervisor, "auto") == 0 &&
+	      strcmp(c.guest_network, "10.87.0.0/16") == 0 && strcmp(c.egress_default, "open") == 0 &&
+	      strstr(c.egress_closed, "10.0.0.0/8") && strstr(c.egress_closed, "192.168.0.0/16") &&
 	      c.max_vcpus == 64 && c.min_memory == 64 * MIB && c.max_body == 64 * 1024,
-	      "config defaults: state dir, qcow2, user, auto, limits");
+	      "config defaults: state dir, qcow2, routed on 10.87.0.0/16, egress open but the "
+	      "private ranges, auto, limits");
 
 	conf_file("# berth.conf\n"
 		  "\n"
 		  "   \n"
 		  "storage = qcow2\n"
-		  "network = nat\n"
-		  "nat_network = berthnet\n"
+		  "network = user\n"
+		  "guest_network = 10.99.0.0/16\n"
 		  "hypervisor = tcg\n"
 		  "libvirt_uri = qemu+ssh://h/system?keyfile=/k\n"
 		  "log_level = debug\n"
@@ -77,8 +80,8 @@ static void test_config_good(void)
 	rc = config_load(&c, f, 1, &e);
 	if (!check(rc == 0 && !err_isset(&e), "config: a good file loads"))
 		diag("%s", e.msg);
-	check_str(c.network, "nat", "config: network = nat");
-	check_str(c.nat_network, "berthnet", "config: nat_network");
+	check_str(c.network, "user", "config: network = user");
+	check_str(c.guest_network, "10.99.0.0/16", "config: guest_network");
 	check_str(c.hypervisor, "tcg", "config: hypervisor = tcg");
 	check_str(c.libvirt_uri, "qemu+ssh://h/system?keyfile=/k",
 		  "config: a value may contain '='");
@@ -151,8 +154,8 @@ static void test_config_bad(void)
 	/* A value longer than its field. */
 	memset(longval, 'n', 80);
 	longval[80] = '\0';
-	buf_printf(&b, "nat_network = %s\n", longval);
-	config_bad(buf_str(&b), 1, longval, "value too long for nat_network");
+	buf_printf(&b, "guest_network = %s\n", longval);
+	config_bad(buf_str(&b), 1, longval, "value too long for guest_network");
 	buf_free(&b);
 }
 
@@ -167,7 +170,7 @@ static void test_config_files(void)
 	config_defaults(&c, "/s");
 	err_clear(&e);
 	rc = config_load(&c, f, 0, &e);
-	check(rc == 0 && !err_isset(&e) && strcmp(c.network, "user") == 0,
+	check(rc == 0 && !err_isset(&e) && strcmp(c.network, "routed") == 0,
 	      "config: a missing optional file is fine, defaults kept");
 	err_clear(&e);
 	rc = config_load(&c, f, 1, &e);

@@ -210,7 +210,7 @@ static void test_machines(struct db *db)
 	int rc;
 
 	err_clear(&e);
-	rc = db_machine_insert(db, &m1, &e);
+	rc = db_machine_insert(db, &m1, NULL, &e);
 	if (!check(rc == 0, "machine insert: alice/devbox"))
 		diag("%s", e.msg);
 	check_str(mstate_name(m1.state), "creating", "machine insert: state forced to creating");
@@ -222,7 +222,7 @@ static void test_machines(struct db *db)
 	      "machine insert: one open ledger row in creating");
 
 	err_clear(&e);
-	rc = db_machine_insert(db, &dup, &e);
+	rc = db_machine_insert(db, &dup, NULL, &e);
 	if (!check(rc == -1 && e.status == 409 && strcmp(e.code, "exists") == 0 &&
 		   strstr(e.msg, "devbox"),
 		   "machine insert: same owner and name: 409 exists"))
@@ -233,16 +233,16 @@ static void test_machines(struct db *db)
 	check(rc == -1 && e.status == 404, "machine insert: the refused one has no row");
 
 	err_clear(&e);
-	rc = db_machine_insert(db, &bob, &e);
+	rc = db_machine_insert(db, &bob, NULL, &e);
 	if (!check(rc == 0, "machine insert: same name for another owner is fine"))
 		diag("%s", e.msg);
 	err_clear(&e);
-	rc = db_machine_insert(db, &aard, &e);
+	rc = db_machine_insert(db, &aard, NULL, &e);
 	check(rc == 0, "machine insert: alice/aardvark");
 	{
 		struct machine again = machine_of(ID1, "carol", "other", 40026);
 		err_clear(&e);
-		rc = db_machine_insert(db, &again, &e);
+		rc = db_machine_insert(db, &again, NULL, &e);
 		check(rc == -1 && err_isset(&e), "machine insert: a duplicate id is refused");
 	}
 
@@ -343,7 +343,7 @@ static void test_machines(struct db *db)
 		/* The name can be used again, with a fresh ledger. */
 		struct machine re = machine_of(ID2, "alice", "devbox", 40030);
 		err_clear(&e);
-		rc = db_machine_insert(db, &re, &e);
+		rc = db_machine_insert(db, &re, NULL, &e);
 		check(rc == 0 && walk(db, ID2, &rs) == 1,
 		      "delete: the name is free again for a new machine");
 	}

@@ -1,7 +1,7 @@
 /*
  * Unit tests for virt_domain_xml (hostd/virt.h): the libvirt domain XML of a
  * machine, for network=user (QEMU user networking with a loopback SSH
- * forward on QEMU's command line) and network=nat (a libvirt network), with
+ * forward on QEMU's command line) and network=routed (the machine's tap), with
  * every value XML-escaped, and the refusal of invalid specs.  Pure: no
  * libvirt connection.  The XML is also checked for well-formedness with
  * xmllint and against libvirt's own domain schema with virt-xml-validate
@@ -47,7 +47,6 @@ static struct domain_spec spec_user(void)
 		.seed_path = "/var/lib/berth/machines/1/seed.iso",
 		.mac = MAC,
 		.network = "user",
-		.nat_network = "default",
 		.ssh_port = 40022,
 		.console_log = "/var/lib/berth/machines/1/console.log",
 	};
@@ -241,30 +240,34 @@ static void test_user(void)
 	free(xml);
 }
 
-static void test_nat(void)
+static void test_routed(void)
 {
 	struct domain_spec s = spec_user();
 	struct err e;
 	char *xml;
 	int rc;
 
-	s.network = "nat";
-	s.nat_network = "berthnet";
-	s.ssh_port = 0;  /* not needed with nat */
+	s.network = "routed";
+	s.tap = "bt1a2b-7";
+	s.ssh_port = 0;  /* not needed when routed */
 	xml = render(&s, &rc, &e);
-	if (!check(rc == 0 && !err_isset(&e), "nat: renders without an SSH port"))
+	if (!check(rc == 0 && !err_isset(&e), "routed: renders without an SSH port"))
 		diag("rc %d: %s", rc, e.msg);
-	check_has(xml, "<interface type='network'>\n"
-		       "      <source network='berthnet'/>\n"
+	check_has(xml, "<interface type='ethernet'>\n"
 		       "      <mac address='52:54:00:12:34:56'/>\n"
+		       "      <target dev='bt1a2b-7' managed='no'/>\n"
 		       "      <model type='virtio'/>\n"
 		       "    </interface>",
-		  "nat: interface on the network with the MAC, virtio");
-	check_lacks(xml, "qemu:commandline", "nat: no qemu:commandline");
-	check_lacks(xml, "hostfwd", "nat: no hostfwd");
-	check_has(xml, "<domain type='qemu'", "nat: type='qemu' with kvm=false");
-	check_wellformed(xml, "nat: well-formed (xmllint)");
-	check_schema(xml, "nat: valid per libvirt's domain schema");
+		  "routed: the machine's own tap (not managed by libvirt), its MAC, virtio");
+	check_lacks(xml, "qemu:commandline", "routed: no qemu:commandline");
+	check_lacks(xml, "hostfwd", "routed: no hostfwd");
+	check_has(xml, "<domain type='qemu'", "routed: type='qemu' with kvm=false");
+	check_wellformed(xml, "routed: well-formed (xmllint)");
+	check_schema(xml, "routed: valid per libvirt's domain schema");
+	free(xml);
+	s.tap = NULL;
+	xml = render(&s, &rc, &e);
+	check(rc < 0 && strstr(e.msg, "no tap"), "routed: refused without a tap");
 	free(xml);
 }
 
@@ -304,12 +307,12 @@ static void test_escaping(void)
 	free(xml);
 
 	s = spec_user();
-	s.network = "nat";
-	s.nat_network = "net'<&>";
+	s.network = "routed";
+	s.tap = "t'<&>";
 	xml = render(&s, &rc, &e);
-	check_has(xml, "<source network='net&apos;&lt;&amp;&gt;'/>",
-		  "escaping: nat network name");
-	check_wellformed(xml, "escaping nat: well-formed (xmllint)");
+	check_has(xml, "<target dev='t&apos;&lt;&amp;&gt;' managed='no'/>",
+		  "escaping: tap name");
+	check_wellformed(xml, "escaping routed: well-formed (xmllint)");
 	free(xml);
 
 	/* A control character cannot be escaped in XML 1.0: the spec must be
@@ -452,7 +455,7 @@ static void test_agent(void)
 int main(void)
 {
 	test_user();
-	test_nat();
+	test_routed();
 	test_escaping();
 	test_vnc();
 	test_agent();

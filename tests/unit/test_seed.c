@@ -22,6 +22,7 @@
 #include "common/buf.h"
 #include "common/err.h"
 #include "common/run.h"
+#include "hostd/sshkey.h"
 #include "tests/unit/tap.h"
 #include "common/banned.h"
 
@@ -36,6 +37,7 @@ static const char *const want_meta =
 static const char *const want_user_root =
 	"#cloud-config\n"
 	"hostname: 'devbox'\n"
+	"manage_etc_hosts: true\n"
 	"ssh_authorized_keys:\n"
 	"  - '" KEY1 "'\n"
 	"  - '" KEY2 "'\n";
@@ -185,7 +187,7 @@ static void test_render(void)
 	check_lacks(buf_str(&user), "users:", "render: root adds no users: entry");
 	check_str(buf_str(&user), want_user_root, "render: exact user-data for root");
 	check_yaml(buf_str(&user),
-		   "{\"hostname\":\"devbox\",\"ssh_authorized_keys\":[\"" KEY1
+		   "{\"hostname\":\"devbox\",\"manage_etc_hosts\":true,\"ssh_authorized_keys\":[\"" KEY1
 		   "\",\"" KEY2 "\"]}",
 		   "render: user-data as YAML is hostname + the key list");
 	check_yaml(buf_str(&meta),
@@ -222,7 +224,7 @@ static void test_render(void)
 		  "      - '" KEY2 "'\n",
 		  "render: non-root: users: entry with the keys and sudo");
 	check_yaml(buf_str(&user),
-		   "{\"hostname\":\"devbox\",\"ssh_authorized_keys\":[\"" KEY1
+		   "{\"hostname\":\"devbox\",\"manage_etc_hosts\":true,\"ssh_authorized_keys\":[\"" KEY1
 		   "\",\"" KEY2 "\"],\"users\":[{\"name\":\"debian\",\"shell\":"
 		   "\"/bin/bash\",\"ssh_authorized_keys\":[\"" KEY1 "\",\"" KEY2
 		   "\"],\"sudo\":\"ALL=(ALL) NOPASSWD:ALL\"}]}",
@@ -235,7 +237,7 @@ static void test_render(void)
 	err_clear(&e);
 	rc = seed_render(&s, &meta, &user, &e);
 	check(rc == 0 && strcmp(buf_str(&user), "#cloud-config\nhostname: 'devbox'\n"
-				"ssh_authorized_keys:\n") == 0,
+				"manage_etc_hosts: true\nssh_authorized_keys:\n") == 0,
 	      "render: NULL key list gives an empty ssh_authorized_keys");
 
 	/* A key comment with ": " must stay one string, not become a map. */
@@ -253,11 +255,53 @@ static void test_render(void)
 			      "render: key with ': ' in its comment: refused (400)");
 		else
 			check_yaml(buf_str(&user),
-				   "{\"hostname\":\"devbox\",\"ssh_authorized_keys\":"
+				   "{\"hostname\":\"devbox\",\"manage_etc_hosts\":true,\"ssh_authorized_keys\":"
 				   "[\"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE1 note: "
 				   "laptop\"]}",
 				   "render: key with ': ' in its comment stays a "
 				   "string in the YAML (or is refused)");
+	}
+
+	/* The machine's host key: cloud-init's ssh_keys, the PEM text as a
+	 * literal block. */
+	{
+		char *priv = NULL, *pub = NULL;
+		struct err ke = { 0 };
+		check(sshkey_ed25519(&priv, &pub, &ke) == 0 && strncmp(pub, "ssh-ed25519 ", 12) == 0,
+		      "host key: an ed25519 pair made");
+		buf_reset(&meta);
+		buf_reset(&user);
+		s = seed_of("devbox", "root", two_keys);
+		s.host_key_private = priv;
+		s.host_key_public = pub;
+		err_clear(&e);
+		rc = seed_render(&s, &meta, &user, &e);
+		check(rc == 0, "host key: rendered");
+		const char *why = NULL;
+		char *j = yaml_as_json(buf_str(&user), &why);
+		json_t *doc = j ? json_loads(j, 0, NULL) : NULL;
+		json_t *keys = json_object_get(doc, "ssh_keys");
+		const char *p = json_string_value(json_object_get(keys, "ed25519_private"));
+		const char *q = json_string_value(json_object_get(keys, "ed25519_public"));
+		if (!j)
+			skip("host key: YAML", "%s", why);
+		else if (!check(p && q && !strcmp(p, priv) && !strcmp(q, pub),
+				"host key: ssh_keys.ed25519_private is the PEM text, "
+				"ed25519_public the line"))
+			diag("yaml: %s", j);
+		json_decref(doc);
+		free(j);
+		s.host_key_private = "-----BEGIN OPENSSH PRIVATE KEY-----\nx'\n"
+				     "-----END OPENSSH PRIVATE KEY-----\n";
+		err_clear(&e);
+		check(seed_render(&s, &meta, &user, &e) < 0 && e.status == 400,
+		      "host key: PEM text with a quote is refused");
+		s.host_key_private = "ssh-ed25519 AAAA";
+		err_clear(&e);
+		check(seed_render(&s, &meta, &user, &e) < 0 && e.status == 400,
+		      "host key: something that is not PEM is refused");
+		free(priv);
+		free(pub);
 	}
 
 	buf_free(&meta);
@@ -408,8 +452,8 @@ static void test_write_dry(void)
 	text = read_in(dir, "user-data");
 	check_str(text, want_user_root, "dry: DIR/user-data holds the user-data");
 	free(text);
-	check(mode_in(dir, "meta-data") == 0644 && mode_in(dir, "user-data") == 0644,
-	      "dry: meta-data and user-data are mode 0644");
+	check(mode_in(dir, "meta-data") == 0600 && mode_in(dir, "user-data") == 0600,
+	      "dry: meta-data and user-data are mode 0600 (the host key's private half)");
 	text = read_in(dir, "seed.iso");
 	check(text && strcmp(text, "ISO") == 0 && !exists_in(dir, "seed.iso.part"),
 	      "dry: the .part is renamed to seed.iso");

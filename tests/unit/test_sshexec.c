@@ -15,6 +15,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -380,6 +381,134 @@ static void test_run_failures(void)
 	free(key);
 }
 
+/* ---- pinned host keys, against a real dropbear ------------------------ */
+
+/* Run ARGV, its stdout into OUT (OUTLEN bytes, NUL-terminated); its exit
+ * status, or -1. */
+static int run_capture(char *const argv[], char *out, size_t outlen)
+{
+	int p[2], st = -1;
+	size_t got = 0;
+	ssize_t n;
+	pid_t pid;
+
+	if (pipe(p) < 0)
+		return -1;
+	pid = fork();
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 2);
+		dup2(p[1], 1);
+		close(p[0]);
+		close(p[1]);
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	close(p[1]);
+	while (got + 1 < outlen && (n = read(p[0], out + got, outlen - 1 - got)) > 0)
+		got += (size_t)n;
+	out[got] = '\0';
+	close(p[0]);
+	if (pid < 0 || waitpid(pid, &st, 0) < 0)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The "ssh-ed25519 AAAA..." line of dropbearkey -y's output, into LINE. */
+static bool dropbear_pub(const char *keyfile, char *line, size_t len)
+{
+	char out[4096], *p, *end;
+	char *const argv[] = { "dropbearkey", "-y", "-f", (char *)keyfile, NULL };
+
+	if (run_capture(argv, out, sizeof(out)) != 0 || !(p = strstr(out, "ssh-ed25519 ")))
+		return false;
+	/* "TYPE BASE64": the first two words. */
+	end = p + strlen("ssh-ed25519 ");
+	end += strcspn(end, " \n");
+	snprintf(line, len, "%.*s", (int)(end - p), p);
+	return true;
+}
+
+static void test_host_keys(void)
+{
+	char dir[] = "/tmp/berth-sshexec-XXXXXX", k1[128], k2[128], pub1[256], pub2[256];
+	char got[1024], err[512], portarg[32];
+	struct sshexec_target t;
+	char *key = make_key();
+	pid_t pid = -1;
+	int port = closed_port(), status = 0, rc;
+
+	if (access("/usr/sbin/dropbear", X_OK) != 0 || !mkdtemp(dir) || !key) {
+		printf("ok %d # SKIP no dropbear (install dropbear-bin)\n", ++tests_run);
+		free(key);
+		return;
+	}
+	snprintf(k1, sizeof(k1), "%s/k1", dir);
+	snprintf(k2, sizeof(k2), "%s/k2", dir);
+	char *const g1[] = { "dropbearkey", "-t", "ed25519", "-f", k1, NULL };
+	char *const g2[] = { "dropbearkey", "-t", "ed25519", "-f", k2, NULL };
+	check(run_capture(g1, got, sizeof(got)) == 0 && run_capture(g2, got, sizeof(got)) == 0 &&
+	      dropbear_pub(k1, pub1, sizeof(pub1)) && dropbear_pub(k2, pub2, sizeof(pub2)),
+	      "host keys: two dropbear keys made");
+	check(sshexec_key_equal(pub1, pub1) && !sshexec_key_equal(pub1, pub2),
+	      "host keys: a key equals itself and not another");
+	snprintf(got, sizeof(got), "%s a comment", pub1);
+	check(sshexec_key_equal(pub1, got) && !sshexec_key_equal(pub1, "ssh-ed25519 AAAA") &&
+	      !sshexec_key_equal("garbage", "garbage"),
+	      "host keys: comments ignored, malformed lines equal nothing");
+
+	snprintf(portarg, sizeof(portarg), "127.0.0.1:%d", port);
+	pid = fork();
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDWR);
+		dup2(null, 1);
+		dup2(null, 2);
+		execl("/usr/sbin/dropbear", "dropbear", "-F", "-E", "-s", "-p", portarg, "-r", k1,
+		      (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 100 && !sshexec_banner_ready("127.0.0.1", port, 200); i++)
+		sleep_ms(50);
+	rc = sshexec_host_key("127.0.0.1", port, "ssh-ed25519", 5000, got, sizeof(got), err,
+			      sizeof(err));
+	check(rc == 0 && sshexec_key_equal(got, pub1), "host keys: sshexec_host_key reads the "
+	      "server's key");
+	if (rc != 0 || !sshexec_key_equal(got, pub1))
+		printf("# got [%s] want [%s] err [%s]\n", got, pub1, err);
+
+	memset(&t, 0, sizeof(t));
+	t.host = "127.0.0.1";
+	t.port = port;
+	t.user = "nobody-here";
+	t.key_b64 = key;
+	t.connect_timeout_ms = 5000;
+	t.host_key = pub1;
+	rc = sshexec_run(&t, "true", -1, -1, -1, &status, err, sizeof(err));
+	check(rc == -1 && strstr(err, "authentication failed") != NULL,
+	      "host keys: the pinned key passes (and authentication is what fails)");
+	if (!strstr(err, "authentication failed"))
+		printf("# err [%s]\n", err);
+	t.host_key = pub2;
+	rc = sshexec_run(&t, "true", -1, -1, -1, &status, err, sizeof(err));
+	check(rc == -1 && strstr(err, "host key mismatch: the machine presented ssh-ed25519 "
+				   "SHA256:") != NULL && strstr(err, "berth pinned ssh-ed25519 SHA256:"),
+	      "host keys: another key is refused, naming both fingerprints");
+	if (!strstr(err, "host key mismatch"))
+		printf("# err [%s]\n", err);
+	t.host_key = "ssh-ed25519 not-base64!";
+	rc = sshexec_run(&t, "true", -1, -1, -1, &status, err, sizeof(err));
+	check(rc == -1 && strstr(err, "pinned host key does not parse") != NULL,
+	      "host keys: a pinned key that does not parse is refused");
+	if (pid > 0) {
+		kill(pid, SIGTERM);
+		waitpid(pid, NULL, 0);
+	}
+	unlink(k1);
+	unlink(k2);
+	rmdir(dir);
+	free(key);
+}
+
 int main(void)
 {
 	/* The probe and the runs write to sockets whose peer may be gone. */
@@ -387,6 +516,7 @@ int main(void)
 	test_quote();
 	test_banner();
 	test_run_failures();
+	test_host_keys();
 	printf("1..%d\n", tests_run);
 	printf("test_sshexec: %d passed, %d failed\n",
 	       tests_run - tests_failed, tests_failed);

@@ -1,0 +1,179 @@
+/*
+ * Unit tests of the network ruleset (hostd/net_rules.c): the rules each
+ * guest meets, a policy's chain line by line, names; and, as root with nft
+ * at hand, that the kernel takes the whole table, and that a machine's
+ * add, policy and remove scripts apply twice without error (they are what
+ * hostd runs), in a table of the test's own, removed after.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "hostd/egress.h"
+#include "hostd/net.h"
+#include "tests/unit/tap.h"
+
+static struct net_conf conf(void)
+{
+	struct net_conf c;
+
+	memset(&c, 0, sizeof(c));
+	snprintf(c.table, sizeof(c.table), "berth-unit%ld", (long)getpid());
+	snprintf(c.tap_prefix, sizeof(c.tap_prefix), "btzz-");
+	c.net = (10u << 24) | (87u << 16);
+	c.prefix = 16;
+	c.mask = 0xffff0000u;
+	c.gateway = c.net + 1;
+	c.has_gw_uid = true;
+	c.gw_uid = 998;
+	snprintf(c.closed[c.n_closed++], sizeof(c.closed[0]), "10.0.0.0/8");
+	snprintf(c.closed[c.n_closed++], sizeof(c.closed[0]), "192.0.2.0/24");
+	return c;
+}
+
+static struct egress *policy(const char *text)
+{
+	struct egress *p = calloc(1, sizeof(*p));
+	struct err e = { 0 };
+
+	if (!p || egress_parse(text, p, &e) < 0) {
+		diag("policy '%s': %s", text, e.msg);
+		abort();
+	}
+	return p;
+}
+
+static bool has(const char *hay, const char *needle)
+{
+	return strstr(hay, needle) != NULL;
+}
+
+static void test_rules(void)
+{
+	struct net_conf c = conf();
+	struct egress *open_p = policy("open"), *list = policy("allowed.test:443,*.cdn.test,"
+							    "198.51.100.0/24,198.51.100.7:5432-5440,*:53");
+	struct net_machine ms[2] = {
+		{ .index = 1, .mac = "52:54:00:00:00:01", .egress = open_p },
+		{ .index = 2, .mac = "52:54:00:00:00:02", .egress = list,
+		  .alias_ip = c.net + 2, .alias_mac = "52:54:00:00:00:01" },
+	};
+	struct buf b = BUF_INIT;
+	const char *r;
+	char set[32];
+
+	net_ruleset(&c, ms, 2, &b);
+	r = buf_str(&b);
+	check(has(r, "add table inet ") && has(r, "delete table inet "),
+	      "the table is replaced whole, in one transaction");
+	check(has(r, "iifname \"btzz-*\" jump guest_in") &&
+	      has(r, "\t\tudp sport 68 udp dport 67 accept\n") &&
+	      has(r, "\t\tip daddr 10.87.0.1 udp dport 53 accept\n") &&
+	      has(r, "\t\tip daddr 10.87.0.1 tcp dport 53 accept\n"),
+	      "to the host: DHCP and DNS on the gateway");
+	check(has(r, "chain guest_in {\n\t\tmeta nfproto ipv6 counter drop\n") &&
+	      has(r, "\t\tcounter drop\n\t}\n\tchain forward"),
+	      "to the host: IPv6 and everything else dropped");
+	check(has(r, "iifname . ip saddr . ether saddr != @guests counter drop"),
+	      "a packet from a tap must have its machine's address and MAC");
+	check(has(r, "\"btzz-1\" . 10.87.0.2 . 52:54:00:00:00:01"),
+	      "machine 1: its tap, address and MAC");
+	check(has(r, "\"btzz-2\" . 10.87.0.3 . 52:54:00:00:00:01") &&
+	      has(r, "add rule inet berth-unit") && has(r, " r2 ip saddr 10.87.0.2 ip saddr set 10.87.0.3") &&
+	      has(r, " a2 ip daddr 10.87.0.3 ip daddr set 10.87.0.2"),
+	      "a live fork: its source's address and MAC mapped to its own both ways");
+	check(has(r, "oifname \"bt*\" counter drop"), "nothing from a tap to any tap");
+	check(has(r, "ct state established,related accept\n\t\tmeta nfproto ipv6") &&
+	      has(r, " r1 ct original zone set 1") && has(r, " r2 ct original zone set 2"),
+	      "established flows first, each tap its conntrack zone");
+	check(has(r, "0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 240.0.0.0/4, "
+		     "10.87.0.0/16, 10.0.0.0/8, 192.0.2.0/24 }"),
+	      "closed: loopback, link-local, multicast, the guest network, the configured ones");
+	check(has(r, "meta skuid { 0, 998 } tcp dport 22 accept\n\t\tcounter drop"),
+	      "from the host to a guest: SSH from root and the gateway user only");
+	check(has(r, "ip saddr 10.87.0.0/16 oifname != \"btzz-*\" masquerade"),
+	      "masqueraded on the way out");
+	/* Machine 1, open. */
+	check(has(r, " m1 ip daddr @closed4 goto m1-deny\n") && has(r, " m1 goto m1-ok\n"),
+	      "open: closed ranges refused, the rest allowed");
+	/* Machine 2's list, rule by rule. */
+	net_domain_set("allowed.test", set, sizeof(set));
+	check(has(r, " m2 ip daddr @closed4 goto m2-deny\n"), "list: closed ranges first");
+	char want[160];
+	snprintf(want, sizeof(want), " m2 meta l4proto { tcp, udp } ip daddr @%s th dport 443 "
+		 "goto m2-ok\n", set);
+	check(has(r, want), "list: a domain with its port");
+	net_domain_set("cdn.test", set, sizeof(set));
+	snprintf(want, sizeof(want), " m2 ip daddr @%s goto m2-ok\n", set);
+	check(has(r, want), "list: a domain without a port: every protocol");
+	check(has(r, " m2 ip daddr { 198.51.100.0/24 } goto m2-ok\n") &&
+	      has(r, " m2 meta l4proto { tcp, udp } ip daddr { 198.51.100.7/32 } th dport "
+		     "5432-5440 goto m2-ok\n") &&
+	      has(r, " m2 meta l4proto { tcp, udp } ip daddr { 0.0.0.0/0 } th dport 53 goto m2-ok\n"),
+	      "list: networks grouped by their ports");
+	check(has(r, " m2 goto m2-deny\n"), "list: the rest refused");
+	check(has(r, " m2-deny meta l4proto tcp reject with tcp reset\n") &&
+	      has(r, " m2-deny reject with icmpx admin-prohibited\n"),
+	      "refused at once: a TCP reset, an ICMP error");
+	check(has(r, "update @m2-ok { ip daddr . meta l4proto . th dport }") &&
+	      has(r, "update @m2-deny { ip daddr . meta l4proto . th dport }"),
+	      "both sides counted per destination");
+	char a[32], b2[32];
+	net_domain_set("Allowed.Test", a, sizeof(a));
+	net_domain_set("allowed.test", b2, sizeof(b2));
+	check(!strcmp(a, b2) && strlen(a) == 18, "a domain's set name: case-blind, d- and 16 hex");
+	buf_free(&b);
+
+	/* The scripts, for real when possible. */
+	if (getuid() != 0 || access("/usr/sbin/nft", X_OK) != 0) {
+		skip("the kernel takes the table", "needs root and nft");
+		free(open_p);
+		free(list);
+		return;
+	}
+	struct buf full = BUF_INIT, add = BUF_INIT, rm = BUF_INIT, rp = BUF_INIT;
+	char f[4][64], del[128];
+	net_ruleset(&c, ms, 2, &full);
+	net_machine_script(&c, &ms[1], true, &add);
+	net_machine_script(&c, &ms[0], false, &rp);
+	net_machine_remove_script(&c, &ms[1], &rm);
+	const struct buf *scripts[4] = { &full, &rm, &add, &rp };
+	for (int i = 0; i < 4; i++) {
+		snprintf(f[i], sizeof(f[i]), "/tmp/berth-test-net-%ld-%d.nft", (long)getpid(), i);
+		write_file(f[i], scripts[i]->data, scripts[i]->len);
+	}
+	char *const load[] = { "/usr/sbin/nft", "-f", f[0], NULL };
+	char *const remove1[] = { "/usr/sbin/nft", "-f", f[1], NULL };
+	char *const add1[] = { "/usr/sbin/nft", "-f", f[2], NULL };
+	char *const replace1[] = { "/usr/sbin/nft", "-f", f[3], NULL };
+	char *out = NULL;
+	check(tool_run(load, NULL, &out) == 0, "the kernel takes the whole table");
+	free(out);
+	out = NULL;
+	check(tool_run(remove1, NULL, &out) == 0 && tool_run(remove1, NULL, NULL) == 0,
+	      "a machine's removal applies, and again when it is gone");
+	free(out);
+	check(tool_run(add1, NULL, NULL) == 0 && tool_run(add1, NULL, NULL) == 0,
+	      "its addition applies, and again when it is there");
+	check(tool_run(replace1, NULL, NULL) == 0 && tool_run(replace1, NULL, NULL) == 0,
+	      "a policy's replacement applies, twice");
+	snprintf(del, sizeof(del), "%s", c.table);
+	char *const drop[] = { "/usr/sbin/nft", "delete", "table", "inet", del, NULL };
+	check(tool_run(drop, NULL, NULL) == 0, "the test's table is removed");
+	for (int i = 0; i < 4; i++)
+		unlink(f[i]);
+	buf_free(&full);
+	buf_free(&add);
+	buf_free(&rm);
+	buf_free(&rp);
+	free(open_p);
+	free(list);
+}
+
+int main(void)
+{
+	test_rules();
+	return tap_done("test_net");
+}

@@ -897,7 +897,9 @@ void machine_check_qemus(struct hostd *h)
 		enum vstate vs;
 		unsigned uid = 0;
 		long pid;
-		if (virt_state(h->virt, ms[i].id, &vs, NULL) < 0 ||
+		/* Reconciliation made the rows follow libvirt. */
+		if ((ms[i].state != MS_RUNNING && ms[i].state != MS_PAUSED) ||
+		    virt_state(h->virt, ms[i].id, &vs, NULL) < 0 ||
 		    (vs != VS_RUNNING && vs != VS_PAUSED))
 			continue;
 		machine_qemu_uid(h, &ms[i], &uid, NULL);

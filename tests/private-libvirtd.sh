@@ -60,7 +60,9 @@ start)
 		libvirtd -d -p "$P/libvirtd.pid"
 		echo $$ > "$P/holder.pid"
 		exec sleep infinity' </dev/null >"$P/holder.out" 2>&1 &
-	for _ in $(seq 100); do
+	# libvirtd answers in 1 to 9 s (the more guests the host runs, the
+	# longer its start): up to 60 s.
+	for _ in $(seq 600); do
 		if [ -s "$P/holder.pid" ] &&
 		   nsenter -m -t "$(holder)" virsh -c qemu:///system version >/dev/null 2>&1; then
 			exit 0

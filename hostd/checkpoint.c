@@ -59,7 +59,10 @@ static int freeze_top(struct hostd *h, struct machine *m, enum vstate vs, const 
 		if (storage_vol_create(h->st, made, m->volume, m->disk, e) < 0)
 			return -1;
 		hostd_crash_point(h, "checkpoint-after-volume");
-		if (live && storage_vol_info(h->st, made, &vi, e) < 0)
+		/* The running QEMU opens the new top: its uid's first (and the
+		 * old top frozen, storage_vol_own). */
+		if (live && (storage_vol_info(h->st, made, &vi, e) < 0 ||
+			     machine_own_volume(h, m, made, e) < 0))
 			goto undo;
 	}
 	if (snap || live) {

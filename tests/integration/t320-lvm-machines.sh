@@ -249,12 +249,16 @@ field_or_said() { echo "$1" | json "$2" 2>/dev/null || echo "berth said: $1"; }
 # ---------------------------------------------- libvirtd, pool, hostd ---
 t=$(now)
 # The host's libvirt configuration, in the guest's overlay only: no domain,
-# network or pool of the host's may start here, and QEMU runs without a
-# mount namespace (libvirt's /dev for QEMU does not work in this chroot:
-# "Could not open '/dev/urandom'").
+# network or pool of the host's may start here, QEMU runs without a mount
+# namespace (libvirt's /dev for QEMU does not work in this chroot: "Could
+# not open '/dev/urandom'"), and libvirt's default user is not root
+# whatever the host's qemu.conf says (hostd refuses that).
 rm -f /etc/libvirt/qemu/*.xml /etc/libvirt/qemu/autostart/*.xml \
 	/etc/libvirt/qemu/networks/autostart/*.xml /etc/libvirt/storage/autostart/*.xml
-printf '\n# t320-lvm-machines (in the VM only)\nnamespaces = [ ]\n' >>/etc/libvirt/qemu.conf
+sed -i -e '/^[[:space:]]*user[[:space:]]*=/d' -e '/^[[:space:]]*group[[:space:]]*=/d' \
+	/etc/libvirt/qemu.conf
+printf '\n# t320-lvm-machines (in the VM only)\nnamespaces = [ ]\nuser = "libvirt-qemu"\ngroup = "kvm"\n' \
+	>>/etc/libvirt/qemu.conf
 if ! virtlogd -d || ! libvirtd -d; then
 	not_ok "start virtlogd and libvirtd"
 	finish
@@ -395,6 +399,13 @@ check_eq "a boots: berth exec works" 0 "$?"
 diag "berth exec took $(secs "$t") s"
 A_LV=$(lv_of_dom "$A_DOM")
 check_match "a runs on a thin LV" "^/dev/$VG/m-$A_ID" "$A_LV"
+# QEMU runs unprivileged here too: the LV's device node is its uid's alone.
+qemu_uid_of() { awk '/^Uid:/ { print $2 }' "/proc/$(cat "/run/libvirt/qemu/$1.pid" 2>/dev/null)/status" 2>/dev/null; }
+qemu_caps_of() { awk '/^CapEff:/ { print $2 }' "/proc/$(cat "/run/libvirt/qemu/$1.pid" 2>/dev/null)/status" 2>/dev/null; }
+A_UID=$(qemu_uid_of "$A_DOM")
+check "a's QEMU runs as a uid of its own ($A_UID), no capabilities" \
+	test -n "$A_UID" -a "$A_UID" != 0 -a "$(qemu_caps_of "$A_DOM")" = 0000000000000000
+check_eq "a's LV device node is that uid's, 0600" "$A_UID 600" "$(stat -L -c '%u %a' "$A_LV")"
 check_eq "the guest sees a $DISK disk and writes to it" $((320 << 20)) "$(echo "$out" | awk '{ print $1 * 512 }')"
 check_eq "the guest's write is on its LV" one "$(mark_get "$A_LV")"
 before=$(lvs_thin)
@@ -430,6 +441,7 @@ A_LV2=$(lv_of_dom "$A_DOM")
 check "a is on a new LV" test -n "$A_LV2" -a "$A_LV2" != "$A_LV"
 lvs_read
 check_absent "  the old one is gone" lvs_left "$A_LV"
+check_eq "a's new LV is its QEMU's uid's, 0600" "$A_UID 600" "$(stat -L -c '%u %a' "$A_LV2")"
 check_eq "the memory image stays for the next restore" ckpt-m1.mem "$(mem_files "$STATE/machines/$A_ID")"
 
 t=$(now)
@@ -443,6 +455,9 @@ diag "live fork took $took s; berth exec worked in b $(secs "$t") s after it beg
 B_DOM=$(dom_of b 2>/dev/null)
 B_LV=$(lv_of_dom "$B_DOM")
 check "b runs on its own thin LV" test -n "$B_LV" -a "$B_LV" != "$A_LV2" -a "$(dom_state "$B_DOM")" = running
+B_UID=$(qemu_uid_of "$B_DOM")
+check "b's QEMU has a uid of its own ($B_UID, not a's $A_UID)" test -n "$B_UID" -a "$B_UID" != 0 -a "$B_UID" != "$A_UID"
+check_eq "b's LV is b's QEMU's uid's, 0600" "$B_UID 600" "$(stat -L -c '%u %a' "$B_LV")"
 check_eq "a runs on" running "$(dom_state "$A_DOM")"
 # hostd renames the running fork over SSH (its seed names it at every
 # boot); a timeout there is a failure, as any other.

@@ -578,6 +578,109 @@ static void host_networks(struct net *n)
 	buf_free(&out);
 }
 
+/* ---- network = user ------------------------------------------------------ */
+
+/* The host's resolvers (what QEMU's user-mode DNS, 10.0.2.3, forwards
+ * to): the nameserver lines of /etc/resolv.conf, at most MAX. */
+static size_t host_resolvers(char out[][48], size_t max)
+{
+	FILE *f = fopen("/etc/resolv.conf", "re");
+	char line[256], addr[64];
+	unsigned char bin[16];
+	size_t n = 0;
+
+	if (!f)
+		return 0;
+	while (n < max && fgets(line, sizeof(line), f)) {
+		if (sscanf(line, " nameserver %63s", addr) != 1)
+			continue;
+		addr[strcspn(addr, "%")] = '\0';
+		if (inet_pton(AF_INET, addr, bin) == 1 || inet_pton(AF_INET6, addr, bin) == 1)
+			xsnprintf(out[n++], sizeof(out[0]), "%s", addr);
+	}
+	fclose(f);
+	return n;
+}
+
+/* The uids machines' QEMUs run as (hostd/config.h, qemu_uid_base). */
+static void qemu_uids(const struct hostd *h, uint32_t *lo, uint32_t *hi)
+{
+	*lo = (uint32_t)h->cfg.qemu_uid_base;
+	*hi = *lo + 0xffffff < QEMU_UID_LAST ? *lo + 0xffffff : QEMU_UID_LAST;
+}
+
+/* Load (ON) or remove this instance's user-mode filter.  Its own nft
+ * context: network = user keeps no struct net. */
+static int user_filter(struct hostd *h, bool on, struct err *e)
+{
+	struct net *n = calloc(1, sizeof(*n));
+	struct buf script = BUF_INIT;
+	char res[8][48];
+	size_t nres = 0;
+	uint32_t lo = 0, hi = 0;
+	int rc = -1;
+
+	if (!n)
+		abort();
+	if (net_conf_make(h, &n->conf, e) < 0)
+		goto out;
+	if (!(n->nft = nft_ctx_new(NFT_CTX_DEFAULT))) {
+		err_set(e, 500, "nftables", "cannot make an nftables context");
+		goto out;
+	}
+	nft_ctx_buffer_output(n->nft);
+	nft_ctx_buffer_error(n->nft);
+	if (on) {
+		host_networks(n);
+		nres = host_resolvers(res, sizeof(res) / sizeof(res[0]));
+		qemu_uids(h, &lo, &hi);
+		net_user_ruleset(&n->conf, lo, hi, res, nres, &script);
+	} else {
+		buf_printf(&script, "add table inet %s\ndelete table inet %s\n", n->conf.table,
+			   n->conf.table);
+	}
+	rc = nft_run(n, buf_str(&script), NULL, e);
+	if (rc == 0 && on) {
+		log_info("network user: QEMU's connections (uids %u-%u) reach no address of the "
+			 "host's and no closed range, but port 53 of %zu resolver(s) of "
+			 "/etc/resolv.conf (table inet %s)", lo, hi, nres, n->conf.table);
+		log_warn("network = user is a fallback: every machine's traffic is its QEMU's, so "
+			 "egress policies other than open are refused and machines are told apart "
+			 "only by uid; network = routed filters each machine on its own tap");
+		if (h->cfg.allow_root_qemu)
+			log_warn("allow_root_qemu = yes: a QEMU that runs as root is not filtered, and "
+				 "its guest reaches the host's loopback through 10.0.2.2");
+	}
+out:
+	if (n->nft)
+		nft_ctx_free(n->nft);
+	buf_free(&script);
+	free(n);
+	return rc;
+}
+
+static bool some_run(const struct machine *ms, size_t nm)
+{
+	for (size_t i = 0; i < nm; i++)
+		if (ms[i].state == MS_RUNNING || ms[i].state == MS_PAUSED)
+			return true;
+	return false;
+}
+
+/* Whether a machine of this instance runs (or may: when the database
+ * cannot tell, the rules stay). */
+static bool any_running(struct hostd *h)
+{
+	struct machine *ms = NULL;
+	size_t nm = 0;
+	bool running = true;
+
+	if (db_machine_list(h->db, NULL, &ms, &nm, NULL) == 0)
+		running = some_run(ms, nm);
+	free(ms);
+	return running;
+}
+
 int net_start(struct hostd *h, struct err *e)
 {
 	struct net *n;
@@ -590,7 +693,7 @@ int net_start(struct hostd *h, struct err *e)
 	int rc = -1;
 
 	if (!net_routed(h))
-		return 0;
+		return user_filter(h, true, e);
 	n = calloc(1, sizeof(*n));
 	if (!n)
 		abort();
@@ -675,18 +778,19 @@ void net_stop(struct hostd *h)
 	struct net *n = h->net;
 	struct machine *ms = NULL;
 	size_t nm = 0;
-	bool running = false;
 	char tap[32], script[128];
 
-	if (!n)
+	if (!n) {
+		/* network = user: the filter stays while a QEMU runs. */
+		if (!net_routed(h) && !any_running(h))
+			user_filter(h, false, NULL);
 		return;
+	}
 	pthread_mutex_lock(&n->lock);
 	/* Machines that run keep their network (DHCP renewals wait for the
 	 * next hostd); when none runs, nothing of it is left. */
 	if (db_machine_list(h->db, NULL, &ms, &nm, NULL) == 0) {
-		for (size_t i = 0; i < nm; i++)
-			running |= ms[i].state == MS_RUNNING || ms[i].state == MS_PAUSED;
-		if (!running) {
+		if (!some_run(ms, nm)) {
 			dnsmasq_stop(n);
 			for (size_t i = 0; i < nm; i++) {
 				if (!ms[i].net_index)

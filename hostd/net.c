@@ -231,14 +231,16 @@ static int tap_setup(struct net *n, const struct net_machine *m, struct err *e)
 	net_ip_text(c->gateway, gw, sizeof(gw));
 	net_ip_text(net_machine_ip(c, m->index), ip, sizeof(ip));
 	xsnprintf(gw + strlen(gw), sizeof(gw) - strlen(gw), "/32");
-	/* The host's side of the link keeps its MAC when its tap is made
-	 * anew (a hostd restart, a reboot): a guest restored from memory
-	 * still has it in its ARP cache.  Locally administered, never one of
-	 * QEMU's 52:54:00:... */
+	/* The host's side of every tap of this instance has one MAC, kept
+	 * when a tap is made anew (a hostd restart, a reboot): a guest
+	 * restored from memory still has it in its ARP cache, a live fork's
+	 * (its source's memory, on another tap) included, and could not ask
+	 * again (its ARP names its source's address, which rp_filter refuses
+	 * on its tap).  Each tap is a link of its own, so no two of them
+	 * meet.  Locally administered, never one of QEMU's 52:54:00:... */
 	char hwaddr[20];
 	unsigned inst = (unsigned)strtoul(c->tap_prefix + 2, NULL, 16) & 0xffff;
-	xsnprintf(hwaddr, sizeof(hwaddr), "02:b7:%02x:%02x:%02x:%02x", inst >> 8, inst & 0xff,
-		  (m->index >> 8) & 0xff, m->index & 0xff);
+	xsnprintf(hwaddr, sizeof(hwaddr), "02:b7:%02x:%02x:00:01", inst >> 8, inst & 0xff);
 	char *const addr[] = { "ip", "addr", "replace", gw, "dev", tap, NULL };
 	char *const up[] = { "ip", "link", "set", tap, "address", hwaddr, "up", NULL };
 	char *const route[] = { "ip", "route", "replace", ip, "dev", tap, "src", gw, NULL };

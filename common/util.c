@@ -211,6 +211,31 @@ int mkdir_p(const char *path, unsigned mode)
 	return 0;
 }
 
+int path_set_owner(const char *path, unsigned uid, unsigned gid, unsigned mode,
+		   struct err *e)
+{
+	struct stat st;
+	int changed = 0;
+
+	if (lstat(path, &st) < 0)
+		return err_errno(e, errno, "stat %s", path);
+	if (S_ISLNK(st.st_mode))
+		return err_set(e, 500, "internal", "%s is a symbolic link: its owner is not "
+			       "changed", path);
+	if (st.st_uid != uid || st.st_gid != gid) {
+		if (lchown(path, uid, gid) < 0)
+			return err_errno(e, errno, "chown %u:%u %s", uid, gid, path);
+		changed = 1;
+	}
+	/* chown clears set-id bits: compare with what the file has now. */
+	if ((st.st_mode & 07777) != mode || changed) {
+		if (chmod(path, mode) < 0)
+			return err_errno(e, errno, "chmod %04o %s", mode, path);
+		changed = 1;
+	}
+	return changed;
+}
+
 static int fsync_dir_of(const char *path)
 {
 	char tmp[PATH_MAX];

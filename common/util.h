@@ -60,6 +60,12 @@ char *file_read(const char *path, size_t max, struct err *e);
 int remove_tree(const char *path, struct err *e);
 /* Copy SRC to DST (created with MODE, fsync'd).  0 or -1 with E set. */
 int file_copy(const char *src, const char *dst, unsigned mode, struct err *e);
+/* Give PATH owner UID, group GID and permission bits MODE, changing only
+ * what differs (a stat when nothing does).  A symbolic link is refused,
+ * never followed.  0 when nothing changed, 1 when something did, -1 with E
+ * set. */
+int path_set_owner(const char *path, unsigned uid, unsigned gid, unsigned mode,
+		   struct err *e);
 
 /* Random bytes from the kernel.  0 or -1. */
 int random_bytes(void *out, size_t len);

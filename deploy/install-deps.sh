@@ -61,15 +61,60 @@ if [ -n "$missing" ]; then
 	apt-get install -y -q --no-install-recommends $missing >&2
 fi
 
-# QEMU must be able to create sockets and files in berth's state directory,
-# outside libvirt's own directories: run it as root (ENVIRONMENT.md).
-if [ "$what" != build ] && [ -f /etc/libvirt/qemu.conf ]; then
-	if ! grep -q '^user = "root"' /etc/libvirt/qemu.conf ||
-	   ! grep -q '^group = "root"' /etc/libvirt/qemu.conf; then
+# QEMU runs unprivileged (docs/architecture.md, "QEMU unprivileged"): hostd
+# gives each machine's QEMU a uid of its own, but libvirt's default user in
+# qemu.conf (its capability probes and any other domain run as it) must not
+# be root either, or hostd refuses to start.  Lines an earlier berth added
+# (user = "root", group = "root") go; any other user = "root" or group =
+# "root" is commented out; then user = "libvirt-qemu", group = "kvm" unless
+# the file names another unprivileged user.  libvirtd reads qemu.conf at its
+# start only: restart it after a change.  BERTH_QEMU_CONF and BERTH_KVM_DEV
+# name other files (tests of this script).
+conf=${BERTH_QEMU_CONF:-/etc/libvirt/qemu.conf}
+kvm=${BERTH_KVM_DEV:-/dev/kvm}
+active() { grep -E "^[[:space:]]*$1[[:space:]]*=" "$conf" | tail -n 1 | sed -E 's/^[^=]*=[[:space:]]*"?([^"]*)"?.*/\1/'; }
+if [ "$what" != build ] && [ -f "$conf" ]; then
+	if [ "$(active user)" != libvirt-qemu ] || [ "$(active group)" != kvm ]; then
 		if [ "$(id -u)" = 0 ]; then
-			printf '\n# added by berth deploy/install-deps.sh\nuser = "root"\ngroup = "root"\n' >> /etc/libvirt/qemu.conf
-			echo "install-deps: set user/group root in /etc/libvirt/qemu.conf (restart libvirtd if it runs)" >&2
+			tmp=$(mktemp "$conf.berth.XXXXXX")
+			awk '
+				/^# added by berth deploy\/install-deps\.sh$/ { berth = 1; next }
+				berth && /^(user|group) = "root"$/ { next }
+				{ berth = 0 }
+				/^[[:space:]]*(user|group)[[:space:]]*=[[:space:]]*"(root|0|\+0)"/ {
+					print "# disabled by berth deploy/install-deps.sh (QEMU must not run as root): " $0
+					next
+				}
+				{ print }' "$conf" >"$tmp"
+			add=
+			grep -qE '^[[:space:]]*user[[:space:]]*=' "$tmp" || add='user = "libvirt-qemu"\n'
+			grep -qE '^[[:space:]]*group[[:space:]]*=' "$tmp" || add="$add"'group = "kvm"\n'
+			if [ -n "$add" ]; then
+				[ -z "$(tail -n 1 "$tmp")" ] || echo >>"$tmp"
+				printf "# added by berth deploy/install-deps.sh: QEMU runs unprivileged\\n$add" >>"$tmp"
+			fi
+			if cmp -s "$conf" "$tmp"; then
+				rm -f "$tmp"
+			else
+				chmod --reference="$conf" "$tmp" 2>/dev/null || chmod 600 "$tmp"
+				mv "$tmp" "$conf"
+				echo "install-deps: $conf: QEMU runs as user $(active user), group $(active group) (restart libvirtd if it runs)" >&2
+			fi
+		else
+			echo "install-deps: $conf does not say user = \"libvirt-qemu\", group = \"kvm\" (run as root to set it)" >&2
 		fi
+	fi
+fi
+# /dev/kvm root:kvm 0660, as udev makes it: an unprivileged QEMU (group kvm)
+# opens it, and libvirt, which checks that its default user can, otherwise
+# re-probes QEMU at every start (seconds each).  Without udev (these
+# machines) the mode does not survive a reboot: run this again.
+if [ "$what" != build ] && [ -c "$kvm" ] && [ "$(stat -c '%G %a' "$kvm")" != "kvm 660" ]; then
+	if [ "$(id -u)" = 0 ]; then
+		chgrp kvm "$kvm" && chmod 0660 "$kvm"
+		echo "install-deps: $kvm is now root:kvm 0660" >&2
+	else
+		echo "install-deps: $kvm is not root:kvm 0660 (run as root to set it)" >&2
 	fi
 fi
 
@@ -82,6 +127,17 @@ if [ "$what" != build ] && ! getent passwd berth-gw >/dev/null 2>&1; then
 		echo "install-deps: created the system user berth-gw (the gateways run as it)" >&2
 	else
 		echo "install-deps: no user berth-gw (run as root to create it)" >&2
+	fi
+fi
+# dnsmasq, the machines' DHCP and DNS with network = routed, runs as its
+# own unprivileged user, which alone (with root) reads STATE/net.
+if [ "$what" != build ] && ! getent passwd berth-dns >/dev/null 2>&1; then
+	if [ "$(id -u)" = 0 ]; then
+		useradd --system --no-create-home --home-dir /nonexistent \
+			--shell /usr/sbin/nologin --user-group berth-dns
+		echo "install-deps: created the system user berth-dns (the machines' dnsmasq runs as it)" >&2
+	else
+		echo "install-deps: no user berth-dns (run as root to create it)" >&2
 	fi
 fi
 # From npm, into build/node (not committed; web/package-lock.json pins

@@ -59,7 +59,10 @@ static int freeze_top(struct hostd *h, struct machine *m, enum vstate vs, const 
 		if (storage_vol_create(h->st, made, m->volume, m->disk, e) < 0)
 			return -1;
 		hostd_crash_point(h, "checkpoint-after-volume");
-		if (live && storage_vol_info(h->st, made, &vi, e) < 0)
+		/* The running QEMU opens the new top: its uid's first (and the
+		 * old top frozen, storage_vol_own). */
+		if (live && (storage_vol_info(h->st, made, &vi, e) < 0 ||
+			     machine_own_volume(h, m, made, e) < 0))
 			goto undo;
 	}
 	if (snap || live) {
@@ -311,9 +314,15 @@ static void reseed_running(struct hostd *h, struct machine *f, const char *sourc
 	if (db_image_get(h->db, f->image, &img, NULL) < 0 ||
 	    machine_endpoint(h, f, host, sizeof(host), &port, NULL) != 0)
 		return;
+	/* A guest under TCG on a loaded host may take tens of seconds to
+	 * answer or to restart its sshd: up to a third of the boot timeout
+	 * (60 s by default), never less than 20 s. */
+	int64_t wait_ms = (int64_t)h->cfg.boot_timeout_s * 1000 / 3;
+	if (wait_ms < 20000)
+		wait_ms = 20000;
 	struct sshexec_target t = { .host = host, .port = port, .user = img.user,
-				    .key_b64 = h->key.private_pem, .connect_timeout_ms = 20000,
-				    .host_key = source_key };
+				    .key_b64 = h->key.private_pem,
+				    .connect_timeout_ms = (int)wait_ms, .host_key = source_key };
 	snprintf(cmd, sizeof(cmd),
 		 "s=; [ \"$(id -u)\" = 0 ] || s='sudo -n'; "
 		 "for f in /usr/lib/berth/berth-seed /etc/berth-seed; do "
@@ -322,8 +331,8 @@ static void reseed_running(struct hostd *h, struct machine *f, const char *sourc
 	/* The connection may end before its status arrives (the guest's sshd
 	 * restarting): what counts is the key presented after. */
 	if (sshexec_run(&t, cmd, -1, -1, -1, &status, err, sizeof(err)) < 0 || status == 0) {
-		/* Its sshd restarts with the new key: wait for it (10 s). */
-		for (int64_t t0 = mono_ms(); !own && mono_ms() - t0 < 10000; usleep(200 * 1000))
+		/* Its sshd restarts with the new key: wait for it. */
+		for (int64_t t0 = mono_ms(); !own && mono_ms() - t0 < wait_ms; usleep(200 * 1000))
 			own = sshexec_host_key(host, port, NULL, 5000, got, sizeof(got), err,
 					       sizeof(err)) == 0 && sshexec_key_equal(got, f->host_key);
 	}

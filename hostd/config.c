@@ -42,6 +42,9 @@ static const struct copt options[] = {
 	STR("egress_closed", egress_closed, NULL),
 	STR("hypervisor", hypervisor, hypervisors),
 	STR("libvirt_uri", libvirt_uri, NULL),
+	INT("qemu_uid_base", qemu_uid_base, 1000, QEMU_UID_LAST),
+	STR("qemu_group", qemu_group, NULL),
+	BOOL("allow_root_qemu", allow_root_qemu),
 	STR("recipes_dir", recipes_dir, NULL),
 	STR("cache_dir", cache_dir, NULL),
 	STR("log_level", log_level, levels),
@@ -86,6 +89,15 @@ void config_defaults(struct config *c, const char *state_dir)
 		 "192.168.0.0/16,100.64.0.0/10,192.0.0.0/24,198.18.0.0/15");
 	snprintf(c->hypervisor, sizeof(c->hypervisor), "auto");
 	snprintf(c->libvirt_uri, sizeof(c->libvirt_uri), "qemu:///system");
+	/* 0x78000000: above what Debian, shadow and systemd hand out (users
+	 * below 60000, subordinate ids of /etc/subuid from 100000 to
+	 * SUB_UID_MAX 600100000, systemd-nspawn's container ranges up to
+	 * 0x6FFFFFFF) and above sssd's default ID mapping (200000 to
+	 * 2000200000); below systemd's foreign range (0x7FFE0000) and 2^31,
+	 * so no tool reading uids as signed sees a negative one.  134 million
+	 * machines fit (QEMU_UID_LAST). */
+	c->qemu_uid_base = 0x78000000;
+	snprintf(c->qemu_group, sizeof(c->qemu_group), "kvm");
 	snprintf(c->cache_dir, sizeof(c->cache_dir), "/var/cache/berth");
 	snprintf(c->log_level, sizeof(c->log_level), "info");
 	snprintf(c->gateway_user, sizeof(c->gateway_user), "berth-gw");

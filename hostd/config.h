@@ -26,6 +26,11 @@ struct config {
 	char egress_closed[1024];      /* networks closed to every guest (CIDRs) */
 	char hypervisor[16];           /* "auto", "kvm" or "tcg" */
 	char libvirt_uri[128];
+	int qemu_uid_base;             /* machine N's QEMU runs as uid base + N (its
+					  qemu_index), never a user's */
+	char qemu_group[64];           /* and as this group (kvm: it opens /dev/kvm) */
+	bool allow_root_qemu;          /* development only: start on a libvirt whose
+					  qemu.conf says user = "root" */
 	char recipes_dir[PATH_MAX];    /* "" = next to the binary */
 	char cache_dir[PATH_MAX];      /* downloaded packages for image recipes */
 	char log_level[16];
@@ -56,6 +61,9 @@ struct config {
 };
 
 #define HTTP_LISTEN_DEFAULT "127.0.0.1:8080"
+/* The last uid a machine's QEMU may get: below systemd's foreign range
+ * (0x7FFE0000). */
+#define QEMU_UID_LAST 0x7FFDFFFF
 
 /* Defaults for STATE_DIR. */
 void config_defaults(struct config *c, const char *state_dir);

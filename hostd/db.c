@@ -1,5 +1,6 @@
 #include "hostd/db.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <sqlite3.h>
@@ -98,6 +99,13 @@ fail:
 	return -1;
 }
 
+static int transaction(struct db *db, int (*fn)(struct db *, void *, struct err *),
+		       void *data, struct err *e);
+
+static int transaction(struct db *db, int (*fn)(struct db *, void *, struct err *),
+		       void *data, struct err *e);
+static int assign_qemu_indexes_tx(struct db *db, void *data, struct err *e);
+
 struct db *db_open(const char *path, struct err *e)
 {
 	struct db *db = calloc(1, sizeof(*db));
@@ -125,11 +133,15 @@ struct db *db_open(const char *path, struct err *e)
 	    add_column(db, "machines", "host_key_next", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
 	    add_column(db, "machines", "net_index", "INTEGER NOT NULL DEFAULT 0", &msg) < 0 ||
 	    add_column(db, "machines", "net_alias", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
-	    add_column(db, "machines", "egress", "TEXT NOT NULL DEFAULT ''", &msg) < 0) {
+	    add_column(db, "machines", "egress", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
+	    add_column(db, "machines", "qemu_index", "INTEGER NOT NULL DEFAULT 0", &msg) < 0) {
 		err_set(e, 500, "internal", "database %s: %s", path, msg ? msg : "?");
 		sqlite3_free(msg);
 		goto fail;
 	}
+	/* Machines made before they had one get their QEMU's number now. */
+	if (transaction(db, assign_qemu_indexes_tx, NULL, e) < 0)
+		goto fail;
 	return db;
 fail:
 	sqlite3_close(db->h);
@@ -277,6 +289,75 @@ static void copy_text(sqlite3_stmt *st, int col, char *out, size_t outlen)
 	snprintf(out, outlen, "%s", t ? (const char *)t : "");
 }
 
+/* The next machine's QEMU number into *OUT, and the counter moved on
+ * (caller holds the lock and a transaction).  Numbers are never reused: a
+ * file a deleted machine's QEMU left (in /tmp, say) must not become a new
+ * machine's. */
+static int take_qemu_index(struct db *db, int *out, struct err *e)
+{
+	sqlite3_stmt *st;
+	char next[32];
+	int64_t n = 0;
+
+	st = query(db, e, "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'qemu_index_next'",
+		   "");
+	if (!st)
+		return -1;
+	if (sqlite3_step(st) == SQLITE_ROW)
+		n = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	if (n < 1) {
+		st = query(db, e, "SELECT COALESCE(MAX(qemu_index), 0) + 1 FROM machines", "");
+		if (!st)
+			return -1;
+		if (sqlite3_step(st) == SQLITE_ROW)
+			n = sqlite3_column_int64(st, 0);
+		sqlite3_finalize(st);
+	}
+	if (n < 1 || n > INT_MAX - 1)
+		return err_set(e, 500, "internal", "database: no QEMU number left (next %lld)",
+			       (long long)n);
+	snprintf(next, sizeof(next), "%lld", (long long)(n + 1));
+	if (execute(db, e, "qemu_index_next",
+		    "INSERT OR REPLACE INTO meta(key, value) VALUES('qemu_index_next', ?)", "s",
+		    next) != 0)
+		return -1;
+	*out = (int)n;
+	return 0;
+}
+
+static int assign_qemu_indexes_tx(struct db *db, void *data, struct err *e)
+{
+	sqlite3_stmt *st;
+	char (*ids)[37] = NULL;
+	size_t n = 0, cap = 0;
+	int rc = -1, idx;
+
+	(void)data;
+	st = query(db, e, "SELECT id FROM machines WHERE qemu_index = 0 ORDER BY created, id", "");
+	if (!st)
+		return -1;
+	while (sqlite3_step(st) == SQLITE_ROW) {
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			ids = realloc(ids, cap * sizeof(*ids));
+			if (!ids)
+				abort();
+		}
+		copy_text(st, 0, ids[n++], sizeof(ids[0]));
+	}
+	sqlite3_finalize(st);
+	for (size_t i = 0; i < n; i++)
+		if (take_qemu_index(db, &idx, e) < 0 ||
+		    execute(db, e, "qemu_index", "UPDATE machines SET qemu_index = ? WHERE id = ?",
+			    "is", idx, ids[i]) != 0)
+			goto out;
+	rc = 0;
+out:
+	free(ids);
+	return rc;
+}
+
 static const char *const mstate_names[MS_COUNT] = {
 	[MS_CREATING] = "creating", [MS_STOPPED] = "stopped", [MS_RUNNING] = "running",
 	[MS_PAUSED] = "paused", [MS_SUSPENDED] = "suspended", [MS_DELETING] = "deleting",
@@ -344,7 +425,7 @@ int db_meta_set(struct db *db, const char *key, const char *value, struct err *e
 #define MACHINE_COLS "id, owner, name, image, vcpus, memory, disk, state, volume," \
 		     " mac, ssh_port, created, state_since, idle_timeout, host_key," \
 		     " host_key_state, host_key_next, net_index, net_alias, substr(egress, 1, 255)," \
-		     " length(egress) > 255"
+		     " length(egress) > 255, qemu_index"
 
 static const char *const host_key_state_names[HK_COUNT] = {
 	[HK_NONE] = "none", [HK_SEED] = "seed", [HK_CONFIRMED] = "confirmed",
@@ -390,6 +471,7 @@ static void machine_from_row(sqlite3_stmt *st, struct machine *m)
 	copy_text(st, 18, m->net_alias, sizeof(m->net_alias));
 	copy_text(st, 19, m->egress, sizeof(m->egress));
 	m->egress_long = sqlite3_column_int(st, 20) != 0;
+	m->qemu_index = sqlite3_column_int(st, 21);
 }
 
 /* Open a ledger row for machine M in STATE at time T (caller holds the lock
@@ -439,16 +521,20 @@ static int insert_machine_tx(struct db *db, void *data, struct err *e)
 {
 	struct insert_args *a = data;
 	struct machine *m = a->m;
-	int rc = execute(db, e, "insert machine",
-			 "INSERT INTO machines(id, owner, name, image, vcpus, memory, disk, state,"
-			 " volume, mac, ssh_port, created, state_since, idle_timeout, host_key,"
-			 " host_key_state, host_key_next, net_index, net_alias, egress)"
-			 " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-			 "ssssiIIsssiIIIsssiss", m->id, m->owner, m->name, m->image, m->vcpus,
-			 (int64_t)m->memory, (int64_t)m->disk, mstate_name(m->state), m->volume, m->mac,
-			 m->ssh_port, m->created, m->state_since, m->idle_timeout, m->host_key,
-			 host_key_state_name(m->host_key_state), m->host_key_next, m->net_index,
-			 m->net_alias, a->egress);
+	int rc;
+
+	if (take_qemu_index(db, &m->qemu_index, e) < 0)
+		return -1;
+	rc = execute(db, e, "insert machine",
+		     "INSERT INTO machines(id, owner, name, image, vcpus, memory, disk, state,"
+		     " volume, mac, ssh_port, created, state_since, idle_timeout, host_key,"
+		     " host_key_state, host_key_next, net_index, net_alias, egress, qemu_index)"
+		     " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+		     "ssssiIIsssiIIIsssissi", m->id, m->owner, m->name, m->image, m->vcpus,
+		     (int64_t)m->memory, (int64_t)m->disk, mstate_name(m->state), m->volume, m->mac,
+		     m->ssh_port, m->created, m->state_since, m->idle_timeout, m->host_key,
+		     host_key_state_name(m->host_key_state), m->host_key_next, m->net_index,
+		     m->net_alias, a->egress, m->qemu_index);
 
 	if (rc == 1) {
 		err_clear(e);

@@ -82,6 +82,8 @@ struct machine {
 	 * EGRESS_LONG when there is more (db_machine_egress reads it all). */
 	char egress[256];
 	bool egress_long;
+	int qemu_index;       /* its QEMU runs as uid qemu_uid_base + this (set by
+				 db_machine_insert, never reused) */
 };
 
 struct image {
@@ -109,9 +111,10 @@ void db_close(struct db *db);
 int db_meta_get(struct db *db, const char *key, char *out, size_t outlen, struct err *e);
 int db_meta_set(struct db *db, const char *key, const char *value, struct err *e);
 
-/* Insert M (state forced to "creating") with its own egress policy EGRESS
- * (NULL or "": egress_default) and open its ledger row.  409 "exists" when
- * OWNER already has a machine of that name. */
+/* Insert M (state forced to "creating", M->qemu_index the next number)
+ * with its own egress policy EGRESS (NULL or "": egress_default) and open
+ * its ledger row.  409 "exists" when OWNER already has a machine of that
+ * name. */
 int db_machine_insert(struct db *db, struct machine *m, const char *egress, struct err *e);
 /* 404 "not_found" ("no machine NAME") when absent. */
 int db_machine_get(struct db *db, const char *owner, const char *name,

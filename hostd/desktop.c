@@ -228,32 +228,6 @@ static void send_err(int fd, const struct err *e)
 	json_decref(j);
 }
 
-/* A descriptor connected to PATH, trying for up to TIMEOUT_MS (QEMU binds
- * it as it starts). */
-static int connect_unix(const char *path, int timeout_ms, struct err *e)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int64_t t0 = mono_ms();
-	int fd, saved;
-
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return err_set(e, 500, "internal", "VNC socket path too long: %s", path);
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	for (;;) {
-		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd < 0)
-			return err_errno(e, errno, "socket");
-		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
-			return fd;
-		saved = errno;
-		close(fd);
-		if (mono_ms() - t0 >= timeout_ms)
-			return err_set(e, 503, "no_screen", "cannot connect to the machine's "
-				       "screen %s: %s", path, strerror(saved));
-		usleep(100 * 1000);
-	}
-}
-
 /* A descriptor connected to the agent's socket PATH, or -1.  Never waits:
  * QEMU takes one connection at a time, and a second one (an earlier
  * bridge's not yet closed) could sit in its backlog, or find it full. */
@@ -305,12 +279,13 @@ static void attach(struct desktop *d, int cfd, const char *user, const char *nam
 			goto out;
 		}
 	}
-	machine_vnc_path(d->h, m.id, path, sizeof(path));
-	vfd = connect_unix(path, 5000, &e);
-	if (vfd < 0)
+	/* The screen listens nowhere: libvirt hands its QEMU one end of a
+	 * socket pair and hostd the other. */
+	if (virt_open_screen(d->h->virt, m.id, &vfd, &e) < 0)
 		goto out;
-	/* The clipboard's socket, QEMU's too when the screen's is there; a
-	 * machine whose domain predates it has none: no clipboard then. */
+	/* The clipboard's socket (libvirtd made it, root's, and handed QEMU
+	 * the listening descriptor); a machine whose domain predates it has
+	 * none: no clipboard then. */
 	machine_agent_path(d->h, m.id, path, sizeof(path));
 	afd = connect_agent(path);
 	int fds[2] = { vfd, afd };
@@ -389,7 +364,7 @@ static void *serve(void *arg)
 			goto out;
 		log_info("desktop: token for %s/%s redeemed", user, machine);
 		json_t *r = json_pack("{s:s, s:s, s:s}", "user", user, "machine", machine,
-				      "state", m.state);
+				      "state", mstate_name(m.state));
 		if (r)
 			send_json(fd, r, NULL, 0);
 		json_decref(r);

@@ -36,6 +36,7 @@ struct hostd {
 	 * does not exist (or none is configured). */
 	bool has_gateway;
 	uid_t gateway_uid;
+	unsigned qemu_gid;          /* cfg.qemu_group's gid: every QEMU runs in it */
 	struct sessions *sessions;  /* the gateways' live sessions */
 	char dashboard_url[160];    /* the HTTP listener's, "" when off (hostd/http.c) */
 	struct desktop *desktop;    /* desktop tokens and STATE/desktop.sock */

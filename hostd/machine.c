@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,33 +78,109 @@ bool machine_state_of(enum vstate vs, enum mstate *out)
 	return false;
 }
 
-void machine_vnc_path(struct hostd *h, const char *id, char *out, size_t outlen)
-{
-	xsnprintf(out, outlen, "%s/machines/%s/vnc.sock", h->cfg.state_dir, id);
-}
-
 void machine_agent_path(struct hostd *h, const char *id, char *out, size_t outlen)
 {
 	xsnprintf(out, outlen, "%s/machines/%s/agent.sock", h->cfg.state_dir, id);
 }
 
+int machine_qemu_uid(struct hostd *h, const struct machine *m, unsigned *uid,
+		     struct err *e)
+{
+	long long u = (long long)h->cfg.qemu_uid_base + m->qemu_index;
+
+	*uid = 0;
+	if (m->qemu_index < 1 || u > QEMU_UID_LAST)
+		return err_set(e, 500, "qemu_uid", "machine %s: no uid for its QEMU (qemu_uid_base "
+			       "%d + number %d is past %d)", m->name, h->cfg.qemu_uid_base,
+			       m->qemu_index, QEMU_UID_LAST);
+	*uid = (unsigned)u;
+	return 0;
+}
+
+int machine_own_volume(struct hostd *h, const struct machine *m, const char *vol,
+		       struct err *e)
+{
+	unsigned uid;
+
+	if (machine_qemu_uid(h, m, &uid, e) < 0)
+		return -1;
+	return storage_vol_own(h->st, vol, uid, h->qemu_gid, e);
+}
+
+/* A file of the image's (kernel, initrd) that hostd keeps under
+ * STATE/images/NAME: that directory and STATE/images root's, group G,
+ * 0710, the file root's, 0440.  A file elsewhere is the administrator's:
+ * left as it is. */
+static int prepare_boot_file(struct hostd *h, const char *path, unsigned g, struct err *e)
+{
+	char images[PATH_MAX], dir[PATH_MAX];
+	size_t n;
+	char *slash;
+
+	xsnprintf(images, sizeof(images), "%s/images/", h->cfg.state_dir);
+	n = strlen(images);
+	if (!path || !*path || strncmp(path, images, n) != 0)
+		return 0;
+	snprintf(dir, sizeof(dir), "%s", path);
+	if (!(slash = strrchr(dir, '/')) || (size_t)(slash - dir) < n ||
+	    strchr(dir + n, '/') != slash)
+		return 0;
+	*slash = '\0';
+	images[n - 1] = '\0';
+	if (path_set_owner(images, 0, g, 0710, e) < 0 || path_set_owner(dir, 0, g, 0710, e) < 0 ||
+	    path_set_owner(path, 0, g, 0440, e) < 0)
+		return -1;
+	return 0;
+}
+
+/* Make what M's domain names ready for its QEMU, which runs as UID and
+ * the QEMU group (the static label of its XML; libvirt changes no
+ * owner): its volume UID's alone (0600) and the layers it reads through
+ * read-only (storage_vol_own); its seed UID's, read-only (its SSH host
+ * key is in it: no other QEMU may read it); STATE/machines, its directory,
+ * the image's kernel and initrd and their directories root's, group kvm,
+ * so it may traverse and read them but neither list nor write.  What
+ * libvirt makes there (the agent's socket, the console log, memory images)
+ * is root's.  A stat per file when nothing changes: it runs before every
+ * define, start, restore and wake. */
+static int prepare_files(struct hostd *h, const struct machine *m, const struct image *img,
+			 unsigned uid, struct err *e)
+{
+	char dir[PATH_MAX], p[PATH_MAX];
+	unsigned g = h->qemu_gid;
+
+	xsnprintf(p, sizeof(p), "%s/machines", h->cfg.state_dir);
+	machine_dir(h, m->id, dir, sizeof(dir));
+	if (path_set_owner(p, 0, g, 0710, e) < 0 || path_set_owner(dir, 0, g, 0710, e) < 0)
+		return -1;
+	xsnprintf(p, sizeof(p), "%s/seed.iso", dir);
+	if (path_set_owner(p, uid, g, 0400, e) < 0 || prepare_boot_file(h, img->kernel, g, e) < 0 ||
+	    prepare_boot_file(h, img->initrd, g, e) < 0 ||
+	    storage_vol_own(h->st, m->volume, uid, g, e) < 0)
+		return -1;
+	return 0;
+}
+
+/* M's domain XML, and its files made ready for the QEMU it names: every
+ * domain hostd defines or restores is rendered here. */
 static int xml_render(struct hostd *h, const struct machine *m, bool agent, struct buf *xml,
 		      struct err *e)
 {
 	struct image img;
 	struct storage_vol_info vi;
-	char dir[PATH_MAX], seed[PATH_MAX], log[PATH_MAX], vnc[PATH_MAX], name[200];
+	char dir[PATH_MAX], seed[PATH_MAX], log[PATH_MAX], name[200];
 	char agent_sock[PATH_MAX], tap[32] = "";
+	unsigned uid;
 
 	if (h->net && m->net_index)
 		net_tap_name(net_conf(h), m->net_index, tap, sizeof(tap));
 	if (db_image_get(h->db, m->image, &img, e) < 0 ||
-	    storage_vol_info(h->st, m->volume, &vi, e) < 0)
+	    storage_vol_info(h->st, m->volume, &vi, e) < 0 ||
+	    machine_qemu_uid(h, m, &uid, e) < 0 || prepare_files(h, m, &img, uid, e) < 0)
 		return -1;
 	machine_dir(h, m->id, dir, sizeof(dir));
 	xsnprintf(seed, sizeof(seed), "%s/seed.iso", dir);
 	xsnprintf(log, sizeof(log), "%s/console.log", dir);
-	machine_vnc_path(h, m->id, vnc, sizeof(vnc));
 	machine_agent_path(h, m->id, agent_sock, sizeof(agent_sock));
 	machine_dom_name(h, m, name, sizeof(name));
 	struct domain_spec s = {
@@ -113,8 +190,9 @@ static int xml_render(struct hostd *h, const struct machine *m, bool agent, stru
 		.disk_path = vi.path, .disk_format = vi.format, .disk_block = vi.block,
 		.seed_path = seed, .mac = m->mac, .network = h->cfg.network,
 		.tap = h->net && m->net_index ? tap : NULL, .ssh_port = m->ssh_port,
-		.console_log = log, .vnc_socket = vnc,
+		.console_log = log, .screen = true,
 		.agent_socket = agent ? agent_sock : NULL,
+		.qemu_uid = uid, .qemu_gid = h->qemu_gid,
 	};
 	return virt_domain_xml(&s, xml, e);
 }
@@ -300,13 +378,26 @@ int machine_create(struct hostd *h, const struct create_req *r, struct machine *
 	return 0;
 }
 
+/* 0 when no user has UID; else -1 with E naming who has it. */
+static int qemu_uid_free(unsigned uid, const struct machine *m, struct err *e)
+{
+	struct passwd pw, *res = NULL;
+	char buf[4096];
+
+	if (getpwuid_r(uid, &pw, buf, sizeof(buf), &res) != 0 || !res)
+		return 0;
+	return err_set(e, 500, "qemu_uid", "machine %s: its QEMU's uid %u is user %s's: set "
+		       "qemu_uid_base to a range no user has", m->name, uid, pw.pw_name);
+}
+
 int machine_create_from(struct hostd *h, const struct create_req *r, const char *base,
 			struct machine *out, struct err *e)
 {
 	struct image img;
 	struct machine m;
-	char dir[PATH_MAX], *hk_priv = NULL, *hk_pub = NULL;
+	char dir[PATH_MAX], path[PATH_MAX], *hk_priv = NULL, *hk_pub = NULL;
 	const char *keys[] = { h->key.public_line, NULL };
+	unsigned uid;
 	int rc = -1;
 
 	memset(&m, 0, sizeof(m));
@@ -351,14 +442,23 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 	if (storage_vol_create(h->st, m.volume, base ? base : img.volume, m.disk, e) < 0)
 		goto undo;
 	hostd_crash_point(h, "create-after-volume");
+	/* Its QEMU's uid must be no user's (qemu_uid_base picks a range
+	 * nobody has; this makes sure). */
+	if (machine_qemu_uid(h, &m, &uid, e) < 0 || qemu_uid_free(uid, &m, e) < 0)
+		goto undo;
 	machine_dir(h, m.id, dir, sizeof(dir));
+	xsnprintf(path, sizeof(path), "%s/machines", h->cfg.state_dir);
 	if (mkdir_p(dir, 0700) < 0) {
 		err_errno(e, errno, "create %s", dir);
 		goto undo;
 	}
+	if (path_set_owner(path, 0, h->qemu_gid, 0710, e) < 0 ||
+	    path_set_owner(dir, 0, h->qemu_gid, 0710, e) < 0)
+		goto undo;
 	struct seed s = { .instance_id = m.id, .hostname = m.name, .user = img.user, .keys = keys,
 			  .host_key_private = hk_priv, .host_key_public = hk_pub };
-	if (seed_write(&s, dir, e) < 0)
+	xsnprintf(path, sizeof(path), "%s/seed.iso", dir);
+	if (seed_write(&s, dir, e) < 0 || path_set_owner(path, uid, h->qemu_gid, 0400, e) < 0)
 		goto undo;
 	hostd_crash_point(h, "create-after-seed");
 	/* Its tap, address and rules: before the domain, which names the tap. */
@@ -516,15 +616,29 @@ int machine_do_start(struct hostd *h, struct machine *m, enum vstate vs, struct 
 	if (vs == VS_SUSPENDED && memimage_find(h, m->id, NULL, 0))
 		return memimage_wake(h, m, e);
 	if (vs == VS_SUSPENDED) {
-		/* libvirt's managed save image: its QEMU would fail to bind a
-		 * forward another program took, for good.  The database moves
-		 * first: if the image cannot be rewritten, the port is put back
-		 * (the other way round would lose the new port). */
+		/* libvirt's managed save image: it starts with hostd's XML of
+		 * now (its files made ready, its QEMU's label, an image saved
+		 * by an older berth included), and with a port of its own: its
+		 * QEMU would fail to bind a forward another program took, for
+		 * good.  The database moves first: if the image cannot be
+		 * rewritten, the port is put back (the other way round would
+		 * lose the new port). */
+		char *saved = NULL;
+		struct buf xml = BUF_INIT;
 		if ((r = machine_port_refresh(h, m, e)) < 0)
 			return -1;
-		if (r > 0 && virt_saved_set_port(h->virt, m->id, m->ssh_port, e) < 0) {
-			db_machine_set_port(h->db, m->id, old_port, NULL);
-			m->ssh_port = old_port;
+		int rc = virt_saved_xml(h->virt, m->id, &saved, e);
+		if (rc == 0)
+			rc = xml_render(h, m, virt_xml_has_agent(saved), &xml, e);
+		if (rc == 0)
+			rc = virt_saved_define(h->virt, m->id, buf_str(&xml), e);
+		free(saved);
+		buf_free(&xml);
+		if (rc < 0) {
+			if (r > 0) {
+				db_machine_set_port(h->db, m->id, old_port, NULL);
+				m->ssh_port = old_port;
+			}
 			return -1;
 		}
 	}
@@ -768,3 +882,46 @@ int machine_wake(struct hostd *h, const char *owner, const char *name, bool wait
 	return 0;
 }
 
+
+void machine_check_qemus(struct hostd *h)
+{
+	struct machine *ms = NULL;
+	struct proc_creds pc;
+	size_t n = 0;
+	int bad = 0;
+
+	if (db_machine_list(h->db, NULL, &ms, &n, NULL) < 0)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		struct err e = { 0 };
+		enum vstate vs;
+		unsigned uid = 0;
+		long pid;
+		/* Reconciliation made the rows follow libvirt. */
+		if ((ms[i].state != MS_RUNNING && ms[i].state != MS_PAUSED) ||
+		    virt_state(h->virt, ms[i].id, &vs, NULL) < 0 ||
+		    (vs != VS_RUNNING && vs != VS_PAUSED))
+			continue;
+		machine_qemu_uid(h, &ms[i], &uid, NULL);
+		if (virt_qemu_creds(h->virt, ms[i].id, &pid, &pc, &e) < 0) {
+			log_warn("machine %s/%s: cannot tell which user its QEMU runs as: %s",
+				 ms[i].owner, ms[i].name, e.msg);
+			continue;
+		}
+		if (pc.uid_min == 0 || pc.gid_min == 0 || pc.cap_eff) {
+			log_warn("machine %s/%s: its QEMU (pid %ld) RUNS PRIVILEGED (uid %u, gid %u, "
+				 "effective capabilities %#llx), started before berth ran QEMU "
+				 "unprivileged: stop and start it (a restart, a suspend and resume) to "
+				 "run it as uid %u", ms[i].owner, ms[i].name, pid, pc.uid_min,
+				 pc.gid_min, (unsigned long long)pc.cap_eff, uid);
+			bad++;
+		} else if (pc.uid_min != uid || pc.uid_max != uid) {
+			log_warn("machine %s/%s: its QEMU (pid %ld) runs as uid %u, not its own %u "
+				 "(qemu_uid_base changed?): a restart moves it", ms[i].owner,
+				 ms[i].name, pid, pc.uid_min, uid);
+		}
+	}
+	if (bad)
+		log_warn("%d running machine(s) with a privileged QEMU", bad);
+	free(ms);
+}

@@ -95,8 +95,10 @@ int machine_begin(struct hostd *h, const char *owner, const char *name, const ch
 		  struct machine *m, enum vstate *vs, struct err *e);
 void machine_end(struct hostd *h, struct machine *m);
 
-/* The UNIX socket QEMU serves machine ID's screen on (VNC). */
-void machine_vnc_path(struct hostd *h, const char *id, char *out, size_t outlen);
+/* Log, for every running machine, a QEMU that runs privileged (as root, a
+ * group root or with capabilities: one started before berth ran QEMU
+ * unprivileged) or as another uid than the machine's.  Start-up only. */
+void machine_check_qemus(struct hostd *h);
 /* The UNIX socket QEMU binds machine ID's SPICE agent port to (the
  * clipboard, berth-desktop's). */
 void machine_agent_path(struct hostd *h, const char *id, char *out, size_t outlen);

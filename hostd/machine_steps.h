@@ -29,7 +29,15 @@ int machine_vstate(struct hostd *h, const char *id, enum vstate *vs, struct err 
  * and VS_BUSY, which are not states a machine is recorded in. */
 bool machine_state_of(enum vstate vs, enum mstate *out);
 
-/* M's domain XML, as machine_define defines it, into XML. */
+/* The uid M's QEMU runs as (qemu_uid_base + its number), into *UID. */
+int machine_qemu_uid(struct hostd *h, const struct machine *m, unsigned *uid,
+		     struct err *e);
+/* Give volume VOL to M's QEMU (storage_vol_own: its uid's alone, the
+ * layers under it frozen): for a new top a running QEMU is moved onto. */
+int machine_own_volume(struct hostd *h, const struct machine *m, const char *vol,
+		       struct err *e);
+/* M's domain XML, as machine_define defines it, into XML; the files it
+ * names are made ready for M's QEMU first (owners, modes). */
 int machine_xml(struct hostd *h, const struct machine *m, struct buf *xml, struct err *e);
 /* The same, for restoring the save image PATH: without the agent's channel
  * when the image has none (saved before berth had one; libvirt refuses a

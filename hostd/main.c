@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <grp.h>
 #include <pwd.h>
 #include <string.h>
 #include <sys/file.h>
@@ -29,6 +30,7 @@
 #include "hostd/idle.h"
 #include "hostd/http.h"
 #include "hostd/image.h"
+#include "hostd/machine.h"
 #include "hostd/net.h"
 #include "hostd/reconcile.h"
 #include "hostd/sampler.h"
@@ -105,6 +107,50 @@ static int lookup_gateway(struct hostd *h, struct err *e)
 	h->gateway_uid = pw.pw_uid;
 	h->has_gateway = true;
 	log_info("gateway user %s (uid %u)", h->cfg.gateway_user, (unsigned)pw.pw_uid);
+	return 0;
+}
+
+/* The QEMU group's gid, from qemu_group: every machine's QEMU runs in it
+ * (kvm: it opens /dev/kvm), and reads the bases and frozen volumes
+ * through it.  Root's group is refused. */
+static int lookup_qemu_group(struct hostd *h, struct err *e)
+{
+	struct group gr, *res = NULL;
+	char buf[4096];
+
+	if (getgrnam_r(h->cfg.qemu_group, &gr, buf, sizeof(buf), &res) != 0 || !res)
+		return err_set(e, 400, "invalid_config", "qemu_group = %s: no such group (Debian's "
+			       "libvirt-daemon-system makes kvm)", h->cfg.qemu_group);
+	if (gr.gr_gid == 0)
+		return err_set(e, 400, "invalid_config", "qemu_group = %s is root's group: QEMU "
+			       "must run unprivileged", h->cfg.qemu_group);
+	h->qemu_gid = gr.gr_gid;
+	return 0;
+}
+
+/* QEMU runs as the machine's uid, in group GID: it opens its files by
+ * name, so every directory above PATH must let it pass (x for others, or
+ * for group GID).  Refused at start rather than at the first boot, which
+ * would fail with a bare "Permission denied". */
+static int check_qemu_reachable(const char *path, unsigned gid, struct err *e)
+{
+	char dir[PATH_MAX];
+	struct stat st;
+	char *slash;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	while ((slash = strrchr(dir, '/')) && slash != dir) {
+		*slash = '\0';
+		if (stat(dir, &st) < 0)
+			continue;
+		if ((st.st_mode & S_IXOTH) || (st.st_gid == gid && (st.st_mode & S_IXGRP)))
+			continue;
+		return err_set(e, 400, "invalid_config", "machines' QEMU (group %u, a uid of its "
+			       "own) cannot reach %s: %s is mode %04o, owner %u:%u (give others, "
+			       "or that group, search permission: chmod o+x)", gid, path, dir,
+			       (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid,
+			       (unsigned)st.st_gid);
+	}
 	return 0;
 }
 
@@ -199,7 +245,10 @@ int main(int argc, char **argv)
 		goto fail;
 	}
 	check_reachable(state);
-	if (lookup_gateway(&h, &e) < 0)
+	if (lookup_gateway(&h, &e) < 0 || lookup_qemu_group(&h, &e) < 0)
+		goto fail;
+	snprintf(path, sizeof(path), "%s/machines", state);
+	if (check_qemu_reachable(path, h.qemu_gid, &e) < 0)
 		goto fail;
 	h.sessions = sessions_new();
 	snprintf(path, sizeof(path), "%s/hostd.lock", state);
@@ -227,14 +276,21 @@ int main(int argc, char **argv)
 			"(deploy/lvm-thin-setup.sh makes one)");
 		goto fail;
 	}
-	struct storage_opts so = { .max_fill = h.cfg.max_fill };
+	struct storage_opts so = { .max_fill = h.cfg.max_fill, .qemu_gid = h.qemu_gid };
 	h.st = storage_open_opts(h.cfg.storage, h.cfg.storage_location[0] ? h.cfg.storage_location : vols,
 				 &so, &e);
 	if (!h.st || storage_claim(h.st, h.instance, &e) < 0)
 		goto fail;
-	h.virt = virt_open(h.cfg.libvirt_uri, h.cfg.hypervisor, reconcile_event, &h, &e);
+	if (!strcmp(h.cfg.storage, "qcow2") &&
+	    check_qemu_reachable(storage_location(h.st), h.qemu_gid, &e) < 0)
+		goto fail;
+	/* Refuses a libvirt that runs QEMU as root. */
+	h.virt = virt_open(h.cfg.libvirt_uri, h.cfg.hypervisor, h.cfg.allow_root_qemu,
+			   reconcile_event, &h, &e);
 	if (!h.virt)
 		goto fail;
+	log_info("machines' QEMU runs as uid %d + the machine's number, group %s (%u), "
+		 "no capabilities", h.cfg.qemu_uid_base, h.cfg.qemu_group, h.qemu_gid);
 	resolve_recipes(&h);
 	log_info("state %s, instance %s, storage %s at %s, network %s, recipes %s",
 		 state, h.instance, storage_name(h.st), storage_location(h.st),
@@ -245,6 +301,7 @@ int main(int argc, char **argv)
 	if (net_start(&h, &e) < 0)
 		goto fail;
 	reconcile_at_start(&h);
+	machine_check_qemus(&h);
 	image_reconcile(&h);
 	/* Prices recorded, storage sampled now and every minute. */
 	if (usage_prices_sync(&h, &e) < 0 || sampler_start(&h, &e) < 0 ||

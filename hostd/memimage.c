@@ -191,29 +191,6 @@ int memimage_suspend(struct hostd *h, struct machine *m, struct err *e)
 	return 0;
 }
 
-/* network=user: M's SSH forward, as the image at PATH would restore it,
- * must be M's port, which first moves if another program took it.  XML
- * gets the image's domain XML with the port changed when it differs, and
- * stays empty when it does not. */
-static int image_port_xml(struct hostd *h, struct machine *m, const char *path,
-			  struct buf *xml, struct err *e)
-{
-	char *saved = NULL;
-	int rc = -1;
-
-	if (machine_port_refresh(h, m, e) < 0 || virt_image_xml(path, &saved, e) < 0)
-		goto out;
-	if (virt_xml_set_ssh_port(saved, m->ssh_port, xml, e) < 0) {
-		err_clear(e);
-		err_set(e, 500, "memory_image", "%s has no SSH forward in its domain XML", path);
-		goto out;
-	}
-	rc = 0;
-out:
-	free(saved);
-	return rc;
-}
-
 /* Wake M from its memory image KIND at PATH.  libvirt restores it with the
  * guest's CPUs paused: a compressed image through a FIFO that a thread
  * fills while decompressing, so QEMU loads while the rest decompresses.
@@ -232,7 +209,10 @@ static int wake_from(struct hostd *h, struct machine *m, int kind, const char *p
 	image_path(h, m->id, image_files[zst ? IMG_WAKE_ZST : IMG_WAKE_RAW], waking,
 		   sizeof(waking));
 	image_path(h, m->id, "wake.fifo", fifo, sizeof(fifo));
-	if (strcmp(h->cfg.network, "user") == 0 && image_port_xml(h, m, path, &xml, e) < 0)
+	/* hostd's XML of now, not the image's: its files made ready for its
+	 * QEMU, the uid it runs as, a port of its own when another program
+	 * took its SSH forward's (an image saved by an older berth included). */
+	if (machine_port_refresh(h, m, e) < 0 || machine_xml_for_image(h, m, path, &xml, e) < 0)
 		goto out;
 	if (strcmp(path, waking) != 0 && rename(path, waking) < 0) {
 		err_errno(e, errno, "rename %s", path);
@@ -249,8 +229,7 @@ static int wake_from(struct hostd *h, struct machine *m, int kind, const char *p
 			goto undo;
 	}
 	t_prep = mono_ms();
-	rc = virt_restore_paused(h->virt, zst ? fifo : waking, xml.len ? buf_str(&xml) : NULL,
-				 &re);
+	rc = virt_restore_paused(h->virt, zst ? fifo : waking, buf_str(&xml), &re);
 	t_restore = mono_ms();
 	if (feed)
 		frc = zmem_feed_finish(feed, NULL, &fe);

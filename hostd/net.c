@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
@@ -31,6 +32,7 @@ struct net {
 	struct nft_ctx *nft;
 	char dir[PATH_MAX];        /* STATE/net */
 	char dns_domains[1 << 16]; /* " d1 d2 ": the domains dnsmasq's conf names */
+	char dns_user[32], dns_group[32]; /* what dnsmasq runs as */
 };
 
 bool net_routed(const struct hostd *h)
@@ -291,6 +293,7 @@ static int dhcp_entry(struct net *n, const struct net_machine *m, struct err *e)
 	}
 	existed = access(path, F_OK) == 0;
 	rc = file_write_atomic(tmp, b.data, b.len, 0644, e);
+	/* Readable through the directory only: its group is dnsmasq's. */
 	if (rc == 0 && rename(tmp, path) < 0)
 		rc = err_errno(e, errno, "rename %s", tmp);
 	buf_free(&b);
@@ -383,7 +386,7 @@ static int dnsmasq_start(struct hostd *h, struct net *n, const char *domains, st
 	 * closed ranges hold whatever the resolver says (and dnsmasq counts
 	 * the documentation ranges as private, which tests use). */
 	buf_adds(&b, "no-hosts\ndomain-needed\nbogus-priv\n");
-	buf_adds(&b, "user=nobody\ngroup=nogroup\n");
+	buf_printf(&b, "user=%s\ngroup=%s\n", n->dns_user, n->dns_group);
 	if (h->cfg.dns_upstream[0]) {
 		char list[sizeof(h->cfg.dns_upstream)], *save = NULL;
 		xsnprintf(list, sizeof(list), "%s", h->cfg.dns_upstream);
@@ -490,6 +493,41 @@ static int dnsmasq_follow(struct hostd *h, struct net *n, const char *id,
 	return rc;
 }
 
+/* Forget the DHCP lease of address IP: dnsmasq stopped, its lease file
+ * rewritten without it, dnsmasq started again (a DNS blip of some ten
+ * milliseconds for the other machines).  Nothing when no lease names IP. */
+static int dnsmasq_drop_lease(struct hostd *h, struct net *n, const char *ip, struct err *e)
+{
+	char path[PATH_MAX], key[32], line[512];
+	struct buf keep = BUF_INIT;
+	bool found = false;
+	FILE *f;
+	int rc = 0;
+
+	net_path(n, "leases", path, sizeof(path));
+	/* "EXPIRY MAC IP HOSTNAME CLIENT-ID" */
+	xsnprintf(key, sizeof(key), " %s ", ip);
+	if (!(f = fopen(path, "re")))
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (strstr(line, key))
+			found = true;
+		else
+			buf_adds(&keep, line);
+	}
+	fclose(f);
+	if (found) {
+		char domains[sizeof(n->dns_domains)];
+		xsnprintf(domains, sizeof(domains), "%s", n->dns_domains);
+		dnsmasq_stop(n);
+		if (file_write_atomic(path, keep.data ? keep.data : "", keep.len, 0644, e) < 0 ||
+		    dnsmasq_start(h, n, domains, e) < 0)
+			rc = -1;
+	}
+	buf_free(&keep);
+	return rc;
+}
+
 /* ---- the pieces together -------------------------------------------------- */
 
 /* The policy in force for machine M (its own, else egress_default) into P. */
@@ -540,6 +578,109 @@ static void host_networks(struct net *n)
 	buf_free(&out);
 }
 
+/* ---- network = user ------------------------------------------------------ */
+
+/* The host's resolvers (what QEMU's user-mode DNS, 10.0.2.3, forwards
+ * to): the nameserver lines of /etc/resolv.conf, at most MAX. */
+static size_t host_resolvers(char out[][48], size_t max)
+{
+	FILE *f = fopen("/etc/resolv.conf", "re");
+	char line[256], addr[64];
+	unsigned char bin[16];
+	size_t n = 0;
+
+	if (!f)
+		return 0;
+	while (n < max && fgets(line, sizeof(line), f)) {
+		if (sscanf(line, " nameserver %63s", addr) != 1)
+			continue;
+		addr[strcspn(addr, "%")] = '\0';
+		if (inet_pton(AF_INET, addr, bin) == 1 || inet_pton(AF_INET6, addr, bin) == 1)
+			xsnprintf(out[n++], sizeof(out[0]), "%s", addr);
+	}
+	fclose(f);
+	return n;
+}
+
+/* The uids machines' QEMUs run as (hostd/config.h, qemu_uid_base). */
+static void qemu_uids(const struct hostd *h, uint32_t *lo, uint32_t *hi)
+{
+	*lo = (uint32_t)h->cfg.qemu_uid_base;
+	*hi = *lo + 0xffffff < QEMU_UID_LAST ? *lo + 0xffffff : QEMU_UID_LAST;
+}
+
+/* Load (ON) or remove this instance's user-mode filter.  Its own nft
+ * context: network = user keeps no struct net. */
+static int user_filter(struct hostd *h, bool on, struct err *e)
+{
+	struct net *n = calloc(1, sizeof(*n));
+	struct buf script = BUF_INIT;
+	char res[8][48];
+	size_t nres = 0;
+	uint32_t lo = 0, hi = 0;
+	int rc = -1;
+
+	if (!n)
+		abort();
+	if (net_conf_make(h, &n->conf, e) < 0)
+		goto out;
+	if (!(n->nft = nft_ctx_new(NFT_CTX_DEFAULT))) {
+		err_set(e, 500, "nftables", "cannot make an nftables context");
+		goto out;
+	}
+	nft_ctx_buffer_output(n->nft);
+	nft_ctx_buffer_error(n->nft);
+	if (on) {
+		host_networks(n);
+		nres = host_resolvers(res, sizeof(res) / sizeof(res[0]));
+		qemu_uids(h, &lo, &hi);
+		net_user_ruleset(&n->conf, lo, hi, res, nres, &script);
+	} else {
+		buf_printf(&script, "add table inet %s\ndelete table inet %s\n", n->conf.table,
+			   n->conf.table);
+	}
+	rc = nft_run(n, buf_str(&script), NULL, e);
+	if (rc == 0 && on) {
+		log_info("network user: QEMU's connections (uids %u-%u) reach no address of the "
+			 "host's and no closed range, but port 53 of %zu resolver(s) of "
+			 "/etc/resolv.conf (table inet %s)", lo, hi, nres, n->conf.table);
+		log_warn("network = user is a fallback: every machine's traffic is its QEMU's, so "
+			 "egress policies other than open are refused and machines are told apart "
+			 "only by uid; network = routed filters each machine on its own tap");
+		if (h->cfg.allow_root_qemu)
+			log_warn("allow_root_qemu = yes: a QEMU that runs as root is not filtered, and "
+				 "its guest reaches the host's loopback through 10.0.2.2");
+	}
+out:
+	if (n->nft)
+		nft_ctx_free(n->nft);
+	buf_free(&script);
+	free(n);
+	return rc;
+}
+
+static bool some_run(const struct machine *ms, size_t nm)
+{
+	for (size_t i = 0; i < nm; i++)
+		if (ms[i].state == MS_RUNNING || ms[i].state == MS_PAUSED)
+			return true;
+	return false;
+}
+
+/* Whether a machine of this instance runs (or may: when the database
+ * cannot tell, the rules stay). */
+static bool any_running(struct hostd *h)
+{
+	struct machine *ms = NULL;
+	size_t nm = 0;
+	bool running = true;
+
+	if (db_machine_list(h->db, NULL, &ms, &nm, NULL) == 0)
+		running = some_run(ms, nm);
+	free(ms);
+	return running;
+}
+
 int net_start(struct hostd *h, struct err *e)
 {
 	struct net *n;
@@ -552,16 +693,30 @@ int net_start(struct hostd *h, struct err *e)
 	int rc = -1;
 
 	if (!net_routed(h))
-		return 0;
+		return user_filter(h, true, e);
 	n = calloc(1, sizeof(*n));
 	if (!n)
 		abort();
 	pthread_mutex_init(&n->lock, NULL);
 	h->net = n;
 	xsnprintf(n->dir, sizeof(n->dir), "%s/net", h->cfg.state_dir);
-	/* dnsmasq, as nobody, reads the DHCP hosts in it. */
+	/* dnsmasq runs as berth-dns (else nobody), and reads the DHCP hosts
+	 * in STATE/net/dhcp: the directories are its group's, and no one
+	 * else's (nobody's when there is no berth-dns: then they are open
+	 * to every local user). */
+	struct group gr, *grp = NULL;
+	char grbuf[4096];
+	bool own = getgrnam_r("berth-dns", &gr, grbuf, sizeof(grbuf), &grp) == 0 && grp;
+	xsnprintf(n->dns_user, sizeof(n->dns_user), "%s", own ? "berth-dns" : "nobody");
+	xsnprintf(n->dns_group, sizeof(n->dns_group), "%s", own ? "berth-dns" : "nogroup");
+	if (!own)
+		log_warn("no user berth-dns (deploy/install-deps.sh creates it): dnsmasq runs as "
+			 "nobody, and STATE/net is readable by every local user");
 	net_path(n, "dhcp", path, sizeof(path));
-	if (mkdir_p(path, 0755) < 0 || chmod(n->dir, 0755) < 0 || chmod(path, 0755) < 0) {
+	if (mkdir_p(path, 0750) < 0 ||
+	    (own ? chown(n->dir, 0, gr.gr_gid) < 0 || chown(path, 0, gr.gr_gid) < 0 ||
+		   chmod(n->dir, 0710) < 0 || chmod(path, 0750) < 0
+		 : chmod(n->dir, 0755) < 0 || chmod(path, 0755) < 0)) {
 		err_errno(e, errno, "create %s", path);
 		goto out;
 	}
@@ -623,18 +778,19 @@ void net_stop(struct hostd *h)
 	struct net *n = h->net;
 	struct machine *ms = NULL;
 	size_t nm = 0;
-	bool running = false;
 	char tap[32], script[128];
 
-	if (!n)
+	if (!n) {
+		/* network = user: the filter stays while a QEMU runs. */
+		if (!net_routed(h) && !any_running(h))
+			user_filter(h, false, NULL);
 		return;
+	}
 	pthread_mutex_lock(&n->lock);
 	/* Machines that run keep their network (DHCP renewals wait for the
 	 * next hostd); when none runs, nothing of it is left. */
 	if (db_machine_list(h->db, NULL, &ms, &nm, NULL) == 0) {
-		for (size_t i = 0; i < nm; i++)
-			running |= ms[i].state == MS_RUNNING || ms[i].state == MS_PAUSED;
-		if (!running) {
+		if (!some_run(ms, nm)) {
 			dnsmasq_stop(n);
 			for (size_t i = 0; i < nm; i++) {
 				if (!ms[i].net_index)
@@ -720,6 +876,12 @@ void net_machine_remove(struct hostd *h, const struct machine *m)
 		log_warn("machine %s/%s: removing its rules: %s", m->owner, m->name, e.msg);
 	dhcp_entry_remove(n, m->net_index);
 	tap_remove(tap);
+	/* Its lease goes too: dnsmasq would not give the address to the next
+	 * machine with this index (another MAC) while the lease lasts. */
+	char ip[20];
+	net_ip_text(net_machine_ip(&n->conf, m->net_index), ip, sizeof(ip));
+	if (dnsmasq_drop_lease(h, n, ip, &e) < 0)
+		log_warn("dnsmasq: %s", e.msg);
 	err_clear(&e);
 	if (dnsmasq_follow(h, n, NULL, NULL, &e) < 0)
 		log_warn("dnsmasq: %s", e.msg);

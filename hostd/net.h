@@ -83,6 +83,14 @@ void net_machine_remove_script(const struct net_conf *c, const struct net_machin
 /* The set name the resolver fills for DOMAIN: "d-" and 16 hex digits. */
 void net_domain_set(const char *domain, char *out, size_t outlen);
 
+/* network = user: the table that keeps QEMU's own connections (uids
+ * UID_LO..UID_HI: every guest connection is one of its QEMU's) from the
+ * host's addresses and the closed ranges, but for port 53 of the host's
+ * resolvers RESOLVERS[0..NRES) (IPv4 or IPv6 text), as an nft script that
+ * replaces it.  Pure. */
+void net_user_ruleset(const struct net_conf *c, uint32_t uid_lo, uint32_t uid_hi,
+		      char resolvers[][48], size_t nres, struct buf *out);
+
 /* Names of machine INDEX: its tap and its address (dotted). */
 void net_tap_name(const struct net_conf *c, int index, char *out, size_t outlen);
 void net_ip_text(uint32_t ip, char *out, size_t outlen);
@@ -96,11 +104,12 @@ bool net_routed(const struct hostd *h);
 const struct net_conf *net_conf(const struct hostd *h);
 
 /* Start the network: IPv4 forwarding on, this instance's table loaded for
- * every machine, its taps made, dnsmasq (re)started.  Nothing to do unless
- * network = routed. */
+ * every machine, its taps made, dnsmasq (re)started.  With network = user,
+ * only the table of the uid filter (net_user_ruleset). */
 int net_start(struct hostd *h, struct err *e);
 /* Stop dnsmasq; when no machine runs, remove the taps and the table too
- * (machines that run keep their network: hostd restarts find it). */
+ * (machines that run keep their network: hostd restarts find it).  With
+ * network = user, the table goes when no machine runs. */
 void net_stop(struct hostd *h);
 
 /* A free index for a new machine, or -1 (503 "no_address") when the guest

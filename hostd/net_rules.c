@@ -248,6 +248,22 @@ void net_machine_remove_script(const struct net_conf *c, const struct net_machin
 		   "delete set inet %s m%d-deny\n", t, i, t, i);
 }
 
+/* The set of IPv4 networks no guest reaches: this-network, loopback,
+ * link-local, multicast and reserved, the guest network, and C's closed
+ * list (egress_closed and the host's own networks). */
+static void closed4_set(const struct net_conf *c, struct buf *b)
+{
+	char net[16];
+
+	net_ip_text(c->net, net, sizeof(net));
+	buf_adds(b, "\tset closed4 { type ipv4_addr; flags interval; auto-merge; elements = {"
+		    " 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 240.0.0.0/4");
+	buf_printf(b, ", %s/%d", net, c->prefix);
+	for (size_t i = 0; i < c->n_closed; i++)
+		buf_printf(b, ", %s", c->closed[i]);
+	buf_adds(b, " } }\n");
+}
+
 void net_ruleset(const struct net_conf *c, const struct net_machine *ms, size_t n,
 		 struct buf *b)
 {
@@ -259,12 +275,7 @@ void net_ruleset(const struct net_conf *c, const struct net_machine *ms, size_t 
 	/* Replaced whole, in one transaction. */
 	buf_printf(b, "add table inet %s\ndelete table inet %s\n", t, t);
 	buf_printf(b, "table inet %s {\n", t);
-	buf_adds(b, "\tset closed4 { type ipv4_addr; flags interval; auto-merge; elements = {"
-		    " 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 240.0.0.0/4");
-	buf_printf(b, ", %s/%d", net, c->prefix);
-	for (size_t i = 0; i < c->n_closed; i++)
-		buf_printf(b, ", %s", c->closed[i]);
-	buf_adds(b, " } }\n");
+	closed4_set(c, b);
 	buf_adds(b, "\tset guests { type ifname . ipv4_addr . ether_addr; }\n"
 		    "\tmap egress { type ifname : verdict; }\n"
 		    "\tmap raw_taps { type ifname : verdict; }\n"
@@ -320,4 +331,29 @@ void net_ruleset(const struct net_conf *c, const struct net_machine *ms, size_t 
 		machine_body(c, &ms[i], false, b);
 		machine_elements(c, &ms[i], b);
 	}
+}
+
+void net_user_ruleset(const struct net_conf *c, uint32_t uid_lo, uint32_t uid_hi,
+		      char resolvers[][48], size_t nres, struct buf *b)
+{
+	const char *t = c->table;
+
+	buf_printf(b, "add table inet %s\ndelete table inet %s\n", t, t);
+	buf_printf(b, "table inet %s {\n", t);
+	closed4_set(c, b);
+	/* Loopback, v4-mapped, unique-local, link-local, multicast. */
+	buf_adds(b, "\tset closed6 { type ipv6_addr; flags interval; auto-merge; elements = {"
+		    " ::/127, ::ffff:0.0.0.0/96, 64:ff9b::/96, fc00::/7, fe80::/10, ff00::/8 } }\n");
+	buf_printf(b, "\tchain output { type filter hook output priority filter; policy accept;\n"
+		      "\t\tmeta skuid %u-%u jump qemu_out\n\t}\n", uid_lo, uid_hi);
+	/* Replies (the SSH forward's accepted connections) first; then the
+	 * host's resolvers on port 53 (QEMU's 10.0.2.3 forwards there); then
+	 * no address of the host's own, and no closed range. */
+	buf_adds(b, "\tchain qemu_out {\n\t\tct state established,related accept\n");
+	for (size_t i = 0; i < nres; i++)
+		buf_printf(b, "\t\t%s daddr %s meta l4proto { tcp, udp } th dport 53 accept\n",
+			   strchr(resolvers[i], ':') ? "ip6" : "ip", resolvers[i]);
+	buf_adds(b, "\t\tfib daddr type { local, broadcast, multicast, anycast } counter reject\n"
+		    "\t\tip daddr @closed4 counter reject\n"
+		    "\t\tip6 daddr @closed6 counter reject\n\t}\n}\n");
 }

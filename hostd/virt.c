@@ -26,6 +26,7 @@ struct virt {
 	bool kvm;
 	char version[32];
 	char why[128];               /* why not KVM, when TCG */
+	bool allow_root;             /* allow_root_qemu: privileged QEMU logged, not refused */
 	virt_event_fn event_fn;
 	void *event_data;
 	int event_id;
@@ -65,8 +66,7 @@ static int verr(struct err *e, const char *what, const char *uuid)
 }
 
 /* XML 1.0 cannot carry control characters other than tab and newlines. */
-/* network=user: the one place the SSH forward's text is written and read
- * (virt_domain_xml writes it, virt_xml_set_ssh_port rewrites it). */
+/* network=user: the SSH forward's text in QEMU's argv. */
 #define SSH_FWD_PREFIX "hostfwd=tcp:127.0.0.1:"
 #define SSH_FWD_SUFFIX "-:22"
 
@@ -83,7 +83,7 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 	const char *fields[] = { s->dom_name, s->uuid, s->owner, s->name, s->kernel,
 				 s->initrd, s->cmdline, s->disk_path, s->disk_format,
 				 s->seed_path, s->mac, s->tap, s->console_log,
-				 s->vnc_socket, s->agent_socket };
+				 s->agent_socket };
 	bool user, routed;
 
 	if (s->vcpus < 1 || s->memory < (1 << 20) || !s->disk_path ||
@@ -104,6 +104,11 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 		return err_set(e, 500, "internal", "domain %s: no tap", s->dom_name);
 	if (user && (s->ssh_port < 1 || s->ssh_port > 65535))
 		return err_set(e, 500, "internal", "domain %s: no SSH port", s->dom_name);
+	/* Without a label QEMU would run as libvirt's default user, which may
+	 * be root: never. */
+	if (s->qemu_uid == 0 || s->qemu_gid == 0)
+		return err_set(e, 500, "internal", "domain %s: QEMU's uid and gid must not be "
+			       "root's (uid %u, gid %u)", s->dom_name, s->qemu_uid, s->qemu_gid);
 	buf_printf(b, "<domain type='%s' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>\n",
 		   s->kvm ? "kvm" : "qemu");
 	buf_adds(b, "  <name>");
@@ -182,12 +187,14 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 	}
 	buf_adds(b, "      <target port='0'/>\n    </serial>\n"
 		    "    <console type='pty'><target type='serial' port='0'/></console>\n");
-	if (s->vnc_socket) {
-		/* The screen, for berth-desktop: hostd connects to this socket
-		 * and hands the descriptor over (QEMU's socket is root's). */
-		buf_adds(b, "    <graphics type='vnc' socket='");
-		buf_add_xml(b, s->vnc_socket);
-		buf_adds(b, "'/>\n");
+	if (s->screen) {
+		/* The screen, for berth-desktop: a VNC server that listens
+		 * nowhere (-vnc none).  hostd asks libvirt for a connection
+		 * (virt_open_screen: a socket pair, one end handed to QEMU), so
+		 * no socket file exists that QEMU, which runs unprivileged,
+		 * would have to create, or anyone else could reach. */
+		buf_adds(b, "    <graphics type='vnc'>\n      <listen type='none'/>\n"
+			    "    </graphics>\n");
 	}
 	if (s->agent_socket) {
 		/* The clipboard, for berth-desktop, which speaks the host side
@@ -203,6 +210,12 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 		    "    <memballoon model='none'/>\n"
 		    "    <rng model='virtio'><backend model='random'>/dev/urandom</backend></rng>\n"
 		    "  </devices>\n");
+	/* QEMU runs as the machine's own uid (docs/architecture.md, "QEMU
+	 * unprivileged"): a static DAC label, and relabel='no' so libvirt
+	 * changes no file's owner (it would chown read-only bases to that uid
+	 * for good); hostd gives each file the owner and mode it needs. */
+	buf_printf(b, "  <seclabel type='static' model='dac' relabel='no'>\n"
+		      "    <label>+%u:+%u</label>\n  </seclabel>\n", s->qemu_uid, s->qemu_gid);
 	if (user) {
 		/* QEMU user-mode networking with one loopback port forward to the
 		 * guest's sshd: needs no bridge, survives managed save/restore.
@@ -427,7 +440,195 @@ static void register_impl(void)
 	event_tick_id = virEventAddTimeout(500, tick, NULL, NULL);
 }
 
-struct virt *virt_open(const char *uri, const char *hypervisor,
+static virDomainPtr dom_get(struct virt *v, const char *uuid, virConnectPtr *connp,
+			    struct err *e);
+static void dom_put(virDomainPtr d, virConnectPtr c);
+
+int virt_caps_check(const char *caps, struct err *e)
+{
+	const char *p, *end;
+	int labels = 0;
+
+	/* <secmodel><model>dac</model><doi>0</doi>
+	 *   <baselabel type='kvm'>+64055:+107</baselabel>
+	 *   <baselabel type='qemu'>+64055:+107</baselabel></secmodel> */
+	for (p = strstr(caps, "<secmodel>"); p; p = strstr(end, "<secmodel>")) {
+		end = strstr(p, "</secmodel>");
+		if (!end)
+			break;
+		const char *m = strstr(p, "<model>dac</model>");
+		if (!m || m > end)
+			continue;
+		for (const char *l = strstr(p, "<baselabel "); l && l < end;
+		     l = strstr(l + 1, "<baselabel ")) {
+			char type[16];
+			unsigned long uid, gid;
+			if (sscanf(l, "<baselabel type='%15[^']'>+%lu:+%lu</baselabel>", type, &uid,
+				   &gid) != 3)
+				continue;
+			labels++;
+			if (uid != 0 && gid != 0)
+				continue;
+			return err_set(e, 400, "qemu_privileged",
+				       "libvirt runs QEMU as %s (its DAC base label for type '%s' is "
+				       "+%lu:+%lu): in /etc/libvirt/qemu.conf, replace user = \"root\" "
+				       "and group = \"root\" by user = \"libvirt-qemu\" and group = "
+				       "\"kvm\" (deploy/install-deps.sh does) and restart libvirtd; "
+				       "allow_root_qemu = yes in berth.conf overrides this for "
+				       "development", uid == 0 ? "root" : "group root", type, uid, gid);
+		}
+	}
+	if (labels == 0)
+		return err_set(e, 400, "qemu_privileged",
+			       "libvirt's capabilities name no DAC base label for QEMU, so whether "
+			       "it runs QEMU as root cannot be told: check /etc/libvirt/qemu.conf "
+			       "(user = \"libvirt-qemu\", group = \"kvm\", security_driver) and "
+			       "restart libvirtd; allow_root_qemu = yes in berth.conf overrides "
+			       "this for development");
+	return 0;
+}
+
+/* The unsigned numbers after KEY ("\nUid:") in /proc status text, up to N. */
+static int status_fields(const char *status, const char *key, int base,
+			 unsigned long long *out, int n)
+{
+	const char *p = strstr(status, key);
+	char *end;
+	int got = 0;
+
+	if (!p)
+		return 0;
+	p += strlen(key);
+	while (got < n) {
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (*p == '\n' || *p == '\0')
+			break;
+		errno = 0;
+		out[got] = strtoull(p, &end, base);
+		if (end == p || errno)
+			break;
+		got++;
+		p = end;
+	}
+	return got;
+}
+
+int virt_proc_creds_parse(const char *status, struct proc_creds *out)
+{
+	unsigned long long uids[4], gids[4], cap;
+	int nu = status_fields(status, "\nUid:", 10, uids, 4);
+	int ng = status_fields(status, "\nGid:", 10, gids, 4);
+
+	memset(out, 0, sizeof(*out));
+	if (nu != 4 || ng != 4 || status_fields(status, "\nCapEff:", 16, &cap, 1) != 1)
+		return -1;
+	out->uid_min = out->uid_max = (unsigned)uids[0];
+	out->gid_min = out->gid_max = (unsigned)gids[0];
+	for (int i = 1; i < 4; i++) {
+		if (uids[i] < out->uid_min)
+			out->uid_min = (unsigned)uids[i];
+		if (uids[i] > out->uid_max)
+			out->uid_max = (unsigned)uids[i];
+		if (gids[i] < out->gid_min)
+			out->gid_min = (unsigned)gids[i];
+		if (gids[i] > out->gid_max)
+			out->gid_max = (unsigned)gids[i];
+	}
+	out->cap_eff = cap;
+	return 0;
+}
+
+/* D's QEMU process: its pid from libvirt's pid file (qemu:///system keeps
+ * it in /run/libvirt/qemu/NAME.pid) and its credentials from /proc. */
+static int creds_of(struct virt *v, virDomainPtr d, long *pid, struct proc_creds *out,
+		    struct err *e)
+{
+	const char *name = virDomainGetName(d);
+	char path[PATH_MAX], *text = NULL;
+	struct err le = { 0 };
+	int rc = -1;
+
+	*pid = -1;
+	if (strcmp(v->uri, "qemu:///system") != 0)
+		return err_set(e, 501, "not_supported", "QEMU's pid file is known for "
+			       "qemu:///system only, not %s", v->uri);
+	if (!name)
+		return verr(e, "name of", NULL);
+	snprintf(path, sizeof(path), "/run/libvirt/qemu/%s.pid", name);
+	text = file_read(path, 64, &le);
+	if (!text)
+		return err_set(e, 500, "internal", "QEMU of %s: %s", name, le.msg);
+	*pid = strtol(text, NULL, 10);
+	free(text);
+	if (*pid <= 0)
+		return err_set(e, 500, "internal", "QEMU of %s: no pid in %s", name, path);
+	snprintf(path, sizeof(path), "/proc/%ld/status", *pid);
+	text = file_read(path, 1 << 16, &le);
+	if (!text)
+		return err_set(e, 500, "internal", "QEMU of %s (pid %ld): %s", name, *pid, le.msg);
+	if (virt_proc_creds_parse(text, out) < 0)
+		err_set(e, 500, "internal", "QEMU of %s: %s has no Uid, Gid or CapEff line",
+			name, path);
+	else
+		rc = 0;
+	free(text);
+	return rc;
+}
+
+int virt_qemu_creds(struct virt *v, const char *uuid, long *pid, struct proc_creds *out,
+		    struct err *e)
+{
+	virConnectPtr c;
+	virDomainPtr d = dom_get(v, uuid, &c, e);
+	long p = -1;
+	int rc = -1;
+
+	if (d)
+		rc = creds_of(v, d, &p, out, e);
+	if (pid)
+		*pid = p;
+	dom_put(d, c);
+	return rc;
+}
+
+/* After D started or was restored: its QEMU must run unprivileged (its
+ * static label says which uid; this catches a libvirt that ignored it).
+ * A privileged one is destroyed, unless allow_root_qemu says to let it
+ * run.  A QEMU whose credentials cannot be read is logged and let run:
+ * the capabilities' check at start-up and the label stand. */
+static int check_started(struct virt *v, virDomainPtr d, struct err *e)
+{
+	const char *name = virDomainGetName(d);
+	struct proc_creds pc;
+	struct err ce = { 0 };
+	long pid;
+
+	if (creds_of(v, d, &pid, &pc, &ce) < 0) {
+		log_warn("cannot check which user %s's QEMU runs as: %s", name ? name : "?",
+			 ce.msg);
+		return 0;
+	}
+	if (pc.uid_min != 0 && pc.gid_min != 0 && pc.cap_eff == 0) {
+		log_debug("domain %s: QEMU (pid %ld) runs as uid %u, gid %u, no capabilities",
+			  name, pid, pc.uid_max, pc.gid_max);
+		return 0;
+	}
+	if (v->allow_root) {
+		log_warn("domain %s: QEMU (pid %ld) RUNS PRIVILEGED (uid %u, gid %u, effective "
+			 "capabilities %#llx): let run because allow_root_qemu = yes", name, pid,
+			 pc.uid_min, pc.gid_min, (unsigned long long)pc.cap_eff);
+		return 0;
+	}
+	virDomainDestroy(d);
+	return err_set(e, 500, "qemu_privileged",
+		       "domain %s: its QEMU (pid %ld) ran as uid %u, gid %u with effective "
+		       "capabilities %#llx, so hostd destroyed it: berth runs QEMU unprivileged "
+		       "only (check /etc/libvirt/qemu.conf and libvirt's security drivers)",
+		       name, pid, pc.uid_min, pc.gid_min, (unsigned long long)pc.cap_eff);
+}
+
+struct virt *virt_open(const char *uri, const char *hypervisor, bool allow_root_qemu,
 		       virt_event_fn fn, void *data, struct err *e)
 {
 	struct virt *v = calloc(1, sizeof(*v));
@@ -447,6 +648,25 @@ struct virt *virt_open(const char *uri, const char *hypervisor,
 	if (virConnectGetLibVersion(v->conn, &ver) == 0)
 		snprintf(v->version, sizeof(v->version), "%lu.%lu.%lu",
 			 ver / 1000000, ver / 1000 % 1000, ver % 1000);
+	{
+		/* QEMU as root: refused, or (development) said loudly. */
+		char *caps = virConnectGetCapabilities(v->conn);
+		struct err ce = { 0 };
+		if (!caps) {
+			err_set(e, 503, "libvirt_unavailable", "libvirt's capabilities: %s", vmsg());
+			goto fail;
+		}
+		int crc = virt_caps_check(caps, &ce);
+		free(caps);
+		v->allow_root = allow_root_qemu;
+		if (crc < 0 && !allow_root_qemu) {
+			if (e && !err_isset(e))
+				*e = ce;
+			goto fail;
+		}
+		if (crc < 0)
+			log_warn("allow_root_qemu = yes: NOT SAFE FOR PRODUCTION: %s", ce.msg);
+	}
 	bool kvm_ok = false;
 	const char *why = "hypervisor = tcg in the config";
 	if (!strcmp(hypervisor, "kvm") || (!strcmp(hypervisor, "auto") && kvm_usable(&why))) {
@@ -697,7 +917,20 @@ int virt_vcpu_time(struct virt *v, const char *uuid, uint64_t *ns, struct err *e
 
 int virt_start(struct virt *v, const char *uuid, struct err *e)
 {
-	DOM_OP(v, uuid, e, "start", virDomainCreate(d));
+	int64_t t0 = mono_us();
+	virConnectPtr c;
+	virDomainPtr d = dom_get(v, uuid, &c, e);
+	int rc = -1;
+
+	if (d) {
+		if (virDomainCreate(d) < 0)
+			verr(e, "start", uuid);
+		else
+			rc = check_started(v, d, e);
+	}
+	dom_put(d, c);
+	ext_time_add(mono_us() - t0);
+	return rc;
 }
 
 int virt_destroy(struct virt *v, const char *uuid, struct err *e)
@@ -727,64 +960,48 @@ int64_t virt_managed_save_bytes(struct virt *v, const char *dom_name)
 	return stat(path, &st) == 0 ? (int64_t)st.st_size : -1;
 }
 
-int virt_saved_set_port(struct virt *v, const char *uuid, int new_port, struct err *e)
+int virt_saved_xml(struct virt *v, const char *uuid, char **xml, struct err *e)
 {
 	virConnectPtr c;
 	virDomainPtr d = dom_get(v, uuid, &c, e);
-	char *xml = NULL;
-	struct buf out = BUF_INIT;
-	int rc = -1, r;
+	int rc = -1;
 
+	*xml = NULL;
 	if (!d)
 		return -1;
-	xml = virDomainManagedSaveGetXMLDesc(d, VIR_DOMAIN_SAVE_IMAGE_XML_SECURE);
-	if (!xml) {
+	*xml = virDomainManagedSaveGetXMLDesc(d, VIR_DOMAIN_SAVE_IMAGE_XML_SECURE);
+	if (!*xml)
 		verr(e, "read the saved image's XML", uuid);
-		goto out;
-	}
-	r = virt_xml_set_ssh_port(xml, new_port, &out, e);
-	if (r < 0)
-		goto out;
-	if (r == 0 && virDomainManagedSaveDefineXML(d, buf_str(&out), 0) < 0) {
-		verr(e, "rewrite the saved image's XML", uuid);
-		goto out;
-	}
-	rc = 0;
-out:
-	free(xml);
-	buf_free(&out);
+	else
+		rc = 0;
 	dom_put(d, c);
 	return rc;
 }
 
-int virt_xml_ssh_port(const char *xml)
+int virt_saved_define(struct virt *v, const char *uuid, const char *xml, struct err *e)
 {
-	const char *at = strstr(xml, SSH_FWD_PREFIX);
-	char *end;
-	long p;
-
-	if (!at)
-		return -1;
-	p = strtol(at + strlen(SSH_FWD_PREFIX), &end, 10);
-	if (p <= 0 || p > 65535 || strncmp(end, SSH_FWD_SUFFIX, strlen(SSH_FWD_SUFFIX)) != 0)
-		return -1;
-	return (int)p;
+	DOM_OP(v, uuid, e, "rewrite the saved image's XML",
+	       virDomainManagedSaveDefineXML(d, xml, 0));
 }
 
-int virt_xml_set_ssh_port(const char *xml, int port, struct buf *out, struct err *e)
+int virt_open_screen(struct virt *v, const char *uuid, int *fd, struct err *e)
 {
-	const char *at = strstr(xml, SSH_FWD_PREFIX), *end;
+	virConnectPtr c;
+	virDomainPtr d = dom_get(v, uuid, &c, e);
+	int rc = -1;
 
-	if (virt_xml_ssh_port(xml) < 0)
-		return err_set(e, 500, "internal", "the domain XML has no SSH forward");
-	if (virt_xml_ssh_port(xml) == port)
-		return 1;
-	at += strlen(SSH_FWD_PREFIX);
-	end = strstr(at, SSH_FWD_SUFFIX);
-	buf_add(out, xml, (size_t)(at - xml));
-	buf_printf(out, "%d", port);
-	buf_adds(out, end);
-	return 0;
+	*fd = -1;
+	if (!d)
+		return -1;
+	*fd = virDomainOpenGraphicsFD(d, 0, VIR_DOMAIN_OPEN_GRAPHICS_SKIPAUTH);
+	if (*fd < 0) {
+		err_set(e, 503, "no_screen", "cannot open the screen of %s: %s", uuid, vmsg());
+	} else {
+		fcntl(*fd, F_SETFD, FD_CLOEXEC);
+		rc = 0;
+	}
+	dom_put(d, c);
+	return rc;
 }
 
 bool virt_xml_has_agent(const char *xml)
@@ -1026,19 +1243,54 @@ out:
 	return rc;
 }
 
+/* The <uuid> of domain XML, into OUT; false when it has none. */
+static bool xml_uuid(const char *xml, char out[VIR_UUID_STRING_BUFLEN])
+{
+	const char *p = xml ? strstr(xml, "<uuid>") : NULL, *q;
+
+	if (!p)
+		return false;
+	p += strlen("<uuid>");
+	q = strstr(p, "</uuid>");
+	if (!q || q - p != VIR_UUID_STRING_BUFLEN - 1)
+		return false;
+	snprintf(out, VIR_UUID_STRING_BUFLEN, "%.*s", (int)(q - p), p);
+	return true;
+}
+
 static int restore(struct virt *v, const char *path, const char *xml, unsigned flags,
 		   struct err *e)
 {
 	int64_t t0 = mono_us();
 	virConnectPtr c = conn_get(v, e);
+	virDomainPtr d = NULL;
+	char uuid[VIR_UUID_STRING_BUFLEN], *saved = NULL;
+	struct stat st;
 	int rc = -1;
 
 	if (!c)
 		return -1;
-	if (virDomainRestoreFlags(c, path, xml, flags) < 0)
+	/* Which domain it will be, to check its QEMU after: from XML, or
+	 * from the image when it is a file (a FIFO is read once, by
+	 * libvirt). */
+	if (!xml && stat(path, &st) == 0 && S_ISREG(st.st_mode))
+		virt_image_xml(path, &saved, NULL);
+	bool known = xml_uuid(xml ? xml : saved, uuid);
+	free(saved);
+	if (virDomainRestoreFlags(c, path, xml, flags) < 0) {
 		verr(e, "restore from", path);
-	else
+		goto out;
+	}
+	if (!known || !(d = virDomainLookupByUUIDString(c, uuid))) {
+		log_warn("restored from %s: cannot tell which domain, so its QEMU's user is not "
+			 "checked", path);
 		rc = 0;
+		goto out;
+	}
+	rc = check_started(v, d, e);
+out:
+	if (d)
+		virDomainFree(d);
 	virConnectClose(c);
 	ext_time_add(mono_us() - t0);
 	return rc;

@@ -41,10 +41,15 @@ struct domain_spec {
 	const char *tap;           /* "routed": the machine's tap (hostd made it) */
 	int ssh_port;              /* "user": 127.0.0.1:PORT -> guest :22 */
 	const char *console_log;   /* serial console is logged here */
-	const char *vnc_socket;    /* the screen: VNC on this UNIX socket (NULL: none) */
+	bool screen;               /* the screen: VNC listening nowhere, reached only
+				      through virt_open_screen (no socket file) */
 	const char *agent_socket;  /* the clipboard: a virtio-serial port named
 				      com.redhat.spice.0 (the vdagent's), bound
 				      to this UNIX socket (NULL: none) */
+	unsigned qemu_uid, qemu_gid; /* QEMU runs as this uid and gid: a static DAC
+				      label with relabel='no' (libvirt chowns
+				      nothing, hostd sets files' owners).  Both
+				      must be non-zero: root is refused. */
 };
 
 /* Render the domain XML for S into OUT.  Pure: no libvirt call.  Every
@@ -56,10 +61,40 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *out, struct err *e)
 typedef void (*virt_event_fn)(const char *uuid, enum vstate now, void *data);
 
 /* Connect to URI.  HYPERVISOR is "auto", "kvm" or "tcg"; "auto" picks kvm
- * when /dev/kvm works and libvirt offers it.  Starts libvirt's event loop
- * thread; FN (may be NULL) gets lifecycle events.  NULL with E set. */
-struct virt *virt_open(const char *uri, const char *hypervisor,
+ * when /dev/kvm works and libvirt offers it.  Refuses (400
+ * "qemu_privileged") a libvirt configured to run QEMU as root
+ * (virt_caps_check) unless ALLOW_ROOT_QEMU, which is logged loudly; with it,
+ * a QEMU found privileged after a start is logged, not refused.  Starts
+ * libvirt's event loop thread; FN (may be NULL) gets lifecycle events.
+ * NULL with E set. */
+struct virt *virt_open(const char *uri, const char *hypervisor, bool allow_root_qemu,
 		       virt_event_fn fn, void *data, struct err *e);
+
+/* Whether libvirt's capabilities XML CAPS says QEMU runs unprivileged by
+ * default: every base label of its DAC security model ("+UID:+GID" for
+ * domain types qemu and kvm, from qemu.conf's user and group) has a uid
+ * and a gid other than 0.  0 when so; -1 with E (400 "qemu_privileged",
+ * naming /etc/libvirt/qemu.conf) when one is root's or CAPS has no DAC base
+ * label to tell.  hostd's domains run as their own uid whatever this says
+ * (their static label), but libvirt's other QEMU processes (its capability
+ * probes) and other domains run as this default.  Pure: no libvirt call. */
+int virt_caps_check(const char *caps, struct err *e);
+
+/* What /proc/PID/status text STATUS says of a process: its real,
+ * effective, saved and filesystem uids (the largest and smallest), its
+ * gid, and its effective capabilities.  0, or -1 when a field is missing.
+ * Pure. */
+struct proc_creds {
+	unsigned uid_min, uid_max;  /* over the four uids of the Uid: line */
+	unsigned gid_min, gid_max;
+	uint64_t cap_eff;
+};
+int virt_proc_creds_parse(const char *status, struct proc_creds *out);
+/* The credentials of the QEMU process of running domain UUID (its pid from
+ * libvirt's pid file in /run/libvirt/qemu, qemu:///system's), into *OUT,
+ * its pid into *PID (may be NULL).  -1 with E when it cannot be read. */
+int virt_qemu_creds(struct virt *v, const char *uuid, long *pid, struct proc_creds *out,
+		    struct err *e);
 void virt_close(struct virt *v);
 
 bool virt_kvm(const struct virt *v);
@@ -80,10 +115,13 @@ int virt_state(struct virt *v, const char *uuid, enum vstate *out, struct err *e
  * libvirtd).  A missing domain is VS_MISSING, not an error. */
 int virt_state_ran(struct virt *v, const char *uuid, enum vstate *out, bool *ran,
 		   struct err *e);
-/* Start; restores from the managed save image when there is one. */
 /* The CPU time UUID's vCPUs have used, summed (ns): what its guest ran,
  * not QEMU's own threads.  The domain must be running. */
 int virt_vcpu_time(struct virt *v, const char *uuid, uint64_t *ns, struct err *e);
+/* Start; restores from the managed save image when there is one.  Every
+ * start and restore below checks the QEMU process it made: one that runs
+ * as uid or gid 0 or has effective capabilities is destroyed and the call
+ * fails (500 "qemu_privileged"), unless virt_open allowed root. */
 int virt_start(struct virt *v, const char *uuid, struct err *e);
 /* ACPI shutdown, waiting up to TIMEOUT_S, then force off.  *FORCED tells
  * which happened (may be NULL). */
@@ -103,22 +141,21 @@ int64_t virt_managed_save_bytes(struct virt *v, const char *dom_name);
 /* Destroy if running and undefine with its managed save image; a missing
  * domain is success. */
 int virt_remove(struct virt *v, const char *uuid, struct err *e);
-/* network=user: move the SSH forward in a suspended domain's managed save
- * image to NEW_PORT (the restored QEMU binds what the image says). */
-int virt_saved_set_port(struct virt *v, const char *uuid, int new_port, struct err *e);
+/* The domain XML in UUID's managed save image, into *XML (malloc'd, the
+ * caller frees it). */
+int virt_saved_xml(struct virt *v, const char *uuid, char **xml, struct err *e);
+/* Replace the domain XML in UUID's managed save image by XML (which must be
+ * ABI-compatible with it: same devices; paths, label, port may differ):
+ * the start from it runs with XML. */
+int virt_saved_define(struct virt *v, const char *uuid, const char *xml, struct err *e);
+/* A descriptor connected to the running domain UUID's screen (its VNC
+ * server, which listens nowhere else: libvirt hands QEMU the other end of
+ * a socket pair), into *FD (close-on-exec; the caller closes it). */
+int virt_open_screen(struct virt *v, const char *uuid, int *fd, struct err *e);
 
-/* Reading and changing domain XML that libvirt or a save image gave back
- * (virt_domain_xml wrote it): the only places outside virt_domain_xml that
- * know its text.
- * virt_xml_ssh_port: network=user's SSH forward port in XML, -1 when it
- * has none.
- * virt_xml_set_ssh_port: XML with that port changed to PORT, appended to
- * OUT: 0; 1 (OUT untouched) when it is PORT already; -1 with E when XML has
- * no forward.
- * virt_xml_has_agent: whether XML has the SPICE agent's port (the
- * clipboard channel; images saved before berth had it have none). */
-int virt_xml_ssh_port(const char *xml);
-int virt_xml_set_ssh_port(const char *xml, int port, struct buf *out, struct err *e);
+/* Whether domain XML (libvirt's, or a save image's) has the SPICE agent's
+ * port (the clipboard channel; images saved before berth had it have
+ * none). */
 bool virt_xml_has_agent(const char *xml);
 /* The domain XML stored in the save image at PATH, raw (libvirt's) or
  * zstd-compressed (hostd/zmem.c): *XML malloc'd, the caller frees it.  0,

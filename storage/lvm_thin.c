@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/log.h"
 #include "common/run.h"
@@ -446,6 +447,31 @@ static int lvm_vol_remove(void *priv, const char *vol, struct err *e)
 	return run_argv(argv, NULL, e);
 }
 
+/* The LV's device node, as the domain names it (/dev/VG/VOL, a symbolic
+ * link to /dev/dm-N), owned by the QEMU that uses it.  No lvm command: this
+ * runs before every start.  udev, where it runs, resets a node's owner on
+ * the LV's next change event (its activation, a snapshot of it suspending
+ * it); a QEMU that has it open is not affected, and the next start sets
+ * it again. */
+static int lvm_vol_own(void *priv, const char *vol, unsigned uid, unsigned gid,
+		       struct err *e)
+{
+	struct lvm_pool *p = priv;
+	char link[300], node[PATH_MAX];
+	struct stat st;
+
+	snprintf(link, sizeof(link), "/dev/%s/%s", p->vg, vol);
+	if (!realpath(link, node))
+		return errno == ENOENT ? err_set(e, 404, "not_found", "volume %s: no device %s "
+						 "(not active?)", vol, link)
+				       : err_errno(e, errno, "volume %s: %s", vol, link);
+	if (stat(node, &st) < 0)
+		return err_errno(e, errno, "volume %s: %s", vol, node);
+	if (!S_ISBLK(st.st_mode))
+		return err_set(e, 500, "internal", "volume %s: %s is not a block device", vol, node);
+	return path_set_owner(node, uid, gid, 0600, e) < 0 ? -1 : 0;
+}
+
 static int lvm_vol_list(void *priv, void (*fn)(const char *vol, void *data), void *data,
 			struct err *e)
 {
@@ -512,6 +538,7 @@ const struct storage_ops storage_lvm_thin = {
 	.vol_create = lvm_vol_create,
 	.snapshot = lvm_snapshot,
 	.vol_remove = lvm_vol_remove,
+	.vol_own = lvm_vol_own,
 	.vol_exists = lvm_vol_exists,
 	.vol_info = lvm_vol_info,
 	.vol_list = lvm_vol_list,

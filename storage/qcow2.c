@@ -29,6 +29,7 @@
 
 struct qcow2_pool {
 	char dir[PATH_MAX];
+	unsigned qemu_gid;   /* reads bases and frozen volumes (storage_opts) */
 };
 
 /* POOL/VOL.EXT + SUFFIX into OUT; EXT is "qcow2" or "raw". */
@@ -83,7 +84,7 @@ static int qcow2_open(const char *location, const struct storage_opts *o, void *
 	DIR *d;
 	struct dirent *de;
 
-	(void)o;  /* a directory has no fill limit of its own */
+	/* A directory has no fill limit of its own. */
 	if (location[0] != '/')
 		return err_set(e, 400, "invalid_config",
 			       "qcow2 pool '%s' must be an absolute path (qemu resolves backing "
@@ -99,6 +100,13 @@ static int qcow2_open(const char *location, const struct storage_opts *o, void *
 		int saved = errno;
 		free(p);
 		return err_errno(e, saved, "qcow2 pool %s", location);
+	}
+	/* QEMU (group qemu_gid) opens its files by name: it may traverse the
+	 * directory, not list it; nobody else may do either. */
+	p->qemu_gid = o->qemu_gid;
+	if (path_set_owner(p->dir, 0, p->qemu_gid, p->qemu_gid ? 0710 : 0700, e) < 0) {
+		free(p);
+		return -1;
 	}
 	/* Leftovers of creations a crash interrupted are never volumes. */
 	d = opendir(p->dir);
@@ -123,15 +131,16 @@ static void qcow2_close(void *priv)
 	free(priv);
 }
 
-/* Publish PART as FINAL: fsync, rename, fsync the directory. */
-static int publish(const char *part, const char *final, unsigned mode,
+/* Publish PART as FINAL, root's, group GID, MODE: fsync, rename, fsync
+ * the directory. */
+static int publish(const char *part, const char *final, unsigned gid, unsigned mode,
 		   struct err *e)
 {
 	int fd = open(part, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return err_errno(e, errno, "open %s", part);
-	if (fchmod(fd, mode) < 0 || fsync(fd) < 0) {
+	if (fchown(fd, 0, gid) < 0 || fchmod(fd, mode) < 0 || fsync(fd) < 0) {
 		int saved = errno;
 		close(fd);
 		return err_errno(e, saved, "sync %s", part);
@@ -184,7 +193,7 @@ static int qcow2_base_import(void *priv, const char *vol, const char *src,
 			       "image format '%s' is not qcow2 or raw", src_format);
 	char *const argv[] = { "qemu-img", "convert", "-q", "-f", (char *)src_format,
 			       "-O", "qcow2", (char *)src, part, NULL };
-	if (run_argv(argv, NULL, e) < 0 || publish(part, final, 0444, e) < 0) {
+	if (run_argv(argv, NULL, e) < 0 || publish(part, final, p->qemu_gid, 0440, e) < 0) {
 		unlink(part);
 		return -1;
 	}
@@ -234,7 +243,7 @@ static int qcow2_base_seal(void *priv, const char *vol, struct err *e)
 
 	if (new_vol_paths(p, vol, "raw", part, final, e) < 0)
 		return -1;
-	return publish(part, final, 0444, e);
+	return publish(part, final, p->qemu_gid, 0440, e);
 }
 
 /* The parent of VOL: its qcow2 backing file (header: u64 offset at 8, u32
@@ -331,6 +340,13 @@ static int header_size(const char *path, const char *fmt, uint64_t *out, struct 
 	return 0;
 }
 
+/* The file of a frozen volume or a base: root's, readable by the QEMU
+ * group, writable by nobody. */
+static int freeze(struct qcow2_pool *p, const char *path, struct err *e)
+{
+	return path_set_owner(path, 0, p->qemu_gid, 0440, e) < 0 ? -1 : 0;
+}
+
 static int qcow2_vol_create(void *priv, const char *vol, const char *base,
 			    uint64_t bytes, struct err *e)
 {
@@ -363,7 +379,7 @@ static int qcow2_vol_create(void *priv, const char *vol, const char *base,
 	 * probed (a raw base holding a guest's bytes must stay raw). */
 	char *const argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-u",
 			       "-F", (char *)base_fmt, "-b", basepath, part, size, NULL };
-	if (run_argv(argv, NULL, e) < 0 || publish(part, final, 0600, e) < 0) {
+	if (run_argv(argv, NULL, e) < 0 || publish(part, final, 0, 0600, e) < 0) {
 		unlink(part);
 		return -1;
 	}
@@ -386,6 +402,32 @@ static int qcow2_vol_remove(void *priv, const char *vol, struct err *e)
 				return err_errno(e, errno, "remove volume %s", vol);
 		}
 	return 0;
+}
+
+static int qcow2_vol_own(void *priv, const char *vol, unsigned uid, unsigned gid,
+			 struct err *e)
+{
+	struct qcow2_pool *p = priv;
+	char path[PATH_MAX], cur[256], parent[256];
+	const char *fmt;
+
+	if (vol_locate(p, vol, path, sizeof(path), &fmt, e) < 0 ||
+	    path_set_owner(path, uid, gid, 0600, e) < 0)
+		return -1;
+	/* Every layer under it: frozen (after a crash between a snapshot and
+	 * its freeze, or made by a berth that ran QEMU as root). */
+	snprintf(cur, sizeof(cur), "%s", vol);
+	for (int depth = 0; depth < 1000; depth++) {
+		if (qcow2_vol_parent(priv, cur, parent, sizeof(parent), e) < 0)
+			return -1;
+		if (!parent[0])
+			return 0;
+		if (vol_locate(p, parent, path, sizeof(path), &fmt, e) < 0 ||
+		    freeze(p, path, e) < 0)
+			return -1;
+		snprintf(cur, sizeof(cur), "%s", parent);
+	}
+	return err_set(e, 500, "internal", "volume %s: backing chain too deep", vol);
 }
 
 static bool qcow2_vol_exists(void *priv, const char *vol)
@@ -514,6 +556,7 @@ const struct storage_ops storage_qcow2 = {
 	.base_seal = qcow2_base_seal,
 	.vol_create = qcow2_vol_create,
 	.vol_remove = qcow2_vol_remove,
+	.vol_own = qcow2_vol_own,
 	.vol_exists = qcow2_vol_exists,
 	.vol_info = qcow2_vol_info,
 	.vol_list = qcow2_vol_list,

@@ -45,6 +45,8 @@ struct storage *storage_open_opts(const char *name, const char *location,
 	}
 	if (o && o->max_fill > 0)
 		defaults.max_fill = o->max_fill;
+	if (o)
+		defaults.qemu_gid = o->qemu_gid;
 	st = calloc(1, sizeof(*st));
 	if (!st)
 		abort();
@@ -142,6 +144,16 @@ int storage_vol_remove(struct storage *st, const char *vol, struct err *e)
 	if (check_vol(vol, e) < 0)
 		return -1;
 	return st->ops->vol_remove(st->priv, vol, e);
+}
+
+int storage_vol_own(struct storage *st, const char *vol, unsigned uid, unsigned gid,
+		    struct err *e)
+{
+	if (check_vol(vol, e) < 0)
+		return -1;
+	if (!st->ops->vol_own)
+		return 0;
+	return st->ops->vol_own(st->priv, vol, uid, gid, e);
 }
 
 bool storage_vol_exists(struct storage *st, const char *vol)

@@ -36,6 +36,10 @@ struct storage_pool_info {
 struct storage_opts {
 	int max_fill;   /* refuse creations above this data/metadata use, in %
 			   (thin pools); 0 = 90 */
+	unsigned qemu_gid; /* the group every QEMU runs in: bases and frozen
+			      volumes are root's, readable by it (0440), a qcow2
+			      pool's directory root:qemu_gid 0710 (QEMU may
+			      traverse it, not list it); 0 = root: nobody else */
 };
 
 struct storage_ops {
@@ -66,7 +70,9 @@ struct storage_ops {
 	int (*base_seal)(void *priv, const char *vol, struct err *e);
 	/* Required.  Make VOL of BYTES from BASE in O(1).  BYTES must be at
 	 * least the base's virtual size.  Removes the partial volume on
-	 * failure; fails with 409 "exists" when VOL exists. */
+	 * failure; fails with 409 "exists" when VOL exists.  VOL is root's,
+	 * mode 0600, until vol_own gives it to a QEMU (which also freezes
+	 * BASE when VOL is layered on it). */
 	int (*vol_create)(void *priv, const char *vol, const char *base,
 			  uint64_t bytes, struct err *e);
 	/* Optional.  Make SNAP a frozen copy of VOL's current content in O(1);
@@ -101,6 +107,14 @@ struct storage_ops {
 	 * (409 "pool_taken") a pool another tag claimed: start-up collects
 	 * volumes nothing names, so two instances must never share a pool. */
 	int (*claim)(void *priv, const char *tag, struct err *e);
+	/* Optional.  Make VOL the disk of a QEMU running as UID and GID: VOL
+	 * owned by UID:GID, mode 0600 (no other QEMU may read it), and every
+	 * volume VOL reads through root's and read-only, readable by the
+	 * pool's qemu_gid (storage_opts).
+	 * Cheap when nothing needs to change (a stat per file, a header read
+	 * per layer): hostd calls it before every start. */
+	int (*vol_own)(void *priv, const char *vol, unsigned uid, unsigned gid,
+		       struct err *e);
 	/* Optional.  Capacity and use of the pool. */
 	int (*pool_info)(void *priv, struct storage_pool_info *info,
 			 struct err *e);
@@ -136,6 +150,10 @@ bool storage_can_snapshot(const struct storage *st);
 int storage_snapshot(struct storage *st, const char *vol, const char *snap,
 		     struct err *e);
 int storage_vol_remove(struct storage *st, const char *vol, struct err *e);
+/* storage_ops.vol_own; a backend without it accepts (its volumes need no
+ * owner). */
+int storage_vol_own(struct storage *st, const char *vol, unsigned uid, unsigned gid,
+		    struct err *e);
 bool storage_vol_exists(struct storage *st, const char *vol);
 int storage_vol_info(struct storage *st, const char *vol,
 		     struct storage_vol_info *info, struct err *e);

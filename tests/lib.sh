@@ -34,6 +34,122 @@ check_match() {
 	if [[ $3 =~ $2 ]]; then ok "$1"; else not_ok "$1"; diag "'$3' does not match /$2/"; fi
 }
 
+# Checks of an absence (each returns 0 when it passed, 1 when not, so that
+# details can follow a failure).  Each needs a positive control, or it passes
+# when the thing that should look did not look: `check_eq DESC ""
+# "$(cmd)"` passes when cmd fails, and `[ ! -e DIR/f ]` when DIR is not
+# there.  (git's t/test-lib-functions.sh: test_path_is_missing,
+# test_must_be_empty.)
+#
+# check_absent DESC CMD...: passes when CMD exits 0 and prints nothing on
+# stdout.  Fails when CMD exits non-zero (it could not look: a missing
+# directory for ls or find, a failed berth exec) or prints anything (shown
+# in the diagnostics).  CMD's stderr is left alone.  A CMD that filters
+# (grep) must exit 0 when nothing matches: see `matching`.
+check_absent() {
+	local desc=$1 out rc
+	shift
+	out=$("$@")
+	rc=$?
+	if [ "$rc" -ne 0 ]; then
+		not_ok "$desc"
+		diag "could not look: exit $rc from: $*"
+	elif [ -n "$out" ]; then
+		not_ok "$desc"
+		diag "expected nothing from: $*; got:"
+		printf '%s\n' "$out" | head -20 | sed 's/^/#   /'
+	else
+		ok "$desc"
+		return 0
+	fi
+	return 1
+}
+# check_no_line DESC LINE CMD...: passes when CMD exits 0 and no line of
+# its stdout is LINE (the whole line, as a fixed string).  Fails when LINE
+# is empty (what to look for was never found out), when CMD exits non-zero,
+# or when the line is there.
+check_no_line() {
+	local desc=$1 line=$2 out rc
+	shift 2
+	if [ -z "$line" ]; then
+		not_ok "$desc"
+		diag "nothing to look for (an empty name) in: $*"
+		return 1
+	fi
+	out=$("$@")
+	rc=$?
+	if [ "$rc" -ne 0 ]; then
+		not_ok "$desc"
+		diag "could not look: exit $rc from: $*"
+	elif printf '%s\n' "$out" | grep -qxF -- "$line"; then
+		not_ok "$desc"
+		diag "'$line' is still listed by: $*"
+	else
+		ok "$desc"
+		return 0
+	fi
+	return 1
+}
+# check_missing DESC PATH...: passes when no PATH exists (not even as a
+# dangling symbolic link) while the directory each would be in does.
+# Fails when a PATH is empty, exists, or its parent directory is missing
+# (then the test looks in the wrong place).
+check_missing() {
+	local desc=$1 p why=()
+	shift
+	[ $# -gt 0 ] || why+=("check_missing: no path given")
+	for p in "$@"; do
+		if [ -z "$p" ]; then
+			why+=("an empty path (what to look for was never found out)")
+		elif [ ! -d "$(dirname -- "$p")" ]; then
+			why+=("$(dirname -- "$p") is not a directory: cannot tell whether $p is gone")
+		elif [ -e "$p" ] || [ -L "$p" ]; then
+			why+=("$p exists")
+		fi
+	done
+	if [ ${#why[@]} -eq 0 ]; then
+		ok "$desc"
+		return 0
+	fi
+	not_ok "$desc"
+	for p in "${why[@]}"; do diag "$p"; done
+	return 1
+}
+# check_gone DESC PID: passes when process PID has ended (no such process,
+# or a zombie not yet reaped).  Fails when PID is not a number (the pid was
+# never found out) or the process lives.
+check_gone() {
+	local st
+	if [[ ! $2 =~ ^[1-9][0-9]*$ ]]; then
+		not_ok "$1"
+		diag "no process id to look for: '$2'"
+		return 1
+	fi
+	st=$(awk '{ print $3 }' "/proc/$2/stat" 2>/dev/null)
+	if [ -z "$st" ] || [ "$st" = Z ]; then
+		ok "$1"
+		return 0
+	fi
+	not_ok "$1"
+	diag "process $2 ($(cat "/proc/$2/comm" 2>/dev/null)) is still there, state $st"
+	return 1
+}
+# matching ERE CMD...: the lines of CMD's stdout that match the extended
+# regular expression ERE.  Exits 0 whether or not a line matched (unlike
+# grep), and non-zero when CMD failed: for check_absent, e.g.
+#   check_absent "no sanitizer report" matching 'ERROR: .*Sanitizer' cat "$log"
+matching() {
+	local re=$1 out rc
+	shift
+	out=$("$@")
+	rc=$?
+	[ "$rc" -eq 0 ] || return "$rc"
+	printf '%s\n' "$out" | grep -E -- "$re"
+	rc=$?
+	[ "$rc" -le 1 ] || return "$rc" # a bad expression
+	return 0
+}
+
 berth() { "$BIN/berth" --state "$STATE" "$@"; }
 # jq-less JSON field access: json FIELD.PATH < JSON
 json() {
@@ -66,26 +182,48 @@ kill_hostd() {
 	HOSTD_PID=
 }
 
-# Domains whose disks live under this test's directory.
+# free_port: a TCP port on 127.0.0.1 that nothing listens on now.
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Domains whose disks live under this test's directory; fails (and lists
+# nothing) when libvirt cannot be asked.
 test_domains() {
-	local d
-	for d in $($VIRSH list --all --name 2>/dev/null); do
+	local names d
+	names=$($VIRSH list --all --name) || { echo "test_domains: virsh list failed" >&2; return 1; }
+	for d in $names; do
 		case $d in berth-*) ;; *) continue ;; esac
 		$VIRSH dumpxml "$d" 2>/dev/null | grep -q "$T/" && echo "$d"
 	done
+	return 0
+}
+# The names of the caller's machines, one a line; fails when berth ls does.
+machine_names() {
+	local j
+	j=$(berth ls --json) || return 1
+	printf '%s' "$j" | python3 -c 'import json,sys
+for m in json.load(sys.stdin)["machines"]: print(m["name"])'
 }
 dom_of() { berth show "$1" --json | json domain; }
 dom_state() { $VIRSH domstate "$1" 2>/dev/null | head -1; }
 
 cleanup() {
-	local d p
+	local d p doms
 	kill_hostd KILL
 	# Gateways `berth up` started (a test's own gateways are its to stop).
 	p=$(cat "$STATE/sshgw.pid" 2>/dev/null)
 	[ -n "$p" ] && [ "$(cat "/proc/$p/comm" 2>/dev/null)" = berth-sshgw ] && kill -KILL "$p"
 	p=$(cat "$STATE/desktop.pid" 2>/dev/null)
 	[ -n "$p" ] && [ "$(cat "/proc/$p/comm" 2>/dev/null)" = berth-desktop ] && kill -KILL "$p"
-	for d in $(test_domains); do
+	# libvirtd may be away for a moment (t260 restarts it, and other
+	# suites share it): wait for it rather than leave domains behind.
+	for _ in $(seq 30); do
+		$VIRSH version >/dev/null 2>&1 && break
+		sleep 1
+	done
+	doms=$(test_domains) || diag "cleanup: libvirt does not answer; domains of $T may be left"
+	for d in $doms; do
 		$VIRSH destroy "$d" >/dev/null 2>&1
 		$VIRSH undefine --managed-save --nvram "$d" >/dev/null 2>&1 ||
 			$VIRSH undefine --managed-save "$d" >/dev/null 2>&1

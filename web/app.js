@@ -247,6 +247,17 @@ function sparkline(id) {
   return b;
 }
 
+// What the machine's guest may reach: its egress policy ("open", "none" or
+// its rules), and whether it is the host's default.
+function egressLine(m) {
+  const g = m.egress;
+  if (!g) return el('div', { class: 'egress' });
+  const text = g.policy + (g.truncated ? '…' : '');
+  return el('div', { class: 'egress', 'data-egress': g.policy, title: g.default
+    ? "the host's default egress policy" : "this machine's own egress policy",
+    textContent: 'egress: ' + text + (g.default ? ' (default)' : '') });
+}
+
 function machineCard(m) {
   const u = usageOf(m.id);
   const busy = state.busy[m.name];
@@ -264,6 +275,7 @@ function machineCard(m) {
       el('span', { class: 'state', textContent: shown })),
     el('div', { class: 'spec', textContent: `${m.image} · ${m.vcpus} vCPU · ${size(m.memory)}` +
       (m.allocated !== undefined ? ` · disk ${size(m.allocated)}` : '') }),
+    egressLine(m),
     el('div', { class: 'cost' }, el('strong', { class: 'counter', 'data-id': m.id,
       textContent: money(liveNano(u)) }), ' ',
     el('span', { class: 'hint', textContent: u ? '(' + money(u.per_hour_nano, 4) + '/h)' : '' })),

@@ -66,6 +66,8 @@ try {
     sessionStorage.getItem('berth-token')) === token, 'not kept');
   check('the machine is running', (await page.textContent(`${card} .state`)) === 'running',
     await page.textContent(`${card} .state`));
+  const eg = await page.textContent(`${card} .egress`);
+  check('its egress policy shows (the default: open)', eg === 'egress: open (default)', eg);
   const c1 = money(await page.textContent(`${card} .counter`));
   const t1 = money(await page.textContent('#total'));
   await page.waitForTimeout(2500);

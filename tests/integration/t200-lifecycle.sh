@@ -64,9 +64,9 @@ check_match "the ledger has contiguous rows for every state" \
 dom=$(dom_of demo)
 vols_before=$(ls "$STATE/volumes" | wc -l)
 check_eq "rm removes the machine" "deleted demo" "$(berth rm demo)"
-check_eq "its domain is gone" "" "$($VIRSH list --all --name | grep -x "$dom")"
+check_no_line "its domain is gone" "$dom" $VIRSH list --all --name
 check_eq "its volume is gone" $((vols_before - 1)) "$(ls "$STATE/volumes" | wc -l)"
-check_eq "its files are gone" 0 "$(ls "$STATE/machines" | wc -l)"
+check_absent "its files are gone" ls -A "$STATE/machines"
 berth show demo >/dev/null 2>&1
 check_eq "show of a deleted machine fails" 1 "$?"
 finish

@@ -22,7 +22,7 @@ expect() {
 
 check_eq "a machine to collide with" stopped "$(berth create taken --no-start --json | json state)"
 before_vols=$(ls "$STATE/volumes" | sort)
-before_doms=$(test_domains)
+check_eq "  its volume and the image's are there to compare with" 2 "$(printf '%s\n' "$before_vols" | grep -c .)"
 
 expect "invalid name (uppercase)" POST /v1/machines '{"name":"Bad_Name"}' 400 invalid_name "Bad_Name"
 expect "invalid name (leading dash)" POST /v1/machines '{"name":"-x"}' 400 invalid_name "'-x'"
@@ -83,9 +83,9 @@ check_eq "the first one builds it" 0 "$?"
 check_eq "the recipe ran once" 1 "$(grep -c "building image twin" "$T/hostd.log")"
 berth image rm twin >/dev/null
 
-check_eq "nothing was created: machines" taken "$(berth ls --json | python3 -c 'import json,sys; print(" ".join(m["name"] for m in json.load(sys.stdin)["machines"]))')"
+check_eq "nothing was created: machines" taken "$(machine_names)"
 check_eq "nothing was created: volumes" "$before_vols" "$(ls "$STATE/volumes" | sort)"
-check_eq "nothing was created: domains" "$before_doms" "$(test_domains)"
+check_eq "nothing was created: domains (taken's only)" "$(dom_of taken)" "$(test_domains)"
 check_eq "nothing was created: machine directories" 1 "$(ls "$STATE/machines" | wc -l)"
 check "hostd is still serving" berth info
 check_eq "rm" "deleted taken" "$(berth rm taken)"

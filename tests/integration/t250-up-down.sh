@@ -5,8 +5,8 @@
 # machine, the gateway and hostd, and the disks stay.
 . "$(dirname "$0")/../lib.sh"
 
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-DPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PORT=$(free_port)
+DPORT=$(free_port)
 out=$("$BIN/berth" up --state "$STATE" --detach --ssh-port "$PORT" --desktop-port "$DPORT" 2>"$T/up.err")
 rc=$?
 check_eq "berth up --detach succeeds" 0 "$rc"
@@ -47,13 +47,10 @@ check_match "  saying why" "desktop URLs point at http://127\.0\.0\.1:$DPORT but
 dom=$(dom_of demo)
 out=$("$BIN/berth" down --state "$STATE" 2>&1)
 check_eq "berth down succeeds" 0 "$?"
-kill -0 "$HOSTD_PID" 2>/dev/null
-check_eq "hostd is gone" 1 "$?"
+check_gone "hostd is gone" "$HOSTD_PID"
 HOSTD_PID=
-kill -0 "$GW_PID" 2>/dev/null
-check_eq "the gateway is gone" 1 "$?"
-kill -0 "$DT_PID" 2>/dev/null
-check_eq "the desktop bridge is gone" 1 "$?"
+check_gone "the gateway is gone" "$GW_PID"
+check_gone "the desktop bridge is gone" "$DT_PID"
 check_eq "demo is shut off" "shut off" "$(dom_state "$dom")"
 check_eq "its disk stays" 2 "$(ls "$STATE/volumes" | wc -l)"
 

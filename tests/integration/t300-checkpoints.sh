@@ -43,7 +43,9 @@ diag "fork API call took $(echo "$out" | json took_ms) ms (boot included)"
 check_eq "b has c1's data" one "$(get b)"
 check_eq "b has its own hostname" b "$(berth exec b -- hostname)"
 check "b has its own MAC" test "$(berth show b --json | json mac)" != "$(berth show a --json | json mac)"
-check "b has its own SSH port" test "$(berth show b --json | json ssh.port)" != "$(berth show a --json | json ssh.port)"
+check "b has its own SSH endpoint" test \
+	"$(berth show b --json | json ssh.host):$(berth show b --json | json ssh.port)" != \
+	"$(berth show a --json | json ssh.host):$(berth show a --json | json ssh.port)"
 put a2 x 2>/dev/null
 berth fork a c >/dev/null
 check_eq "fork c of the running a has a's data" two "$(get c)"

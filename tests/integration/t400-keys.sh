@@ -21,7 +21,6 @@ if ! id -u "$GW" >/dev/null 2>&1; then
 fi
 start_hostd && build_tiny || { not_ok "hostd and image"; finish; }
 
-not() { ! "$@" 2>/dev/null; }
 # as USER CMD...: run CMD as USER (its group, no others).
 as() {
 	local u=$1
@@ -68,15 +67,22 @@ except BrokenPipeError:
 print(s.recv(4096).decode())' "$STATE/desktop.sock" 2>&1)
 check_match "  but refuses anyone else (nobody)" "only root and the gateway user" "$out"
 # Files may keep a mode of their own (a public key, a read-only base
-# volume) inside directories no one else may enter.
+# volume) inside directories no one else may enter.  Fails when find does.
+# STATE/net and STATE/net/dhcp are open to their group, berth-dns (the
+# machines' dnsmasq runs as it), and no one else.
 private() {
-	find "$STATE" -mindepth 1 -type d -perm /077
+	find "$STATE" -mindepth 1 -type d -perm /007 || return 1
+	find "$STATE" -mindepth 1 -type d -perm /070 ! \( -group berth-dns \
+		\( -path "$STATE/net" -o -path "$STATE/net/dhcp" \) \) || return 1
 	find "$STATE" -mindepth 1 -maxdepth 1 ! -type d -perm /077 ! -name hostd.sock \
 		! -name desktop.sock ! -name berth.conf
 }
-check_eq "what hostd made is private (umask 077)" "" "$(private)"
-check "  nobody cannot list the state directory" not as nobody ls "$STATE"
-check "  nor read the database" not as nobody head -c1 "$STATE/berth.db"
+check_absent "what hostd made is private (umask 077)" private
+# Refused for the right reason, not because the path is wrong.
+check_match "  nobody cannot list the state directory" "^ls: .*: Permission denied$" \
+	"$(as nobody ls "$STATE" 2>&1)"
+check_match "  nor read the database" "^head: .*: Permission denied$" \
+	"$(as nobody head -c1 "$STATE/berth.db" 2>&1)"
 check "the database, the gateway key and the image are there" \
 	test -s "$STATE/berth.db" -a -s "$STATE/keys/gateway" -a -d "$STATE/images/tiny"
 check_match "hostd knows the gateway user" "gateway user $GW \\(uid $(id -u "$GW")\\)" \
@@ -190,7 +196,7 @@ expect "connect: alice/devbox (no one has one)" 404 no_machine -u "$GW" POST /v1
 before=$(cat "$T/body")
 check_eq "  'no machine devbox'" "no machine devbox" "$(body error.message)"
 check_eq "a stopped machine of root's" stopped "$(berth create devbox --no-start --json | json state)"
-check_eq "  its directory is private too" "" "$(private)"
+check_absent "  its directory is private too" private
 expect "connect: alice/devbox (root has one)" 404 no_machine -u "$GW" POST /v1/gateway/connect \
 	'{"user":"alice","machine":"devbox"}'
 check_eq "  the identical answer" "$before" "$(cat "$T/body")"

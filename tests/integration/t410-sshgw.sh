@@ -58,9 +58,6 @@ t410_cleanup() {
 }
 trap t410_cleanup EXIT
 
-free_port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 # start_gw PORT LOG ARGS...: a gateway on 127.0.0.1:PORT; its pid in GW_PID.
 start_gw() {
 	local port=$1 log=$2
@@ -184,6 +181,7 @@ EOF
 start_hostd && build_tiny || { not_ok "hostd and image"; finish; }
 check_eq "create m1: running" running "$(berth create m1 --memory 512M --json | json state)"
 VM_PORT=$(berth show m1 --json | json ssh.port)
+VM_HOST=$(berth show m1 --json | json ssh.host)
 for k in k1 k2 k3 kbob; do ssh-keygen -q -t ed25519 -N '' -C "t410 $k" -f "$T/$k"; done
 check_match "root's key k1 registered" "^added key" "$(berth key add "$T/k1.pub")"
 out=$(curl -s -w ' %{http_code}' --unix-socket "$STATE/hostd.sock" -X POST -H 'X-Berth-User: bob' \
@@ -199,7 +197,7 @@ out=$(gw m1@127.0.0.1 'echo hi; exit 7')
 check_eq "exec: exit 7 arrives as 7" "7 hi" "$? $out"
 gw -v m1@127.0.0.1 'kill -TERM $$' 2>"$T/sig.err"
 rc_gw=$?
-direct -v root@127.0.0.1 'kill -TERM $$' 2>"$T/sig-direct.err"
+direct -v "root@$VM_HOST" 'kill -TERM $$' 2>"$T/sig-direct.err"
 rc_direct=$?
 check_eq "exec: killed by SIGTERM: exit 255, as direct ssh to the machine" "255 255" "$rc_gw $rc_direct"
 check "  the client gets the exit-signal (ssh -v: rtype exit-signal)" grep -q 'rtype exit-signal' "$T/sig.err"
@@ -311,8 +309,9 @@ check "a local agent holds the gateway key" grep -qF -- "$(ssh-keygen -lf "$STAT
 out=$(gw -A m1@127.0.0.1 'dbclient -y root@127.0.0.1 echo agent-ok' 2>"$T/agent.err")
 check_eq "ssh -A: the forwarded agent signs for dbclient in the machine" agent-ok "$out"
 [ "$out" = agent-ok ] || sed 's/^/# /' "$T/agent.err"
-out=$(gw m1@127.0.0.1 'dbclient -y root@127.0.0.1 echo agent-ok' 2>/dev/null)
-check_eq "  without -A it cannot" "" "$out"
+# The command runs (it prints dbclient's status), only dbclient fails.
+out=$(gw m1@127.0.0.1 'dbclient -y root@127.0.0.1 echo agent-ok 2>/dev/null; echo "dbclient: $?"')
+check_match "  without -A it cannot" '^dbclient: [1-9][0-9]*$' "$out"
 kill "$AGENT_PID" 2>/dev/null
 AGENT_PID=
 unset SSH_AUTH_SOCK SSH_AGENT_PID
@@ -450,14 +449,11 @@ else
 	forget "$GW1"
 	not_ok "the gateway ran through all of it (it died, status $rc$( [ $rc -gt 128 ] && echo ": signal $(kill -l $((rc - 128)))"))"
 fi
-reports=$(grep -h -E -B2 -A12 'ERROR: (Address|Leak)Sanitizer|runtime error:|corrupted|double free|free\(\): ' \
-	"$T/sshgw.log" "$T/sshgw2.log" 2>/dev/null | head -40)
-if [ -z "$reports" ]; then
-	ok "no crash or sanitizer report in the gateways' logs"
-else
-	not_ok "no crash or sanitizer report in the gateways' logs"
-	echo "$reports" | sed 's/^/# /'
-fi
+# (Both logs exist: each gateway was started; cat fails otherwise.)
+crash='ERROR: (Address|Leak)Sanitizer|runtime error:|corrupted|double free|free\(\): '
+check_absent "no crash or sanitizer report in the gateways' logs" \
+	matching "$crash" cat "$T/sshgw.log" "$T/sshgw2.log" ||
+	grep -h -E -B2 -A12 "$crash" "$T/sshgw.log" "$T/sshgw2.log" 2>/dev/null | head -40 | sed 's/^/# /'
 if [ "$nfail" -gt 0 ]; then
 	diag "gateway log tail:"
 	tail -30 "$T/sshgw.log" | sed 's/^/# /'

@@ -98,7 +98,7 @@ ex "agent is in the sudo and docker groups" '^2$' \
 	bash -c 'id -Gn | tr " " "\n" | grep -cxE "sudo|docker"'
 ex "the keys went to agent, not root" '^ok$' \
 	sudo -n sh -c 'test -s /home/agent/.ssh/authorized_keys && ! test -s /root/.ssh/authorized_keys && echo ok'
-ex "no unit failed" '^0$' bash -c 'systemctl list-units --failed --no-legend | wc -l'
+ex "no unit failed" '^0$' bash -o pipefail -c 'systemctl list-units --failed --no-legend | wc -l'
 ex "the root file system grew to the 20 GiB disk" '^(19|20)$' \
 	bash -c 'df -BG --output=size / | tail -n 1 | tr -dc 0-9'
 if [ "${KEEP:-}" = 1 ]; then
@@ -112,7 +112,7 @@ GW=
 trap '[ -n "$GW" ] && kill "$GW" 2>/dev/null; cleanup' EXIT
 ssh-keygen -q -t ed25519 -N '' -C t520 -f "$T/k"
 berth key add "$T/k.pub" >/dev/null
-P=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+P=$(free_port)
 "$BIN/berth-sshgw" --state "$STATE" --listen "127.0.0.1:$P" --log-level info >"$T/sshgw.log" 2>&1 &
 GW=$!
 for _ in $(seq 100); do grep -q "listening on" "$T/sshgw.log" && break; sleep 0.1; done

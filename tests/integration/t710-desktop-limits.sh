@@ -15,7 +15,6 @@ t710_cleanup() {
 }
 trap t710_cleanup EXIT
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 # start_bridge PORT LOG [PRLIMIT...]: berth-desktop on PORT, waits until it listens.
 start_bridge() {
 	local port=$1 log=$2
@@ -74,8 +73,8 @@ for _ in $(seq 150); do
 	sleep 0.1
 done
 took=$(($(date +%s) - t0))
-check_eq "the bridge closes connections that send no request (after 10 s)" 0 \
-	"$(ss -Htn state established "( sport = :$PORT )" | wc -l)"
+check_absent "the bridge closes connections that send no request (after 10 s)" \
+	ss -Htn state established "( sport = :$PORT )"
 diag "the 192 silent connections were closed by the bridge ~$took s after the check began"
 kill "$CAP_PID" 2>/dev/null
 wait "$CAP_PID" 2>/dev/null

@@ -1,19 +1,137 @@
 #!/bin/bash
 # network = user, the fallback (QEMU's user-mode stack, a loopback port
-# forwarded to the guest's SSH): a machine boots and answers; another
-# program taking its port while it sleeps moves it on the resume, memory
-# intact; egress policies other than open are refused (409, saying why),
-# at create and later.
+# forwarded to the guest's SSH): a machine boots and answers; nothing of
+# the host answers its guest (canaries on 127.0.0.1 and 0.0.0.0 through
+# 10.0.2.2 and the host's addresses, hostd's HTTP port, the machine's own
+# SSH forward) nor do closed ranges the host itself reaches, while a test
+# "internet" in a namespace of the test's answers over TCP and UDP (the
+# uid filter: QEMU's connections are refused by uid); another program
+# taking its port while it sleeps moves it on the resume, memory intact;
+# egress policies other than open are refused (409, saying why), at
+# create and later.  No test traffic leaves this machine.
 . "$(dirname "$0")/../lib.sh"
+squatter=
+NS=b5n$$
+VH=v5h$$
+VN=v5n$$
+PIDS=()
+t805_cleanup() {
+	local p
+	[ -n "$squatter" ] && kill "$squatter" 2>/dev/null
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+	ip netns pids "$NS" 2>/dev/null | xargs -r kill 2>/dev/null
+	cleanup
+	ip link delete "$VH" 2>/dev/null
+	ip netns delete "$NS" 2>/dev/null
+	return 0
+}
+trap t805_cleanup EXIT
+
+# ---- a test internet, and closed ranges the host reaches ----
+INET=198.51.100
+HOST=$INET.10
+CLOSED="169.254.77.77 10.99.77.1"
+ip netns add "$NS" || { not_ok "netns"; finish; }
+ip link add "$VH" type veth peer name "$VN" netns "$NS"
+ip addr add "$INET.1" peer "$INET.2/32" dev "$VH"
+ip link set "$VH" up
+ip -n "$NS" addr add "$INET.2" peer "$INET.1/32" dev "$VN"
+ip -n "$NS" link set "$VN" up
+ip -n "$NS" link set lo up
+for a in $HOST $CLOSED; do
+	ip -n "$NS" addr add "$a/32" dev lo
+	ip route add "$a/32" via "$INET.2" dev "$VH"
+done
+ip -n "$NS" route add default via "$INET.1" dev "$VN"
+# TCP 8080 and UDP 5300 on every address of the namespace; canaries on the
+# host (127.0.0.1 CP, 0.0.0.0 CP+1 TCP and CP+2 UDP) log who came.
+cat >"$T/srv.py" <<'PY'
+import socket, sys, threading
+log = open(sys.argv[1], "a", buffering=1)
+def tcp(addr, port):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, port)); s.listen(16)
+    while True:
+        c, a = s.accept(); log.write("tcp %s %d from %s\n" % (addr, port, a[0])); c.close()
+def udp(addr, port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((addr, port))
+    while True:
+        d, a = s.recvfrom(2048); log.write("udp %s %d from %s\n" % (addr, port, a[0])); s.sendto(b"x", a)
+if sys.argv[2] == "inet":
+    threading.Thread(target=tcp, args=("0.0.0.0", 8080), daemon=True).start()
+    # Bound to the address asked: an answer must come from it.
+    threading.Thread(target=udp, args=(sys.argv[3], 5300), daemon=True).start()
+else:
+    p = int(sys.argv[2])
+    threading.Thread(target=tcp, args=("127.0.0.1", p), daemon=True).start()
+    threading.Thread(target=tcp, args=("0.0.0.0", p + 1), daemon=True).start()
+    threading.Thread(target=udp, args=("0.0.0.0", p + 2), daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+PY
+ip netns exec "$NS" python3 "$T/srv.py" "$T/inet.log" inet "$HOST" >"$T/inet.out" 2>&1 &
+PIDS+=($!)
+CP=$(free_port)
+python3 "$T/srv.py" "$T/canary.log" "$CP" >"$T/canary.out" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do
+	grep -q ready "$T/inet.out" 2>/dev/null && grep -q ready "$T/canary.out" 2>/dev/null && break
+	sleep 0.1
+done
+host_tcp() { python3 -c 'import socket,sys
+s=socket.socket(); s.settimeout(2)
+try: s.connect((sys.argv[1], int(sys.argv[2]))); print("open")
+except Exception as e: print("closed")' "$@"; }
+check_eq "the host reaches the test internet" open "$(host_tcp $HOST 8080)"
+for a in $CLOSED; do
+	check_eq "the host reaches $a (routed into the namespace)" open "$(host_tcp "$a" 8080)"
+done
+check_eq "the host's canary answers the host" open "$(host_tcp 127.0.0.1 "$CP")"
+: >"$T/canary.log"
 
 mkdir -p "$STATE"
-echo "network = user" >"$STATE/berth.conf"
+# A dashboard port of its own (8080 may be another test's): its HTTP port
+# is one of the canaries.
+printf 'network = user\nhttp_listen = 127.0.0.1:%s\n' "$(free_port)" >"$STATE/berth.conf"
 start_hostd || { not_ok "hostd starts"; finish; }
 check_eq "hostd says network = user" user "$(berth info --json | json network)"
+inst=$(berth info --json | json instance)
+check "hostd says why network = user is a fallback" grep -q 'network = user is a fallback' "$T/hostd.log"
 build_tiny || { not_ok "tiny image"; finish; }
 berth create m1 >/dev/null || not_ok "create m1"
 check_eq "the endpoint is a loopback port" 127.0.0.1 "$(berth show m1 --json | json ssh.host)"
 check_eq "exec works" ok "$(berth exec m1 -- echo ok)"
+
+# ---- guest -> host: nothing; the internet: yes ----
+probe() { berth exec m1 -- netprobe "$1" "$2" "$3" "${4:-2000}" 2>/dev/null; }
+check "the table of the uid filter is there" nft list table inet "berth-$(berth info --json | json instance)"
+port=$(berth show m1 --json | json ssh.port)
+http_port=$(berth info --json | json dashboard | sed -n 's|.*:\([0-9]*\)/$|\1|p')
+targets="10.0.2.2 $INET.1"
+for a in $(ip -4 -o addr show | awk '{ print $4 }' | cut -d/ -f1); do
+	case $a in 127.*) ;; *) targets="$targets $a" ;; esac
+done
+check_match "10.0.2.2 $CP (the canary on the host's 127.0.0.1) is closed" 'refused|timeout' \
+	"$(probe tcp 10.0.2.2 "$CP" 1500)"
+for t in $targets; do
+	check_match "host $t tcp $((CP + 1)) (canary on 0.0.0.0) is closed" 'refused|timeout' \
+		"$(probe tcp "$t" $((CP + 1)) 1500)"
+	check_match "host $t udp $((CP + 2)) (canary) is closed" 'refused|timeout' \
+		"$(probe udp "$t" $((CP + 2)) 1500)"
+done
+check_eq "hostd's HTTP answers the host" open "$(host_tcp 127.0.0.1 "${http_port:-0}")"
+check_match "10.0.2.2 ${http_port:-(none)} (hostd's HTTP) is closed" 'refused|timeout' \
+	"$(probe tcp 10.0.2.2 "$http_port" 1500)"
+check_match "10.0.2.2 $port (a machine's SSH forward) is closed" 'refused|timeout' \
+	"$(probe tcp 10.0.2.2 "$port" 1500)"
+check "the canaries' log is there" test -f "$T/canary.log"
+check_absent "no canary saw a guest" cat "$T/canary.log"
+for c in $CLOSED; do
+	check_match "$c (a closed range) does not answer" 'refused|timeout' "$(probe tcp "$c" 8080 1500)"
+done
+check_eq "the internet answers over TCP" open "$(probe tcp $HOST 8080)"
+check_eq "and over UDP" open "$(probe udp $HOST 5300)"
+
 token=$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
 berth exec m1 -- sh -c "echo $token > /tmp/value"
 
@@ -25,15 +143,22 @@ berth suspend m1 >/dev/null
 # exec above, which a plain bind refuses; a listening socket is what counts.
 python3 -c 'import socket,sys,time
 s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1); print("held", flush=True); time.sleep(120)' \
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1); print("held", flush=True); time.sleep(300)' \
 	"$port" >"$T/squatter.out" &
 squatter=$!
-for _ in $(seq 100); do grep -q held "$T/squatter.out" 2>/dev/null && break; sleep 0.1; done
+PIDS+=($squatter)
+# It says when it listens: a python3 that starts on a loaded machine may
+# take seconds.
+for _ in $(seq 600); do
+	grep -q held "$T/squatter.out" 2>/dev/null && break
+	kill -0 "$squatter" 2>/dev/null || break
+	sleep 0.1
+done
 check "the squatter holds the port" grep -q held "$T/squatter.out"
 check_eq "resume while another program holds its port: running" running "$(berth resume m1 --json | json state)"
 check "the SSH port moved" test "$(berth show m1 --json | json ssh.port)" != "$port"
 check_eq "memory survived the move" "$token" "$(berth exec m1 -- cat /tmp/value)"
-kill "$squatter" 2>/dev/null; wait "$squatter" 2>/dev/null
+kill "$squatter" 2>/dev/null; wait "$squatter" 2>/dev/null; squatter=
 
 # Egress policies need network = routed.
 out=$(berth set m1 --egress none 2>&1)
@@ -44,4 +169,7 @@ out=$(berth create m2 --egress 198.51.100.0/24 --no-start 2>&1)
 check_match "create --egress with rules is refused" 'egress policies need network = routed' "$out"
 check "and made nothing" test "$(berth show m2 --json 2>/dev/null | json name)" = ""
 berth rm m1 >/dev/null
+kill_hostd TERM
+check_no_line "no machine runs: hostd's stop removes the filter's table" "table inet berth-$inst" \
+	nft list tables
 finish

@@ -49,6 +49,8 @@ static struct domain_spec spec_user(void)
 		.network = "user",
 		.ssh_port = 40022,
 		.console_log = "/var/lib/berth/machines/1/console.log",
+		.qemu_uid = 2013265921,
+		.qemu_gid = 107,
 	};
 	return s;
 }
@@ -328,8 +330,9 @@ static void test_escaping(void)
 	free(xml);
 }
 
-/* The screen: VNC on a UNIX socket (berth-desktop), only when asked. */
-static void test_vnc(void)
+/* The screen: VNC listening nowhere (berth-desktop's connection comes
+ * from virt_open_screen), only when asked. */
+static void test_screen(void)
 {
 	struct domain_spec s = spec_user();
 	struct err e;
@@ -337,22 +340,154 @@ static void test_vnc(void)
 	int rc;
 
 	xml = render(&s, &rc, &e);
-	check_lacks(xml, "<graphics", "vnc: none without a socket");
+	check_lacks(xml, "<graphics", "screen: none unless asked");
 	free(xml);
-	s.vnc_socket = "/var/lib/berth/machines/1/vnc.sock";
+	s.screen = true;
 	xml = render(&s, &rc, &e);
-	check(rc == 0, "vnc: renders");
-	check_has(xml, "<graphics type='vnc' socket='/var/lib/berth/machines/1/vnc.sock'/>",
-		  "vnc: graphics on the socket");
-	check_lacks(xml, "autoport", "vnc: no TCP port");
-	check_wellformed(xml, "vnc: well-formed (xmllint)");
-	check_schema(xml, "vnc: valid per libvirt's schema");
+	check(rc == 0, "screen: renders");
+	check_has(xml, "<graphics type='vnc'>\n      <listen type='none'/>\n    </graphics>",
+		  "screen: VNC that listens nowhere (-vnc none)");
+	check_lacks(xml, "socket=", "screen: no socket file (QEMU could not bind one)");
+	check_lacks(xml, "autoport", "screen: no TCP port");
+	check_wellformed(xml, "screen: well-formed (xmllint)");
+	check_schema(xml, "screen: valid per libvirt's schema");
 	free(xml);
-	s.vnc_socket = "/tmp/v'n&c<.sock";
+}
+
+/* QEMU runs as the machine's own uid: a static DAC label, relabel='no'. */
+static void test_label(void)
+{
+	struct domain_spec s = spec_user();
+	struct err e;
+	char *xml;
+	int rc;
+
 	xml = render(&s, &rc, &e);
-	check_has(xml, "<graphics type='vnc' socket='/tmp/v&apos;n&amp;c&lt;.sock'/>",
-		  "vnc: socket path escaped");
+	check(rc == 0, "label: renders");
+	check_has(xml, "  <seclabel type='static' model='dac' relabel='no'>\n"
+		       "    <label>+2013265921:+107</label>\n  </seclabel>\n",
+		  "label: static DAC label +UID:+GID, libvirt relabels nothing");
+	check_lacks(xml, "type='dynamic'", "label: no dynamic label (libvirt's default user)");
+	check_schema(xml, "label: valid per libvirt's schema");
 	free(xml);
+	s.kvm = true;
+	xml = render(&s, &rc, &e);
+	check_has(xml, "<label>+2013265921:+107</label>", "label: the same under KVM");
+	free(xml);
+}
+
+/* The start-up check: libvirt's capabilities, captured from libvirtd 9.0
+ * with qemu.conf's user = "root" and with user = "libvirt-qemu", group =
+ * "kvm" (tests/unit/data/libvirt/). */
+static char *read_data(const char *file)
+{
+	char path[256];
+	FILE *f;
+	char *buf = NULL;
+	size_t len = 0;
+
+	snprintf(path, sizeof(path), "tests/unit/data/libvirt/%s", file);
+	f = fopen(path, "re");
+	if (!f)
+		return NULL;
+	buf = calloc(1, 1 << 20);
+	if (buf)
+		len = fread(buf, 1, (1 << 20) - 1, f);
+	fclose(f);
+	if (buf)
+		buf[len] = '\0';
+	return buf;
+}
+
+/* TEXT with the first FROM replaced by TO (malloc'd). */
+static char *replace(const char *text, const char *from, const char *to)
+{
+	const char *at = strstr(text, from);
+	struct buf b = BUF_INIT;
+
+	if (!at)
+		return strdup(text);
+	buf_add(&b, text, (size_t)(at - text));
+	buf_adds(&b, to);
+	buf_adds(&b, at + strlen(from));
+	return buf_detach(&b);
+}
+
+static void test_caps(void)
+{
+	char *root = read_data("capabilities-root.xml");
+	char *unpriv = read_data("capabilities-unprivileged.xml");
+	char *x;
+	struct err e;
+
+	if (!check(root && unpriv, "caps: captured capabilities read")) {
+		free(root);
+		free(unpriv);
+		return;
+	}
+	err_clear(&e);
+	check(virt_caps_check(unpriv, &e) == 0 && !err_isset(&e),
+	      "caps: user = libvirt-qemu, group = kvm (+64055:+107): accepted");
+	err_clear(&e);
+	if (!check(virt_caps_check(root, &e) == -1 && e.status == 400 &&
+		   strcmp(e.code, "qemu_privileged") == 0, "caps: user = root (+0:+0): refused"))
+		diag("status %d code %s: %s", e.status, e.code, e.msg);
+	check(strstr(e.msg, "/etc/libvirt/qemu.conf") && strstr(e.msg, "user = \"root\"") &&
+	      strstr(e.msg, "runs QEMU as root"),
+	      "caps: the refusal names /etc/libvirt/qemu.conf and user = \"root\"");
+	diag("%s", e.msg);
+	/* Group root alone is a privilege too (root's group owns much). */
+	x = replace(unpriv, "<baselabel type='qemu'>+64055:+107", "<baselabel type='qemu'>+64055:+0");
+	err_clear(&e);
+	check(virt_caps_check(x, &e) == -1 && strstr(e.msg, "group root"),
+	      "caps: group = root (+64055:+0): refused, says group root");
+	free(x);
+	/* Only the kvm type's label root: still refused (every label counts). */
+	x = replace(unpriv, "<baselabel type='kvm'>+64055:+107", "<baselabel type='kvm'>+0:+0");
+	err_clear(&e);
+	check(virt_caps_check(x, &e) == -1, "caps: type kvm's label root: refused");
+	free(x);
+	/* No DAC model: cannot tell, refused. */
+	x = replace(unpriv, "<model>dac</model>", "<model>none</model>");
+	err_clear(&e);
+	check(virt_caps_check(x, &e) == -1 && strstr(e.msg, "cannot be told"),
+	      "caps: no DAC security model: refused (cannot tell)");
+	free(x);
+	err_clear(&e);
+	check(virt_caps_check("<capabilities/>", &e) == -1, "caps: empty capabilities: refused");
+	free(root);
+	free(unpriv);
+}
+
+/* /proc/PID/status of the two QEMUs those libvirtds started. */
+static void test_proc_creds(void)
+{
+	char *root = read_data("qemu-status-root.txt");
+	char *unpriv = read_data("qemu-status-unprivileged.txt");
+	struct proc_creds pc;
+
+	if (!check(root && unpriv, "creds: captured /proc status read")) {
+		free(root);
+		free(unpriv);
+		return;
+	}
+	check(virt_proc_creds_parse(unpriv, &pc) == 0 && pc.uid_min == 2013265921 &&
+	      pc.uid_max == 2013265921 && pc.gid_min == 107 && pc.gid_max == 107 &&
+	      pc.cap_eff == 0, "creds: unprivileged QEMU: uid 2013265921, gid 107, CapEff 0");
+	check(virt_proc_creds_parse(root, &pc) == 0 && pc.uid_min == 0 && pc.gid_min == 0 &&
+	      pc.cap_eff == 0x1fffeffffffULL, "creds: QEMU as root: uid 0, CapEff 1fffeffffff");
+	check(virt_proc_creds_parse("Name:\tqemu\nUid:\t5\t5\n", &pc) == -1,
+	      "creds: truncated status: -1");
+	{
+		/* One uid of the four root's (a saved set-uid, say): uid_min 0. */
+		char *x = replace(unpriv, "Uid:\t2013265921\t2013265921\t2013265921",
+				  "Uid:\t2013265921\t2013265921\t0");
+		check(virt_proc_creds_parse(x, &pc) == 0 && pc.uid_min == 0 &&
+		      pc.uid_max == 2013265921, "creds: a saved uid 0 shows in uid_min");
+		free(x);
+	}
+	free(root);
+	free(unpriv);
 }
 
 static void refused(const struct domain_spec *s, const char *what)
@@ -402,6 +537,12 @@ static void test_invalid(void)
 	s = spec_user();
 	s.network = "bridge";
 	refused(&s, "network 'bridge' (neither user nor nat)");
+	s = spec_user();
+	s.qemu_uid = 0;
+	refused(&s, "QEMU uid 0 (root)");
+	s = spec_user();
+	s.qemu_gid = 0;
+	refused(&s, "QEMU gid 0 (root's group)");
 
 	{
 		/* The first error is kept: a set error is not overwritten. */
@@ -457,7 +598,10 @@ int main(void)
 	test_user();
 	test_routed();
 	test_escaping();
-	test_vnc();
+	test_screen();
+	test_label();
+	test_caps();
+	test_proc_creds();
 	test_agent();
 	test_invalid();
 	return tap_done("test_domain_xml");

@@ -172,8 +172,53 @@ static void test_rules(void)
 	free(list);
 }
 
+/* network = user: QEMU's uids meet the host's addresses and closed ranges
+ * with a reject, but replies and the resolvers' port 53. */
+static void test_user_rules(void)
+{
+	struct net_conf c = conf();
+	struct buf b = BUF_INIT;
+	char res[2][48] = { "10.255.255.53", "fd00::53" };
+	const char *r;
+
+	net_user_ruleset(&c, 2013265920, 2030043135, res, 2, &b);
+	r = buf_str(&b);
+	check(has(r, "meta skuid 2013265920-2030043135 jump qemu_out"),
+	      "user: only QEMU's uids meet the filter");
+	const char *est = strstr(r, "ct state established,related accept");
+	const char *dns = strstr(r, "ip daddr 10.255.255.53 meta l4proto { tcp, udp } th dport 53 accept");
+	const char *dns6 = strstr(r, "ip6 daddr fd00::53 meta l4proto { tcp, udp } th dport 53 accept");
+	const char *local = strstr(r, "fib daddr type { local, broadcast, multicast, anycast } counter reject");
+	const char *c4 = strstr(r, "ip daddr @closed4 counter reject");
+	const char *c6 = strstr(r, "ip6 daddr @closed6 counter reject");
+	check(est && dns && dns6 && local && c4 && c6 && est < dns && dns < dns6 && dns6 < local &&
+	      local < c4 && c4 < c6,
+	      "user: replies, then the resolvers' port 53, then no host address, no closed range");
+	check(has(r, "127.0.0.0/8") && has(r, "169.254.0.0/16") && has(r, "10.0.0.0/8") &&
+	      has(r, "192.0.2.0/24") && has(r, "fe80::/10") && has(r, "fc00::/7") && has(r, "::/127"),
+	      "user: loopback, link-local, private and the host's networks are closed");
+	check(!has(r, "hook forward") && !has(r, "hook prerouting"), "user: no other hook");
+	if (getuid() != 0 || access("/usr/sbin/nft", X_OK) != 0) {
+		skip("the kernel takes the user-mode table", "needs root and nft");
+		buf_free(&b);
+		return;
+	}
+	char f[64], del[128];
+	snprintf(f, sizeof(f), "/tmp/berth-test-net-%ld-user.nft", (long)getpid());
+	write_file(f, b.data, b.len);
+	char *const load[] = { "/usr/sbin/nft", "-f", f, NULL };
+	check(tool_run(load, NULL, NULL) == 0 && tool_run(load, NULL, NULL) == 0,
+	      "user: the kernel takes the table, and again over itself");
+	snprintf(del, sizeof(del), "%s", c.table);
+	char *const drop[] = { "/usr/sbin/nft", "delete", "table", "inet", del, NULL };
+	check(tool_run(drop, NULL, NULL) == 0, "user: the test's table is removed");
+	unlink(f);
+	buf_free(&b);
+}
+
 int main(void)
 {
 	test_rules();
+	test_user_rules();
 	return tap_done("test_net");
 }

@@ -6,7 +6,8 @@
  * make O(1) overlays of 1 GiB and 100 GiB, read their sizes back, list and
  * remove volumes; a raw base streamed in (base_create, volio's direct
  * writes, base_seal) with an overlay on it that reads its bytes back
- * through qemu-nbd.  Everything lives in one mkdtemp directory under /tmp
+ * through qemu-nbd; who owns what (bases, a QEMU's volume, frozen layers).
+ * Everything lives in one mkdtemp directory under /tmp
  * that is removed at the end, whatever failed.
  *
  * Built by the Makefile as build/default/tests/test_storage.  Prints TAP
@@ -218,8 +219,8 @@ static void test_dry(void)
 		   src, pool);
 	check_str(buf_str(&log), buf_str(&want),
 		  "dry import: qemu-img convert -q -f raw -O qcow2 SRC POOL/base-x.qcow2.part");
-	check(exists(base) && !exists(p) && mode_of(base) == 0444,
-	      "dry import: the .part is published as base-x.qcow2, mode 0444");
+	check(exists(base) && !exists(p) && mode_of(base) == 0440,
+	      "dry import: the .part is published as base-x.qcow2, mode 0440");
 	buf_reset(&log);
 	buf_reset(&want);
 
@@ -367,7 +368,7 @@ static void test_real(void)
 		   "real import: info: path, qcow2, file, 1 MiB virtual"))
 		diag("rc %d path '%s' format '%s' virtual %llu: %s", rc, vi.path,
 		     vi.format ? vi.format : "", (unsigned long long)vi.virtual_bytes, e.msg);
-	check(mode_of(p) == 0444, "real import: base is read-only (0444)");
+	check(mode_of(p) == 0440, "real import: base is read-only (0440)");
 	check(storage_vol_exists(st, "base-x"), "real import: exists");
 
 	err_clear(&e);
@@ -549,8 +550,8 @@ static void test_raw_base(void)
 	err_clear(&e);
 	rc = storage_base_seal(st, "base-r", &e);
 	xsnprintf(p, sizeof(p), "%s/base-r.raw", pool);
-	if (!check(rc == 0 && exists(p) && mode_of(p) == 0444,
-		   "raw base: base_seal publishes base-r.raw, mode 0444"))
+	if (!check(rc == 0 && exists(p) && mode_of(p) == 0440,
+		   "raw base: base_seal publishes base-r.raw, mode 0440"))
 		diag("%s", e.msg);
 	err_clear(&e);
 	rc = storage_vol_info(st, "base-r", &vi, &e);
@@ -681,6 +682,151 @@ out:
 		diag("cannot return to %s", cwd);
 }
 
+/* ---- owners: bases, QEMU's volume, freezing ------------------------------ */
+
+static bool owned(const char *path, unsigned uid, unsigned gid, unsigned mode)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0 && st.st_uid == uid && st.st_gid == gid &&
+	       (unsigned)(st.st_mode & 07777) == mode;
+}
+
+static void diag_owner(const char *path)
+{
+	struct stat st;
+
+	if (lstat(path, &st) == 0)
+		diag("%s: %u:%u %04o", path, (unsigned)st.st_uid, (unsigned)st.st_gid,
+		     (unsigned)(st.st_mode & 07777));
+	else
+		diag("%s: missing", path);
+}
+
+/* Pool opened with qemu_gid G: its directory root:G 0710, bases root:G
+ * 0440; a new volume root's 0600; vol_own gives it to a QEMU and freezes
+ * every layer under it. */
+static void test_owners(void)
+{
+	const unsigned G = 4242, U = 2013265921, V = 2013265922;
+	char tool[4096], pool[256], src[256], base[512], m1[512], m2[512], f1[512];
+	struct storage_opts o = { .qemu_gid = G };
+	struct storage *st;
+	struct err e;
+	int rc;
+
+	if (geteuid() != 0) {
+		skip("owners", "not root (chown)");
+		return;
+	}
+	if (!tool_find("qemu-img", tool, sizeof(tool))) {
+		skip("owners", "qemu-img not installed");
+		return;
+	}
+	at(pool, sizeof(pool), "owned");
+	at(src, sizeof(src), "owned.raw");
+	{
+		char *data = calloc(1, MIB);
+		if (data) {
+			write_file(src, data, MIB);
+			free(data);
+		}
+	}
+	err_clear(&e);
+	st = storage_open_opts("qcow2", pool, &o, &e);
+	if (!check(st != NULL, "owners: open a pool with a QEMU group")) {
+		diag("%s", e.msg);
+		return;
+	}
+	if (!check(owned(pool, 0, G, 0710), "owners: pool directory root:G 0710 (traverse only)"))
+		diag_owner(pool);
+	snprintf(base, sizeof(base), "%s/base-o.qcow2", pool);
+	snprintf(m1, sizeof(m1), "%s/m-1.qcow2", pool);
+	snprintf(m2, sizeof(m2), "%s/m-2.qcow2", pool);
+	snprintf(f1, sizeof(f1), "%s/m-f.qcow2", pool);
+	err_clear(&e);
+	rc = storage_base_import(st, "base-o", src, "raw", &e);
+	if (!check(rc == 0 && owned(base, 0, G, 0440), "owners: a base is root:G 0440")) {
+		diag("%s", e.msg);
+		diag_owner(base);
+	}
+	err_clear(&e);
+	rc = storage_vol_create(st, "m-1", "base-o", GIB, &e);
+	if (!check(rc == 0 && owned(m1, 0, 0, 0600),
+		   "owners: an overlay on a base is root's, 0600, until given"))
+		diag_owner(m1);
+	err_clear(&e);
+	rc = storage_vol_own(st, "m-1", U, G, &e);
+	if (!check(rc == 0 && owned(m1, U, G, 0600) && owned(base, 0, G, 0440),
+		   "owners: vol_own: U:G 0600, the base stays root:G 0440")) {
+		diag("%s", e.msg);
+		diag_owner(m1);
+	}
+	/* A checkpoint: m-2 on m-1, which U writes; given to U (before a live
+	 * snapshot moves U's QEMU there), m-1 is frozen. */
+	err_clear(&e);
+	rc = storage_vol_create(st, "m-2", "m-1", GIB, &e);
+	if (!check(rc == 0 && owned(m2, 0, 0, 0600) && owned(m1, U, G, 0600),
+		   "owners: an overlay on U's volume is root's; U's stays U's until then"))
+		diag_owner(m2);
+	err_clear(&e);
+	rc = storage_vol_own(st, "m-2", U, G, &e);
+	if (!check(rc == 0 && owned(m2, U, G, 0600) && owned(m1, 0, G, 0440),
+		   "owners: vol_own of the new top: U:G 0600, the old one frozen root:G 0440")) {
+		diag("%s", e.msg);
+		diag_owner(m2);
+		diag_owner(m1);
+	}
+	/* A fork of that checkpoint: another QEMU's. */
+	err_clear(&e);
+	rc = storage_vol_create(st, "m-f", "m-1", GIB, &e);
+	if (!check(rc == 0 && owned(f1, 0, 0, 0600) && owned(m1, 0, G, 0440),
+		   "owners: an overlay on a frozen volume is root's, the frozen one stays"))
+		diag_owner(f1);
+	err_clear(&e);
+	rc = storage_vol_own(st, "m-f", V, G, &e);
+	check(rc == 0 && owned(f1, V, G, 0600) && owned(m2, U, G, 0600),
+	      "owners: vol_own of the fork: V's, the source's volume stays U's");
+	/* A layer a crash (or a berth that ran QEMU as root) left writable:
+	 * vol_own freezes the whole chain under the volume. */
+	chown(m1, U, 0);
+	chmod(m1, 0600);
+	chmod(base, 0644);
+	err_clear(&e);
+	rc = storage_vol_own(st, "m-2", U, G, &e);
+	if (!check(rc == 0 && owned(m1, 0, G, 0440) && owned(base, 0, G, 0440),
+		   "owners: vol_own freezes every layer under the volume")) {
+		diag("%s", e.msg);
+		diag_owner(m1);
+		diag_owner(base);
+	}
+	/* Nothing to change: nothing changes (and it is fast). */
+	{
+		int64_t t0 = mono_us();
+		for (int i = 0; i < 100; i++)
+			storage_vol_own(st, "m-2", U, G, NULL);
+		diag("vol_own of a 3-layer chain, nothing to change: %lld us",
+		     (long long)((mono_us() - t0) / 100));
+	}
+	/* A symbolic link is refused, never followed. */
+	{
+		char link[512];
+		snprintf(link, sizeof(link), "%s/m-l.qcow2", pool);
+		symlink(m1, link);
+		err_clear(&e);
+		rc = storage_vol_own(st, "m-l", U, G, &e);
+		check(rc == -1 && owned(m1, 0, G, 0440),
+		      "owners: vol_own of a symbolic link: refused, its target untouched");
+		unlink(link);
+	}
+	storage_close(st);
+	/* Opened without a group: the directory is root's alone again. */
+	err_clear(&e);
+	st = storage_open("qcow2", pool, &e);
+	check(st && owned(pool, 0, 0, 0700), "owners: pool without a QEMU group: root 0700");
+	storage_close(st);
+}
+
 int main(void)
 {
 	int rc;
@@ -695,6 +841,7 @@ int main(void)
 	test_real();
 	test_raw_base();
 	test_relative();
+	test_owners();
 	rc = tap_done("test_storage");
 	if (tmpdir_remove(root) < 0)
 		fprintf(stderr, "test_storage: cannot remove %s\n", root);

@@ -6,9 +6,11 @@
  *                                       disk: tests/guest/lvm-vm.sh gives one)
  * A checkpoint is made the way hostd makes it: a thin snapshot where the
  * backend has them, else layering (the old volume frozen, a new one on it). */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/run.h"
@@ -170,6 +172,28 @@ int main(void)
 			   "%s: usage: the fork's own write is exclusive, c1's data shared", backend))
 			diag("exclusive %llu shared %llu: %s", (unsigned long long)ex,
 			     (unsigned long long)sh, e.msg);
+	}
+
+	/* Given to a QEMU's uid (hostd does it before every start): the
+	 * volume's file or device node is that uid's alone, and what it reads
+	 * through is root's, read-only. */
+	{
+		const unsigned U = 2013265921, G = 4242;
+		char real[PATH_MAX];
+		struct stat sb;
+		err_clear(&e);
+		int rc = storage_vol_own(st, "f-1", U, G, &e);
+		bool owned = rc == 0 && realpath(vpath("f-1"), real) && stat(real, &sb) == 0 &&
+			     sb.st_uid == U && sb.st_gid == G && (sb.st_mode & 07777) == 0600;
+		if (!check(owned, "%s: vol_own: f-1 is uid %u's, group %u, 0600", backend, U, G))
+			diag("rc %d: %s", rc, e.msg);
+		check(io("f-1", "read", 0x55, 2), "%s: f-1 reads as before", backend);
+		if (!storage_can_snapshot(st))
+			check(stat(vpath(f1), &sb) == 0 && sb.st_uid == 0 && (sb.st_mode & 0222) == 0,
+			      "%s: the layer f-1 reads through is root's, read-only", backend);
+		err_clear(&e);
+		check(storage_vol_own(st, "no-such-vol", U, G, &e) < 0, "%s: vol_own of a missing "
+		      "volume fails", backend);
 	}
 
 	/* Deletion with dependents. */

@@ -187,6 +187,47 @@ free_port() {
 	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# A test "internet" (t8xx): network namespace $INET_NS, reached from the
+# host through a veth ($INET_HERE on the host's side, $INET_THERE on its
+# own), with each ADDR of `inet_up ADDR...` on its loopback and a /32 route
+# to it from the host; nothing else is routed there, and no test traffic
+# leaves this machine.  Tests that may run side by side take addresses of
+# their own (the host has one route per address): set INET_HERE and
+# INET_THERE before inet_up.  inet_down removes the namespace, its
+# processes and the veth (call it from the test's EXIT trap).
+INET=198.51.100
+INET_HERE=$INET.1
+INET_THERE=$INET.2
+INET_NS=bn$$
+INET_VH=vh$$
+inet_up() {
+	local a vn=vn$$
+	ip netns add "$INET_NS" || return 1
+	ip link add "$INET_VH" type veth peer name "$vn" netns "$INET_NS" || return 1
+	ip addr add "$INET_HERE" peer "$INET_THERE/32" dev "$INET_VH" || return 1
+	ip link set "$INET_VH" up
+	ip -n "$INET_NS" addr add "$INET_THERE" peer "$INET_HERE/32" dev "$vn"
+	ip -n "$INET_NS" link set "$vn" up
+	ip -n "$INET_NS" link set lo up
+	for a in "$@"; do
+		ip -n "$INET_NS" addr add "$a/32" dev lo
+		ip route add "$a/32" via "$INET_THERE" dev "$INET_VH" || return 1
+	done
+	ip -n "$INET_NS" route add default via "$INET_HERE" dev "$vn"
+}
+inet_down() {
+	ip netns pids "$INET_NS" 2>/dev/null | xargs -r kill 2>/dev/null
+	ip link delete "$INET_VH" 2>/dev/null
+	ip netns delete "$INET_NS" 2>/dev/null
+	return 0
+}
+# host_tcp IP PORT: "open" when the host connects there within 2 s, else
+# "closed" (the positive control of a guest's probe).
+host_tcp() { python3 -c 'import socket,sys
+s=socket.socket(); s.settimeout(2)
+try: s.connect((sys.argv[1], int(sys.argv[2]))); print("open")
+except Exception as e: print("closed")' "$@"; }
+
 # Domains whose disks live under this test's directory; fails (and lists
 # nothing) when libvirt cannot be asked.
 test_domains() {

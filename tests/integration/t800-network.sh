@@ -23,22 +23,15 @@
 for tool in ip nft dnsmasq python3; do
 	command -v "$tool" >/dev/null 2>&1 || { skip "not installed: $tool"; finish; }
 done
-NS=b8n$$
-VH=v8h$$
-VN=v8n$$
 PIDS=()
 t800_cleanup() {
 	local p
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-	ip netns pids "$NS" 2>/dev/null | xargs -r kill 2>/dev/null
 	cleanup
-	ip link delete "$VH" 2>/dev/null
-	ip netns delete "$NS" 2>/dev/null
-	return 0
+	inet_down
 }
 trap t800_cleanup EXIT
 
-INET=198.51.100
 ALLOWED=$INET.10
 BLOCKED=$INET.20
 RESOLVER=$INET.53
@@ -47,18 +40,7 @@ RESOLVER=$INET.53
 CLOSED="169.254.77.77 10.99.77.1 172.16.77.1 192.168.77.1 100.64.77.1"
 
 # ---- the test internet ----
-ip netns add "$NS" || { not_ok "netns"; finish; }
-ip link add "$VH" type veth peer name "$VN" netns "$NS"
-ip addr add "$INET.1" peer "$INET.2/32" dev "$VH"
-ip link set "$VH" up
-ip -n "$NS" addr add "$INET.2" peer "$INET.1/32" dev "$VN"
-ip -n "$NS" link set "$VN" up
-ip -n "$NS" link set lo up
-for a in $ALLOWED $BLOCKED $RESOLVER $CLOSED; do
-	ip -n "$NS" addr add "$a/32" dev lo
-	ip route add "$a/32" via "$INET.2" dev "$VH"
-done
-ip -n "$NS" route add default via "$INET.1" dev "$VN"
+inet_up $ALLOWED $BLOCKED $RESOLVER $CLOSED || { not_ok "the test internet"; finish; }
 # Servers: TCP echo on 8080 and 9090 and UDP echo on 5300, on every
 # address; a drip on 8081 (a line every 100 ms, for the cut).
 cat >"$T/srv.py" <<'EOF'
@@ -90,18 +72,14 @@ for addr in sys.argv[1:]:
 print("ready", flush=True)
 threading.Event().wait()
 EOF
-ip netns exec "$NS" python3 "$T/srv.py" $ALLOWED $BLOCKED $CLOSED >"$T/srv.log" 2>&1 &
+ip netns exec "$INET_NS" python3 "$T/srv.py" $ALLOWED $BLOCKED $CLOSED >"$T/srv.log" 2>&1 &
 PIDS+=($!)
-ip netns exec "$NS" dnsmasq --conf-file=/dev/null --keep-in-foreground --no-resolv \
+ip netns exec "$INET_NS" dnsmasq --conf-file=/dev/null --keep-in-foreground --no-resolv \
 	--no-hosts --listen-address="$RESOLVER" --bind-interfaces \
 	--address=/allowed.test/$ALLOWED --address=/blocked.test/$BLOCKED \
 	--pid-file="$T/ns-dnsmasq.pid" --log-facility="$T/ns-dnsmasq.log" &
 PIDS+=($!)
 for _ in $(seq 50); do grep -q ready "$T/srv.log" 2>/dev/null && break; sleep 0.1; done
-host_tcp() { python3 -c 'import socket,sys
-s=socket.socket(); s.settimeout(2)
-try: s.connect((sys.argv[1], int(sys.argv[2]))); print("open")
-except Exception as e: print("closed")' "$@"; }
 check_eq "the host reaches the test internet" open "$(host_tcp $ALLOWED 8080)"
 for a in $CLOSED; do
 	check_eq "the host reaches $a (routed into the namespace)" open "$(host_tcp "$a" 8080)"

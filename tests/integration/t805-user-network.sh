@@ -11,38 +11,22 @@
 # create and later.  No test traffic leaves this machine.
 . "$(dirname "$0")/../lib.sh"
 squatter=
-NS=b5n$$
-VH=v5h$$
-VN=v5n$$
 PIDS=()
 t805_cleanup() {
 	local p
-	[ -n "$squatter" ] && kill "$squatter" 2>/dev/null
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-	ip netns pids "$NS" 2>/dev/null | xargs -r kill 2>/dev/null
 	cleanup
-	ip link delete "$VH" 2>/dev/null
-	ip netns delete "$NS" 2>/dev/null
-	return 0
+	inet_down
 }
 trap t805_cleanup EXIT
 
 # ---- a test internet, and closed ranges the host reaches ----
-INET=198.51.100
-HOST=$INET.10
-CLOSED="169.254.77.77 10.99.77.1"
-ip netns add "$NS" || { not_ok "netns"; finish; }
-ip link add "$VH" type veth peer name "$VN" netns "$NS"
-ip addr add "$INET.1" peer "$INET.2/32" dev "$VH"
-ip link set "$VH" up
-ip -n "$NS" addr add "$INET.2" peer "$INET.1/32" dev "$VN"
-ip -n "$NS" link set "$VN" up
-ip -n "$NS" link set lo up
-for a in $HOST $CLOSED; do
-	ip -n "$NS" addr add "$a/32" dev lo
-	ip route add "$a/32" via "$INET.2" dev "$VH"
-done
-ip -n "$NS" route add default via "$INET.1" dev "$VN"
+# Addresses of its own: t800 may run beside it with 198.51.100.1-53.
+INET_HERE=$INET.129
+INET_THERE=$INET.130
+HOST=$INET.138
+CLOSED="169.254.78.78 10.99.78.1"
+inet_up $HOST $CLOSED || { not_ok "the test internet"; finish; }
 # TCP 8080 and UDP 5300 on every address of the namespace; canaries on the
 # host (127.0.0.1 CP, 0.0.0.0 CP+1 TCP and CP+2 UDP) log who came.
 cat >"$T/srv.py" <<'PY'
@@ -69,7 +53,7 @@ else:
 print("ready", flush=True)
 threading.Event().wait()
 PY
-ip netns exec "$NS" python3 "$T/srv.py" "$T/inet.log" inet "$HOST" >"$T/inet.out" 2>&1 &
+ip netns exec "$INET_NS" python3 "$T/srv.py" "$T/inet.log" inet "$HOST" >"$T/inet.out" 2>&1 &
 PIDS+=($!)
 CP=$(free_port)
 python3 "$T/srv.py" "$T/canary.log" "$CP" >"$T/canary.out" 2>&1 &
@@ -78,10 +62,6 @@ for _ in $(seq 100); do
 	grep -q ready "$T/inet.out" 2>/dev/null && grep -q ready "$T/canary.out" 2>/dev/null && break
 	sleep 0.1
 done
-host_tcp() { python3 -c 'import socket,sys
-s=socket.socket(); s.settimeout(2)
-try: s.connect((sys.argv[1], int(sys.argv[2]))); print("open")
-except Exception as e: print("closed")' "$@"; }
 check_eq "the host reaches the test internet" open "$(host_tcp $HOST 8080)"
 for a in $CLOSED; do
 	check_eq "the host reaches $a (routed into the namespace)" open "$(host_tcp "$a" 8080)"
@@ -107,7 +87,7 @@ probe() { berth exec m1 -- netprobe "$1" "$2" "$3" "${4:-2000}" 2>/dev/null; }
 check "the table of the uid filter is there" nft list table inet "berth-$(berth info --json | json instance)"
 port=$(berth show m1 --json | json ssh.port)
 http_port=$(berth info --json | json dashboard | sed -n 's|.*:\([0-9]*\)/$|\1|p')
-targets="10.0.2.2 $INET.1"
+targets="10.0.2.2 $INET_HERE"
 for a in $(ip -4 -o addr show | awk '{ print $4 }' | cut -d/ -f1); do
 	case $a in 127.*) ;; *) targets="$targets $a" ;; esac
 done

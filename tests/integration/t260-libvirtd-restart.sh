@@ -1,4 +1,5 @@
 #!/bin/bash
+# tests/run: exclusive (it restarts the libvirtd every other test uses)
 # libvirtd restarts under a running hostd: machines keep running, hostd
 # reconnects by itself, events flow again (a guest powering itself off is
 # seen as stopped without any request touching it), and the API works.

@@ -72,8 +72,13 @@ check_match "  but refuses anyone else (nobody)" "only root and the gateway user
 # machines' dnsmasq runs as it), and no one else.
 private() {
 	find "$STATE" -mindepth 1 -type d -perm /007 || return 1
+	# dnsmasq's group reads STATE/net; QEMU's (kvm) may only traverse
+	# the directories of machines, images and volumes (0710).
 	find "$STATE" -mindepth 1 -type d -perm /070 ! \( -group berth-dns \
-		\( -path "$STATE/net" -o -path "$STATE/net/dhcp" \) \) || return 1
+		\( -path "$STATE/net" -o -path "$STATE/net/dhcp" \) \) \
+		! \( -group kvm -perm 0710 \( -path "$STATE/machines" -o -path "$STATE/machines/*" \
+		-o -path "$STATE/images" -o -path "$STATE/images/*" -o -path "$STATE/volumes" \) \) ||
+		return 1
 	find "$STATE" -mindepth 1 -maxdepth 1 ! -type d -perm /077 ! -name hostd.sock \
 		! -name desktop.sock ! -name berth.conf
 }

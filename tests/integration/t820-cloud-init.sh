@@ -34,7 +34,7 @@ python3 -c 'import yaml' 2>/dev/null || missing="$missing python3-yaml"
 [ "$(id -u)" = 0 ] || { skip "the debian-cloud recipe and SSH to a guest's port 22 need root"; finish; }
 unset SSH_AUTH_SOCK SSH_AGENT_PID
 
-GW_PID= FORK_PID=
+GW_PID='' FORK_PID=''
 t820_cleanup() {
 	[ -n "$GW_PID" ] && kill "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null
 	[ -n "$FORK_PID" ] && kill "$FORK_PID" 2>/dev/null && wait "$FORK_PID" 2>/dev/null

@@ -15,20 +15,22 @@ libnbd-dev libvncserver-dev libnftables-dev"
 # Run: the hypervisor, libvirt, the tools hostd runs from argv (lvm2 and
 # thin-provisioning-tools for the lvm-thin backend: lvm, thin_ls), and what
 # the tiny image recipe (rsync and dbclient go into the guest too) and
-# tests/guest/lvm-vm.sh take from Debian; debootstrap for the agents image
-# recipe; zstd, xz and gzip for image catalogs and their benchmarks; nodejs
-# for npm (below); for network = routed: nftables (libnftables), dnsmasq-base
-# (the machines' DHCP and DNS), conntrack (a policy change cuts flows) and
+# tests/guest/lvm-vm.sh take from Debian; debootstrap for the agents and
+# debian-cloud image recipes (and fdisk's sfdisk for the latter's MBR);
+# zstd, xz and gzip for image catalogs and their benchmarks; nodejs for npm
+# (below); for network = routed: nftables (libnftables), dnsmasq-base (the
+# machines' DHCP and DNS), conntrack (a policy change cuts flows) and
 # iproute2 (taps' addresses and routes).
 run="nodejs qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
 genisoimage busybox-static dropbear-bin openssh-sftp-server kmod cpio e2fsprogs
 zstd xz-utils gzip ca-certificates lvm2 thin-provisioning-tools rsync debootstrap
-nftables dnsmasq-base conntrack iproute2"
-# Test: real clients the tests drive, and what tests/guest/bios-disk.sh makes
-# a disk that boots by itself with (SYSLINUX, mtools, sfdisk); chromium,
-# headless, for the browser tests.
+fdisk nftables dnsmasq-base conntrack iproute2"
+# Test: real clients the tests drive (python3-yaml: t820 reads the seed's
+# user-data), and what tests/guest/bios-disk.sh makes a disk that boots by
+# itself with (SYSLINUX, mtools; sfdisk is in run); chromium, headless, for
+# the browser tests.
 test="openssh-client procps psmisc curl python3 python3-yaml libxml2-utils
-syslinux syslinux-common mtools dosfstools fdisk chromium"
+syslinux syslinux-common mtools dosfstools chromium"
 
 case $what in
 build) want=$build ;;

@@ -135,46 +135,7 @@ DISABLE_UNITS=(
 )
 MASK_UNITS=(systemd-firstboot.service)
 
-T0=$(date +%s)
-STEP=start
-elapsed() { echo $(($(date +%s) - T0)); }
-LOG=
-# Progress: to stderr and into the build log.
-say() {
-	local line
-	line=$(printf '%s: [%4ss] %s' "$NAME" "$(elapsed)" "$*")
-	printf '%s\n' "$line" >&2
-	if [ -n "$LOG" ]; then printf '%s\n' "$line" >>"$LOG"; fi
-}
-step() { STEP=$1; say "$1…"; }
-# The tail of the build log, then the error: hostd keeps the last 400
-# bytes of a failed recipe's stderr, so the error line comes last.
-die() {
-	trap - ERR
-	if [ -n "$LOG" ] && [ -s "$LOG" ]; then
-		echo "---- last lines of $LOG:" >&2
-		tail -n 15 "$LOG" >&2
-		echo "----" >&2
-	fi
-	printf '%s: error: %s failed after %s s: %s (log %s)\n' "$NAME" "$STEP" \
-		"$(elapsed)" "$*" "${KEEPLOG:-$LOG}" >&2
-	exit 1
-}
-on_error() { # STATUS LINE COMMAND
-	die "command failed (exit $1) at line $2: $3"
-}
-trap 'on_error $? $LINENO "$BASH_COMMAND"' ERR
-
-# run CMD...: the command's output goes to the build log.
-run() {
-	local st cmd
-	printf '+ %s\n' "$*" >>"$LOG"
-	"$@" >>"$LOG" 2>&1 && return 0
-	st=$?
-	cmd=$*
-	[ ${#cmd} -le 100 ] || cmd="${cmd:0:100}…"
-	die "exit $st from: $cmd"
-}
+. "$(dirname -- "${BASH_SOURCE[0]}")/lib/debian-build.sh"
 
 if [ $# -ne 1 ] || [ -z "$1" ]; then
 	echo "usage: $0 OUTDIR" >&2
@@ -196,81 +157,10 @@ for f in berth-seed berth-seed.service 20-berth.network sshd-berth.conf \
 	[ -f "$FILES/$f" ] || die "missing $FILES/$f"
 done
 
-# Every mount of the build lives in a private mount namespace: when the
-# last process of the build ends, however it ends (hostd kills the whole
-# process group with SIGKILL on its timeout), the kernel drops them.  The
-# EXIT trap unmounts them too.
-if [ "${BERTH_AGENTS_NS:-}" != "$$" ]; then
-	export BERTH_AGENTS_NS=$$
-	exec unshare --mount --propagation private -- bash "${BASH_SOURCE[0]}" "$@"
-fi
-
-mkdir -p -- "$OUT" || die "cannot create $OUT"
-OUT=$(cd -- "$OUT" && pwd)
-# The work directory is inside OUTDIR (hostd's state directory, on disk):
-# the root file system takes several GB, too much for a /tmp in RAM.
-WORK=$OUT/.$NAME-work.$$
-R=$WORK/root
-MOUNTS=()
-
-# Whether anything is mounted at or below DIR (this namespace).
-mounted_below() { # DIR
-	awk -v d="$1" '$5 == d || index($5, d "/") == 1 { found = 1 } END { exit !found }' \
-		/proc/self/mountinfo
-}
-unmount_all() {
-	local i m
-	for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
-		m=${MOUNTS[i]}
-		if mountpoint -q -- "$m"; then
-			umount -- "$m" 2>/dev/null || umount -l -- "$m" 2>/dev/null ||
-				printf '%s: warning: cannot unmount %s\n' "$NAME" "$m" >&2
-		fi
-	done
-	MOUNTS=()
-	# What debootstrap or a package script may have left.
-	if [ -d "$R" ] && mounted_below "$R"; then
-		findmnt -rn -o TARGET | awk -v d="$R" 'index($0, d "/") == 1' | sort -r |
-			while read -r m; do umount -l -- "$m" 2>/dev/null || :; done
-	fi
-}
-cleanup() {
-	local st=$?
-	trap - ERR
-	unmount_all
-	if [ -n "$LOG" ] && [ -f "$LOG" ] && [ -n "${KEEPLOG:-}" ]; then
-		cp -f -- "$LOG" "$KEEPLOG" 2>/dev/null || :
-	fi
-	if [ -d "$WORK" ]; then
-		# Never remove through a mount (the caches are bind-mounted).
-		if mounted_below "$WORK"; then
-			printf '%s: warning: something is still mounted under %s; not removing it\n' \
-				"$NAME" "$WORK" >&2
-		else
-			rm -rf -- "$WORK"
-		fi
-	fi
-	exit "$st"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM HUP
-
-mount_in() { # TARGET MOUNT-ARGS...
-	local target=$1
-	shift
-	mkdir -p -- "$target"
-	run mount "$@" "$target"
-	MOUNTS+=("$target")
-}
-
-# A command in the build's root, with a clean environment.
-inchroot() {
-	env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-		HOME=/root LANG=C.UTF-8 \
-		LC_ALL=C.UTF-8 TERM=dumb DEBIAN_FRONTEND=noninteractive \
-		DEBCONF_NONINTERACTIVE_SEEN=true chroot "$R" "$@"
-}
+# Mounts in a namespace of the build's own, the work directory in OUTDIR
+# (lib/debian-build.sh).
+private_mounts "$@"
+work_begin "$OUT"
 APT=(apt-get -q -y -o APT::Install-Recommends=false -o Dpkg::Use-Pty=0
 	-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
 

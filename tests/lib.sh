@@ -187,6 +187,28 @@ free_port() {
 	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# gateway_up NAME: a user key $T/id (added with berth key add), berth-sshgw
+# for $STATE on 127.0.0.1:$GWPORT (a free port, its log $T/sshgw.log,
+# GW_PID its pid: the caller's EXIT trap ends it), and SSH, the OpenSSH
+# command line that reaches it with that key.  Fails when the key is
+# refused or the gateway does not say it listens within 10 s.
+gateway_up() {
+	ssh-keygen -q -t ed25519 -N '' -f "$T/id" -C "$1" || return 1
+	berth key add "$T/id.pub" >/dev/null || return 1
+	GWPORT=$(free_port)
+	"$BIN/berth-sshgw" --state "$STATE" --listen "127.0.0.1:$GWPORT" --log-level info \
+		>>"$T/sshgw.log" 2>&1 &
+	GW_PID=$!
+	SSH=(ssh -i "$T/id" -p "$GWPORT" -o IdentitiesOnly=yes -o StrictHostKeyChecking=no
+	     -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o ConnectTimeout=60
+	     -o LogLevel=ERROR)
+	for _ in $(seq 100); do
+		grep -q "listening on 127.0.0.1:$GWPORT" "$T/sshgw.log" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
 # A test "internet" (t8xx): network namespace $INET_NS, reached from the
 # host through a veth ($INET_HERE on the host's side, $INET_THERE on its
 # own), with each ADDR of `inet_up ADDR...` on its loopback and a /32 route

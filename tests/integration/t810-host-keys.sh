@@ -31,11 +31,12 @@ seed_key() {
 print(yaml.safe_load(open(sys.argv[1]))["ssh_keys"]["ed25519_public"])' \
 		"$STATE/machines/$id/user-data"
 }
-# What the machine $1 presents on its SSH port, "TYPE BASE64".
+# What the machine $1 presents on its SSH endpoint, "TYPE BASE64".
 scanned_key() {
-	local port
-	port=$(berth show "$1" --json | json ssh.port)
-	ssh-keyscan -T 20 -t ed25519 -p "$port" 127.0.0.1 2>/dev/null | awk '{ print $2 " " $3 }'
+	local j
+	j=$(berth show "$1" --json)
+	ssh-keyscan -T 20 -t ed25519 -p "$(echo "$j" | json ssh.port)" "$(echo "$j" | json ssh.host)" \
+		2>/dev/null | awk '{ print $2 " " $3 }'
 }
 pinned() { berth show "$1" --json | json host_key; }
 
@@ -64,18 +65,7 @@ check_eq "its hostname is its own" lf "$(berth exec lf -- hostname)"
 check_eq "the source still presents its key" "$k_seed" "$(scanned_key m)"
 
 # The gateway, with a user key.
-ssh-keygen -q -t ed25519 -N '' -f "$T/id" -C t810
-berth key add "$T/id.pub" >/dev/null || not_ok "key add"
-GWPORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$BIN/berth-sshgw" --state "$STATE" --listen "127.0.0.1:$GWPORT" --log-level info \
-	>>"$T/sshgw.log" 2>&1 &
-GW_PID=$!
-for _ in $(seq 100); do
-	grep -q "listening on 127.0.0.1:$GWPORT" "$T/sshgw.log" 2>/dev/null && break
-	sleep 0.1
-done
-SSH=(ssh -i "$T/id" -p "$GWPORT" -o IdentitiesOnly=yes -o StrictHostKeyChecking=no
-     -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o ConnectTimeout=60 -o LogLevel=ERROR)
+gateway_up t810 || not_ok "the gateway starts"
 check_eq "through the gateway: m answers" ok "$("${SSH[@]}" m@127.0.0.1 echo ok 2>"$T/gw.err")"
 
 # Inside m, someone replaces its host key and restarts its sshd.

@@ -137,18 +137,7 @@ diag "$(ex web sh -c 'grep -c WARNING /var/log/cloud-init.log') warnings in clou
 ex web sh -c 'grep WARNING /var/log/cloud-init.log' 2>/dev/null | head -5 | sed 's/^/# /'
 
 # The gateway, with a user key.
-ssh-keygen -q -t ed25519 -N '' -f "$T/id" -C t820
-berth key add "$T/id.pub" >/dev/null || not_ok "key add"
-GWPORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$BIN/berth-sshgw" --state "$STATE" --listen "127.0.0.1:$GWPORT" --log-level info \
-	>>"$T/sshgw.log" 2>&1 &
-GW_PID=$!
-for _ in $(seq 100); do
-	grep -q "listening on 127.0.0.1:$GWPORT" "$T/sshgw.log" 2>/dev/null && break
-	sleep 0.1
-done
-SSH=(ssh -i "$T/id" -p "$GWPORT" -o IdentitiesOnly=yes -o StrictHostKeyChecking=no
-	-o UserKnownHostsFile=/dev/null -o BatchMode=yes -o ConnectTimeout=60 -o LogLevel=ERROR)
+gateway_up t820 || not_ok "the gateway starts"
 check_eq "through the gateway: ssh web@host hostname" web \
 	"$("${SSH[@]}" web@127.0.0.1 hostname 2>"$T/gw.err")"
 check_eq "as debian" debian "$("${SSH[@]}" web@127.0.0.1 id -un 2>>"$T/gw.err")"

@@ -6,7 +6,8 @@
  *       missing, and a running machine "demo".  Without --detach it stays in
  *       the foreground and runs `down` on Ctrl-C.
  * down: stops the running machines (their disks stay), sshgw, hostd, and libvirtd
- *       if `up` started it and no domain runs any more. */
+ *       if `up` started it (the pid it recorded is the one running) and no
+ *       domain runs any more. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -63,11 +64,16 @@ static pid_t pid_from_file(const char *path)
 
 static int ensure_libvirtd(struct client *c)
 {
-	char marker[PATH_MAX];
+	char marker[PATH_MAX], pid[24];
 	struct err e = { 0 };
+	int n;
 
-	if (unix_answers(LIBVIRT_SOCK))
+	xsnprintf(marker, sizeof(marker), "%s/libvirtd.started-by-up", c->state);
+	if (unix_answers(LIBVIRT_SOCK)) {
+		/* Someone else's: an earlier up's marker no longer holds. */
+		unlink(marker);
 		return 0;
+	}
 	fprintf(stderr, "starting libvirtd…\n");
 	if (!pid_from_file("/run/virtlogd.pid")) {
 		char *const argv[] = { "virtlogd", "-d", NULL };
@@ -87,8 +93,9 @@ static int ensure_libvirtd(struct client *c)
 		fprintf(stderr, "berth up: libvirtd started but %s does not answer\n", LIBVIRT_SOCK);
 		return -1;
 	}
-	xsnprintf(marker, sizeof(marker), "%s/libvirtd.started-by-up", c->state);
-	file_write_atomic(marker, "1\n", 2, 0600, NULL);
+	/* Which libvirtd this up started: down stops that one, no other. */
+	n = snprintf(pid, sizeof(pid), "%ld\n", (long)pid_from_file("/run/libvirtd.pid"));
+	file_write_atomic(marker, pid, (size_t)n, 0600, NULL);
 	return 0;
 }
 
@@ -546,7 +553,10 @@ int cmd_down(struct client *c, int argc, char **argv)
 		stop_pid("berth-hostd", path);
 	xsnprintf(path, sizeof(path), "%s/libvirtd.started-by-up", c->state);
 	if (access(path, F_OK) == 0) {
-		if (domains_running()) {
+		pid_t ours = pid_from_file(path);
+		if (!ours || ours != pid_from_file("/run/libvirtd.pid")) {
+			fprintf(stderr, "leaving libvirtd running: berth up did not start this one\n");
+		} else if (domains_running()) {
 			fprintf(stderr, "leaving libvirtd running: other domains run on it\n");
 		} else {
 			stop_pid("libvirtd", "/run/libvirtd.pid");

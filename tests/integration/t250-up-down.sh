@@ -58,6 +58,16 @@ check_eq "its disk stays" 2 "$(ls "$STATE/volumes" | wc -l)"
 "$BIN/berth" up --state "$STATE" --detach --ssh-port "$PORT" --desktop-port "$DPORT" >/dev/null 2>&1
 HOSTD_PID=$(cat "$STATE/hostd.pid" 2>/dev/null)
 check_eq "up again: demo answers" demo "$(berth exec demo -- hostname)"
-"$BIN/berth" down --state "$STATE" >/dev/null 2>&1
+# A marker an earlier up left, when it started a libvirtd long gone (this
+# libvirtd is the suite's): down must leave this one alone, even with no
+# domain of its own running.
+lv=$(cat /run/libvirtd.pid 2>/dev/null)
+check "libvirtd runs (the suite's)" kill -0 "${lv:-0}"
+echo 1 >"$STATE/libvirtd.started-by-up"
+out=$("$BIN/berth" down --state "$STATE" 2>&1)
 HOSTD_PID=
+check_match "down with a stale marker says it leaves libvirtd alone" \
+	'leaving libvirtd running: berth up did not start this one' "$out"
+check "and the suite's libvirtd runs on" kill -0 "${lv:-0}"
+check_missing "the marker is gone" "$STATE/libvirtd.started-by-up"
 finish

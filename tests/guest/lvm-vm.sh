@@ -19,6 +19,7 @@
 #    --memory SIZE (M or G, at least 256M) and --cpus N (1 to 8) change
 #    those, e.g. for a libvirtd running its own (nested, TCG) guests.
 #  - an initramfs of busybox-static and the modules of dm-thin, dm-snapshot,
+#    nf_tables (hostd's network = user filter),
 #    virtio, 9p and overlayfs, cached in $BERTH_CACHE/lvm-vm (default
 #    /var/cache/berth/lvm-vm), keyed by the kernel version and a hash of
 #    this script.
@@ -217,8 +218,11 @@ fi
 # Loaded in this order, each with the dependencies modprobe lists first.
 # crc32c_generic comes first: libcrc32c (dm-persistent-data) needs a crc32c
 # and nothing would load one on demand (crc32c-intel may fail under TCG).
+# nf_tables and the expressions of hostd's network = user filter (t320's
+# hostd runs in the VM with it).
 MODULES="crc32c_generic virtio_pci virtio_blk 9p 9pnet_virtio overlay dm_mod
-dm_bufio dm_bio_prison dm_persistent_data dm_thin_pool dm_snapshot"
+dm_bufio dm_bio_prison dm_persistent_data dm_thin_pool dm_snapshot
+nf_tables nft_ct nft_fib_inet nft_reject_inet"
 OPTIONAL_MODULES="virtio_rng"
 # Applets /init uses.  Never one named busybox: a symlink loop makes the
 # kernel fail to run /init with error -40.

@@ -642,6 +642,14 @@ static int user_filter(struct hostd *h, bool on, struct err *e)
 			   n->conf.table);
 	}
 	rc = nft_run(n, buf_str(&script), NULL, e);
+	if (rc < 0 && on && e) {
+		char why[sizeof(e->msg)];
+		xsnprintf(why, sizeof(why), "%s", e->msg);
+		err_clear(e);
+		err_set(e, 500, "nftables", "network = user: the filter that keeps guests from the "
+			"host cannot be loaded (%.300s); hostd does not run machines without it "
+			"(the kernel needs nf_tables)", why);
+	}
 	if (rc == 0 && on) {
 		log_info("network user: QEMU's connections (uids %u-%u) reach no address of the "
 			 "host's and no closed range, but port 53 of %zu resolver(s) of "

@@ -216,7 +216,7 @@ gateway_up() {
 # leaves this machine.  Tests that may run side by side take addresses of
 # their own (the host has one route per address): set INET_HERE and
 # INET_THERE before inet_up.  inet_down removes the namespace, its
-# processes and the veth (call it from the test's EXIT trap).
+# processes and the veth (cleanup calls it).
 INET=198.51.100
 INET_HERE=$INET.1
 INET_THERE=$INET.2
@@ -242,6 +242,13 @@ inet_down() {
 	ip link delete "$INET_VH" 2>/dev/null
 	ip netns delete "$INET_NS" 2>/dev/null
 	return 0
+}
+# The host's IPv4 addresses a guest must not reach, one a line: all but
+# loopback's, those on taps (a test names its instance's gateway itself)
+# and on other tests' veths (tests run side by side, and an address that
+# goes while a test probes it would be routed elsewhere).
+host_addresses() {
+	ip -4 -o addr show | awk '$2 !~ /^(lo|bt|vh)/ { split($4, a, "/"); print a[1] }'
 }
 # host_tcp IP PORT: "open" when the host connects there within 2 s, else
 # "closed" (the positive control of a guest's probe).
@@ -271,8 +278,12 @@ for m in json.load(sys.stdin)["machines"]: print(m["name"])'
 dom_of() { berth show "$1" --json | json domain; }
 dom_state() { $VIRSH domstate "$1" 2>/dev/null | head -1; }
 
+# Processes a script started in the background go in PIDS: cleanup ends
+# them first, and removes the test internet (inet_up) last.
+PIDS=()
 cleanup() {
 	local d p doms
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
 	kill_hostd KILL
 	# Gateways `berth up` started (a test's own gateways are its to stop).
 	p=$(cat "$STATE/sshgw.pid" 2>/dev/null)
@@ -292,6 +303,7 @@ cleanup() {
 			$VIRSH undefine --managed-save "$d" >/dev/null 2>&1
 	done
 	net_cleanup
+	inet_down
 	if [ "${KEEP:-}" = 1 ]; then diag "kept $T"; else rm -rf "$T"; fi
 }
 

@@ -23,14 +23,6 @@
 for tool in ip nft dnsmasq python3; do
 	command -v "$tool" >/dev/null 2>&1 || { skip "not installed: $tool"; finish; }
 done
-PIDS=()
-t800_cleanup() {
-	local p
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-	cleanup
-	inet_down
-}
-trap t800_cleanup EXIT
 
 ALLOWED=$INET.10
 BLOCKED=$INET.20
@@ -133,12 +125,7 @@ probe() { berth exec "$1" -- netprobe "$2" "$3" "$4" "${5:-2000}" 2>/dev/null; }
 
 # ---- guest -> host: nothing but DHCP and DNS ----
 targets="$GW $INET.1"
-# The host's addresses, but on taps (this instance's gateway is above) and
-# on other tests' veths: tests run side by side, and an address that goes
-# while this one probes it would be routed elsewhere.
-for a in $(ip -4 -o addr show | awk '$2 !~ /^(bt|vh)/ { print $4 }' | cut -d/ -f1); do
-	case $a in 127.*) ;; *) targets="$targets $a" ;; esac
-done
+targets="$targets $(host_addresses | paste -sd ' ')"
 http_port=$(berth info --json | json dashboard | sed -n 's|.*:\([0-9]*\)/$|\1|p')
 for t in $targets; do
 	check_eq "a: host $t tcp $((CP + 2)) (canary on 0.0.0.0) is closed" timeout \

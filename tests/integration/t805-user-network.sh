@@ -11,14 +11,6 @@
 # create and later.  No test traffic leaves this machine.
 . "$(dirname "$0")/../lib.sh"
 squatter=
-PIDS=()
-t805_cleanup() {
-	local p
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-	cleanup
-	inet_down
-}
-trap t805_cleanup EXIT
 
 # ---- a test internet, and closed ranges the host reaches ----
 # Addresses of its own: t800 may run beside it with 198.51.100.1-53.
@@ -88,12 +80,7 @@ check "the table of the uid filter is there" nft list table inet "berth-$(berth 
 port=$(berth show m1 --json | json ssh.port)
 http_port=$(berth info --json | json dashboard | sed -n 's|.*:\([0-9]*\)/$|\1|p')
 targets="10.0.2.2 $INET_HERE"
-# The host's addresses, but on taps (this instance's gateway is above) and
-# on other tests' veths: tests run side by side, and an address that goes
-# while this one probes it would be routed elsewhere.
-for a in $(ip -4 -o addr show | awk '$2 !~ /^(bt|vh)/ { print $4 }' | cut -d/ -f1); do
-	case $a in 127.*) ;; *) targets="$targets $a" ;; esac
-done
+targets="$targets $(host_addresses | paste -sd ' ')"
 check_match "10.0.2.2 $CP (the canary on the host's 127.0.0.1) is closed" 'refused|timeout' \
 	"$(probe tcp 10.0.2.2 "$CP" 1500)"
 for t in $targets; do

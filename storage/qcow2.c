@@ -404,11 +404,43 @@ static int qcow2_vol_remove(void *priv, const char *vol, struct err *e)
 	return 0;
 }
 
+/* FN(P, LAYER, ARG, E) for every volume under VOL in its backing chain,
+ * nearest first; stops at the first that fails. */
+static int each_parent(struct qcow2_pool *p, const char *vol,
+		       int (*fn)(struct qcow2_pool *, const char *, void *, struct err *),
+		       void *arg, struct err *e)
+{
+	char cur[256], parent[256];
+
+	snprintf(cur, sizeof(cur), "%s", vol);
+	for (int depth = 0; depth < 1000; depth++) {
+		if (qcow2_vol_parent(p, cur, parent, sizeof(parent), e) < 0)
+			return -1;
+		if (!parent[0])
+			return 0;
+		if (fn(p, parent, arg, e) < 0)
+			return -1;
+		snprintf(cur, sizeof(cur), "%s", parent);
+	}
+	return err_set(e, 500, "internal", "volume %s: backing chain too deep", vol);
+}
+
+static int freeze_layer(struct qcow2_pool *p, const char *layer, void *arg, struct err *e)
+{
+	char path[PATH_MAX];
+	const char *fmt;
+
+	(void)arg;
+	if (vol_locate(p, layer, path, sizeof(path), &fmt, e) < 0)
+		return -1;
+	return freeze(p, path, e);
+}
+
 static int qcow2_vol_own(void *priv, const char *vol, unsigned uid, unsigned gid,
 			 struct err *e)
 {
 	struct qcow2_pool *p = priv;
-	char path[PATH_MAX], cur[256], parent[256];
+	char path[PATH_MAX];
 	const char *fmt;
 
 	if (vol_locate(p, vol, path, sizeof(path), &fmt, e) < 0 ||
@@ -416,18 +448,7 @@ static int qcow2_vol_own(void *priv, const char *vol, unsigned uid, unsigned gid
 		return -1;
 	/* Every layer under it: frozen (after a crash between a snapshot and
 	 * its freeze, or made by a berth that ran QEMU as root). */
-	snprintf(cur, sizeof(cur), "%s", vol);
-	for (int depth = 0; depth < 1000; depth++) {
-		if (qcow2_vol_parent(priv, cur, parent, sizeof(parent), e) < 0)
-			return -1;
-		if (!parent[0])
-			return 0;
-		if (vol_locate(p, parent, path, sizeof(path), &fmt, e) < 0 ||
-		    freeze(p, path, e) < 0)
-			return -1;
-		snprintf(cur, sizeof(cur), "%s", parent);
-	}
-	return err_set(e, 500, "internal", "volume %s: backing chain too deep", vol);
+	return each_parent(p, vol, freeze_layer, NULL, e);
 }
 
 static bool qcow2_vol_exists(void *priv, const char *vol)
@@ -483,30 +504,28 @@ static int qcow2_vol_list(void *priv, void (*fn)(const char *vol, void *data),
 	return 0;
 }
 
+static int add_allocated(struct qcow2_pool *p, const char *layer, void *sum, struct err *e)
+{
+	struct storage_vol_info vi;
+
+	if (qcow2_vol_info(p, layer, &vi, e) < 0)
+		return -1;
+	*(uint64_t *)sum += vi.allocated_bytes;
+	return 0;
+}
+
 /* Exclusive: the overlay's own allocation.  Shared: what the volumes under
  * it (checkpoints, the image's base) allocate, which it reads through. */
 static int qcow2_vol_usage(void *priv, const char *vol, uint64_t *exclusive, uint64_t *shared,
 			   struct err *e)
 {
 	struct storage_vol_info vi;
-	char cur[256], parent[256];
 
 	if (qcow2_vol_info(priv, vol, &vi, e) < 0)
 		return -1;
 	*exclusive = vi.allocated_bytes;
 	*shared = 0;
-	snprintf(cur, sizeof(cur), "%s", vol);
-	for (int depth = 0; depth < 1000; depth++) {
-		if (qcow2_vol_parent(priv, cur, parent, sizeof(parent), e) < 0)
-			return -1;
-		if (!parent[0])
-			return 0;
-		if (qcow2_vol_info(priv, parent, &vi, e) < 0)
-			return -1;
-		*shared += vi.allocated_bytes;
-		snprintf(cur, sizeof(cur), "%s", parent);
-	}
-	return err_set(e, 500, "internal", "volume %s: backing chain too deep", vol);
+	return each_parent(priv, vol, add_allocated, shared, e);
 }
 
 static int qcow2_claim(void *priv, const char *tag, struct err *e)

@@ -26,11 +26,14 @@ genisoimage busybox-static dropbear-bin openssh-sftp-server kmod cpio e2fsprogs
 zstd xz-utils gzip ca-certificates lvm2 thin-provisioning-tools rsync debootstrap
 fdisk nftables dnsmasq-base conntrack iproute2"
 # Test: real clients the tests drive (python3-yaml: t820 reads the seed's
-# user-data), and what tests/guest/bios-disk.sh makes a disk that boots by
-# itself with (SYSLINUX, mtools; sfdisk is in run); chromium, headless, for
-# the browser tests.
+# user-data; PuTTY's plink and pscp, paramiko and asyncssh through the
+# gateway, and ssh-audit against it), and what tests/guest/bios-disk.sh
+# makes a disk that boots by itself with (SYSLINUX, mtools; sfdisk is in
+# run); chromium, headless, for the browser tests; clang and its runtime
+# (libFuzzer) for the fuzz harnesses in tests/fuzz.
 test="openssh-client procps psmisc curl python3 python3-yaml libxml2-utils
-syslinux syslinux-common mtools dosfstools chromium"
+syslinux syslinux-common mtools dosfstools chromium putty-tools python3-paramiko
+python3-asyncssh ssh-audit clang libclang-rt-14-dev"
 
 case $what in
 build) want=$build ;;

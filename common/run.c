@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -59,7 +60,16 @@ static void child_exec(char *const argv[], const struct run_opts *o,
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
-	dup2(nul, 0);
+	if (o && o->stdin_path) {
+		int in = open(o->stdin_path, O_RDONLY | O_CLOEXEC);
+		if (in < 0) {
+			dprintf(err_fd, "cannot open %s: %s", o->stdin_path, strerror(errno));
+			_exit(127);
+		}
+		dup2(in, 0);
+	} else {
+		dup2(nul, 0);
+	}
 	dup2(out_fd >= 0 ? out_fd : nul, 1);
 	dup2(err_fd, 2);
 	/* No descriptor of the parent's leaks into tools (lvm warns, QEMU
@@ -67,6 +77,10 @@ static void child_exec(char *const argv[], const struct run_opts *o,
 	for (int fd = 3; fd < 1024; fd++)
 		close(fd);
 	signal(SIGPIPE, SIG_DFL);
+	if (o && o->drop && (setgroups(0, NULL) < 0 || setgid(o->gid) < 0 || setuid(o->uid) < 0)) {
+		dprintf(2, "cannot become uid %u: %s", (unsigned)o->uid, strerror(errno));
+		_exit(127);
+	}
 	if (o && o->env_add)
 		for (size_t i = 0; o->env_add[i]; i++)
 			putenv(o->env_add[i]);

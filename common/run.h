@@ -7,6 +7,9 @@
 #ifndef BERTH_RUN_H
 #define BERTH_RUN_H
 
+#include <stdbool.h>
+#include <sys/types.h>
+
 #include "common/buf.h"
 #include "common/err.h"
 
@@ -15,6 +18,10 @@ struct run_opts {
 	char *const *env_add;     /* extra "K=V" entries, NULL-terminated, or NULL */
 	int timeout_s;            /* kill the child after this long; 0 = none */
 	const char *stdout_path;  /* write stdout to this file instead (created 0600) */
+	const char *stdin_path;   /* stdin from this file instead of /dev/null */
+	bool drop;                /* run as uid/gid (no supplementary groups) */
+	uid_t uid;
+	gid_t gid;
 };
 
 /* Run ARGV (argv[0] is looked up in PATH).  Returns 0 when the tool exited

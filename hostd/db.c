@@ -134,7 +134,8 @@ struct db *db_open(const char *path, struct err *e)
 	    add_column(db, "machines", "net_index", "INTEGER NOT NULL DEFAULT 0", &msg) < 0 ||
 	    add_column(db, "machines", "net_alias", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
 	    add_column(db, "machines", "egress", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
-	    add_column(db, "machines", "qemu_index", "INTEGER NOT NULL DEFAULT 0", &msg) < 0) {
+	    add_column(db, "machines", "qemu_index", "INTEGER NOT NULL DEFAULT 0", &msg) < 0 ||
+	    add_column(db, "keys", "first_used", "INTEGER NOT NULL DEFAULT 0", &msg) < 0) {
 		err_set(e, 500, "internal", "database %s: %s", path, msg ? msg : "?");
 		sqlite3_free(msg);
 		goto fail;
@@ -1054,6 +1055,19 @@ int db_key_insert(struct db *db, struct userkey *k, struct err *e)
 			       k->fingerprint);
 	}
 	return rc;
+}
+
+int db_key_used(struct db *db, int64_t id, bool *first, struct err *e)
+{
+	int rc;
+
+	pthread_mutex_lock(&db->lock);
+	rc = execute(db, e, "mark a key used",
+		     "UPDATE keys SET first_used = ? WHERE id = ? AND first_used = 0", "II",
+		     now_s(), id);
+	*first = rc == 0 && sqlite3_changes(db->h) == 1;
+	pthread_mutex_unlock(&db->lock);
+	return rc < 0 ? -1 : 0;
 }
 
 int db_key_list(struct db *db, const char *owner, struct userkey **out, size_t *n,

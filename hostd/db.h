@@ -206,6 +206,9 @@ struct userkey {
  * when the key is registered already, by anyone (the message names no
  * user). */
 int db_key_insert(struct db *db, struct userkey *k, struct err *e);
+/* Record the first authenticated use of key ID: *FIRST is true when this
+ * was it. */
+int db_key_used(struct db *db, int64_t id, bool *first, struct err *e);
 /* OWNER's keys, oldest first; *OUT malloc'd (free it), *N its length. */
 int db_key_list(struct db *db, const char *owner, struct userkey **out, size_t *n,
 		struct err *e);

@@ -101,6 +101,7 @@ struct conn {
 	bool authed;
 	int refused;
 	char *last_key;		/* "TYPE BASE64" of the last key asked about */
+	char first_use[200];	/* for the client's stderr: the key's first login */
 	bool last_known;
 	/* the machine */
 	bool up_failed;
@@ -125,10 +126,11 @@ static bool closed(ssh_session s)
 /* ---- hostd -------------------------------------------------------------- */
 
 /* Which user owns KEY ("TYPE BASE64")?  1 and OWNER set, 0 unknown, -1 when
- * hostd cannot say. */
-static int key_owner(struct conn *c, const char *key, char *owner, size_t len)
+ * hostd cannot say.  SIGNED: the client proved it holds the key, and when
+ * this is the key's first such use, c->first_use says so for the client. */
+static int key_owner(struct conn *c, const char *key, bool signed_, char *owner, size_t len)
 {
-	json_t *body = json_pack("{s:s}", "key", key), *resp = NULL;
+	json_t *body = json_pack("{s:s, s:b}", "key", key, "signed", signed_), *resp = NULL;
 	char err[256];
 	long st;
 	int rc = -1;
@@ -138,6 +140,11 @@ static int key_owner(struct conn *c, const char *key, char *owner, size_t len)
 		log_error("%s", err);
 	} else if (st == 200 && json_is_string(json_object_get(resp, "user"))) {
 		snprintf(owner, len, "%s", json_string_value(json_object_get(resp, "user")));
+		if (signed_ && json_is_true(json_object_get(resp, "first_use")))
+			snprintf(c->first_use, sizeof(c->first_use), "berth: this is the first "
+				 "login with key %s: it signs you in as %s",
+				 json_string_value(json_object_get(resp, "fingerprint")) ?: "?",
+				 owner);
 		rc = 1;
 	} else if (st == 404) {
 		rc = 0;
@@ -284,7 +291,7 @@ static int on_auth_pubkey(ssh_session s, const char *user, struct ssh_key_struct
 		known = c->last_known;
 		free(key);
 	} else {
-		known = key_owner(c, key, owner, sizeof(owner));
+		known = key_owner(c, key, false, owner, sizeof(owner));
 		if (known < 0) {
 			free(key);
 			return SSH_AUTH_DENIED;
@@ -307,6 +314,11 @@ static int on_auth_pubkey(ssh_session s, const char *user, struct ssh_key_struct
 		c->g->auth_failed(c->addr, c->g->data);
 		return SSH_AUTH_DENIED;
 	}
+	/* Signed: its first use is recorded (hostd may not answer: the
+	 * login goes on without the note). */
+	known = key_owner(c, c->last_key, true, owner, sizeof(owner));
+	if (known == 0 || (known == 1 && strcmp(owner, c->owner) != 0))
+		return SSH_AUTH_DENIED;	/* removed (and registered anew) meanwhile */
 	snprintf(c->login, sizeof(c->login), "%s", user);
 	c->authed = true;
 	return SSH_AUTH_SUCCESS;
@@ -783,6 +795,10 @@ static int open_up(struct pair *p)
 {
 	struct conn *c = p->c;
 
+	if (c->first_use[0]) {
+		tell(p, "%s%s", c->first_use, p->pty ? "\r\n" : "\n");
+		c->first_use[0] = '\0';
+	}
 	for (int attempt = 0;; attempt++) {
 		int rc = SSH_ERROR;
 

@@ -6,7 +6,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${BERTH_BIN:-$ROOT/bin}
 # Short path: the hostd socket must fit a UNIX socket address.
 T=$(mktemp -d /tmp/berth-t.XXXXXX)
-# The gateways run as berth-gw and reach STATE/hostd.sock through here.
+# The gateways run as berth-sshgw and berth-desktop and reach STATE/hostd.sock through here.
 chmod 711 "$T"
 STATE=$T/state
 HOSTD_PID=
@@ -278,12 +278,55 @@ for m in json.load(sys.stdin)["machines"]: print(m["name"])'
 dom_of() { berth show "$1" --json | json domain; }
 dom_state() { $VIRSH domstate "$1" 2>/dev/null | head -1; }
 
+# key_body KEY [USER]: the body of POST /v1/keys for KEY.pub, proved as
+# berth key add does: a challenge hostd gives root (acting for USER),
+# signed with KEY (SIGNER: another private key file; NS: another
+# namespace).
+key_body() {
+	local key=$1 hdr=()
+	[ $# -ge 2 ] && hdr=(-H "X-Berth-User: $2")
+	curl -s --unix-socket "$STATE/hostd.sock" "${hdr[@]}" -H 'Content-Type: application/json' \
+		--data-binary "{\"key\":\"$(awk '{print $1 " " $2}' "$key.pub")\"}" \
+		http://berth/v1/keys/challenge | json challenge | tr -d '\n' > "$T/chal"
+	rm -f "$T/chal.sig"
+	ssh-keygen -Y sign -n "${NS:-berth-key-add@berth}" -f "${SIGNER:-$key}" "$T/chal" 2>/dev/null
+	python3 -c 'import json,sys
+sig = open(sys.argv[3]).read() if len(sys.argv) > 3 else "x"
+print(json.dumps({"key": open(sys.argv[1]).read().strip(),
+                  "challenge": open(sys.argv[2]).read(), "signature": sig}))' \
+		"$key.pub" "$T/chal" $([ -s "$T/chal.sig" ] && echo "$T/chal.sig")
+}
+
+# test_user NAME: a local user of the test's own (no home, no login
+# shell), which cleanup removes with its processes.
+TEST_USERS=()
+test_user() {
+	useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+		--user-group "$1" || return 1
+	TEST_USERS+=("$1")
+}
+
+# agent_up: an ssh-agent of the test's own (SSH_AUTH_SOCK in $T), which
+# cleanup ends.
+agent_up() {
+	local out
+	out=$(ssh-agent -s -a "$T/agent.sock") || return 1
+	SSH_AGENT_PID=$(printf '%s\n' "$out" | sed -n 's/^SSH_AGENT_PID=\([0-9]*\);.*/\1/p')
+	export SSH_AUTH_SOCK=$T/agent.sock SSH_AGENT_PID
+	PIDS+=("$SSH_AGENT_PID")
+}
+
 # Processes a script started in the background go in PIDS: cleanup ends
 # them first, and removes the test internet (inet_up) last.
 PIDS=()
 cleanup() {
 	local d p doms
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+	for p in "${TEST_USERS[@]}"; do
+		pkill -KILL -u "$p" 2>/dev/null
+		userdel "$p" 2>/dev/null
+		getent group "$p" >/dev/null && groupdel "$p" 2>/dev/null
+	done
 	kill_hostd KILL
 	# Gateways `berth up` started (a test's own gateways are its to stop).
 	p=$(cat "$STATE/sshgw.pid" 2>/dev/null)

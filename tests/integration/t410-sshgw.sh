@@ -16,7 +16,7 @@ for tool in ssh scp sftp ssh-keygen ssh-agent ssh-add rsync curl; do
 done
 [ -z "$missing" ] || { skip "not installed:$missing (openssh-client, rsync, curl)"; finish; }
 
-# The gateway drops to berth-gw, which must reach STATE/hostd.sock through
+# The gateway drops to berth-sshgw, which must reach STATE/hostd.sock through
 # $T (mktemp made it 0700).
 chmod 711 "$T"
 unset SSH_AUTH_SOCK SSH_AGENT_PID
@@ -183,18 +183,30 @@ check_eq "create m1: running" running "$(berth create m1 --memory 512M --json | 
 VM_PORT=$(berth show m1 --json | json ssh.port)
 VM_HOST=$(berth show m1 --json | json ssh.host)
 for k in k1 k2 k3 kbob; do ssh-keygen -q -t ed25519 -N '' -C "t410 $k" -f "$T/$k"; done
+# A squatter (root acting for mallory, signing with her own key k3) cannot
+# take root's public key k1 before root does: ssh m1@ below lands in root's
+# m1.
+out=$(curl -s -w ' %{http_code}' --unix-socket "$STATE/hostd.sock" -X POST -H 'X-Berth-User: mallory' \
+	-H 'Content-Type: application/json' --data-binary "$(SIGNER=$T/k3 key_body "$T/k1" mallory)" \
+	http://berth/v1/keys)
+check_match "mallory registering root's public key without its private key: refused" ' 400$' "$out"
 check_match "root's key k1 registered" "^added key" "$(berth key add "$T/k1.pub")"
 out=$(curl -s -w ' %{http_code}' --unix-socket "$STATE/hostd.sock" -X POST -H 'X-Berth-User: bob' \
-	-H 'Content-Type: application/json' --data-binary "{\"key\":\"$(cat "$T/kbob.pub")\"}" http://berth/v1/keys)
-check_match "bob's key registered (root acting for bob)" ' 201$' "$out"
+	-H 'Content-Type: application/json' --data-binary "$(key_body "$T/kbob" bob)" http://berth/v1/keys)
+check_match "bob's key registered (root acting for bob, signed with it)" ' 201$' "$out"
 P1=$(free_port)
 start_gw "$P1" "$T/sshgw.log" || { not_ok "the gateway starts"; finish; }
 GW1=$GW_PID
 ok "the gateway listens on 127.0.0.1:$P1"
 
 # ---- exec: status, signal, streams, stdin ----
-out=$(gw m1@127.0.0.1 'echo hi; exit 7')
+out=$(gw m1@127.0.0.1 'echo hi; exit 7' 2>"$T/first.err")
 check_eq "exec: exit 7 arrives as 7" "7 hi" "$? $out"
+check_eq "  the key's first login says whose it is, on stderr" \
+	"berth: this is the first login with key $(ssh-keygen -lf "$T/k1.pub" | awk '{print $2}'): it signs you in as root" \
+	"$(cat "$T/first.err")"
+gw m1@127.0.0.1 true 2>"$T/second.err"
+check_eq "  the second says nothing" "" "$(cat "$T/second.err")"
 gw -v m1@127.0.0.1 'kill -TERM $$' 2>"$T/sig.err"
 rc_gw=$?
 direct -v "root@$VM_HOST" 'kill -TERM $$' 2>"$T/sig-direct.err"
@@ -367,6 +379,7 @@ check_eq "nobody2+m1 (no such user in the machine): 255, and why" \
 out=$(gw -k "$T/k2" m1@127.0.0.1 true 2>&1)
 check_eq "an unregistered key: exit 255" 255 "$?"
 check_match "  Permission denied" 'Permission denied \(publickey\)' "$out"
+gw -k "$T/kbob" zz-first@127.0.0.1 true >/dev/null 2>&1	# the first login's note
 out_bob=$(gw -k "$T/kbob" m1@127.0.0.1 true 2>&1)
 rc_bob=$?
 out_none=$(gw -k "$T/kbob" zz-nowhere@127.0.0.1 true 2>&1)

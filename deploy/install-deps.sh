@@ -1,6 +1,6 @@
 #!/bin/sh
 # Install the Debian packages berth needs to build, run and test, and (run,
-# test) the system user the gateways run as.  Idempotent: when everything is
+# test) the system users the gateways run as.  Idempotent: when everything is
 # present it only runs dpkg-query (well under a second).
 # Usage: deploy/install-deps.sh [build|run|test]   (default: test)
 set -eu
@@ -20,8 +20,9 @@ libnbd-dev libvncserver-dev libnftables-dev"
 # zstd, xz and gzip for image catalogs and their benchmarks; nodejs for npm
 # (below); for network = routed: nftables (libnftables), dnsmasq-base (the
 # machines' DHCP and DNS), conntrack (a policy change cuts flows) and
-# iproute2 (taps' addresses and routes).
-run="nodejs qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
+# iproute2 (taps' addresses and routes); openssh-client for ssh-keygen, with
+# which hostd checks that whoever adds a key holds it.
+run="openssh-client nodejs qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
 genisoimage busybox-static dropbear-bin openssh-sftp-server kmod cpio e2fsprogs
 zstd xz-utils gzip ca-certificates lvm2 thin-provisioning-tools rsync debootstrap
 fdisk nftables dnsmasq-base conntrack iproute2"
@@ -123,17 +124,21 @@ if [ "$what" != build ] && [ -c "$kvm" ] && [ "$(stat -c '%G %a' "$kvm")" != "kv
 	fi
 fi
 
-# The gateways (berth-sshgw, berth-desktop) run as their own unprivileged
-# user; hostd knows their requests by it (gateway_user, default berth-gw).
-if [ "$what" != build ] && ! getent passwd berth-gw >/dev/null 2>&1; then
-	if [ "$(id -u)" = 0 ]; then
-		useradd --system --no-create-home --home-dir /nonexistent \
-			--shell /usr/sbin/nologin berth-gw
-		echo "install-deps: created the system user berth-gw (the gateways run as it)" >&2
-	else
-		echo "install-deps: no user berth-gw (run as root to create it)" >&2
+# The gateways run as unprivileged users of their own, two of them: hostd
+# knows each one's requests by its uid (sshgw_user, desktop_user) and
+# answers each only its own routes, so berth-desktop's user cannot get an
+# SSH credential.
+for u in berth-sshgw berth-desktop; do
+	if [ "$what" != build ] && ! getent passwd "$u" >/dev/null 2>&1; then
+		if [ "$(id -u)" = 0 ]; then
+			useradd --system --no-create-home --home-dir /nonexistent \
+				--shell /usr/sbin/nologin --user-group "$u"
+			echo "install-deps: created the system user $u (${u#berth-} runs as it)" >&2
+		else
+			echo "install-deps: no user $u (run as root to create it)" >&2
+		fi
 	fi
-fi
+done
 # dnsmasq, the machines' DHCP and DNS with network = routed, runs as its
 # own unprivileged user, which alone (with root) reads STATE/net.
 if [ "$what" != build ] && ! getent passwd berth-dns >/dev/null 2>&1; then

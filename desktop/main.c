@@ -15,7 +15,7 @@
  *       JSON (K: the resume key the page came back with).
  *   GET /novnc/...: noVNC's files; GET /page/...: the page's own files;
  *   GET /USER/NAME/ (or anything else): the page.
- * Started as root it binds, then drops to USER (default berth-gw) before
+ * Started as root it binds, then drops to USER (default berth-desktop) before
  * it reads a byte from the network; it never opens libvirt.  One thread
  * per connection until it is handed over.  Runs until SIGTERM or SIGINT. */
 #include <arpa/inet.h>
@@ -478,7 +478,7 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *state = NULL, *listen_spec = "127.0.0.1:6080", *user = "berth-gw";
+	const char *state = NULL, *listen_spec = "127.0.0.1:6080", *user = "berth-desktop";
 	const char *pidfile = NULL;
 	int c, lfd, max_fps = 60;
 	char *end;

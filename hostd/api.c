@@ -18,6 +18,7 @@
 #include "hostd/checkpoint.h"
 #include "hostd/desktop.h"
 #include "hostd/idle.h"
+#include "hostd/keyproof.h"
 #include "hostd/image.h"
 #include "hostd/machine.h"
 #include "hostd/machine_json.h"
@@ -311,6 +312,7 @@ struct call {
 	const struct api_route *route;
 	const char *owner;          /* on whose behalf it acts */
 	uid_t uid;                  /* the socket peer's (HTTP_UID over HTTP) */
+	enum api_caller who;        /* its class */
 	const char *arg[4];         /* the route's {params}, in order */
 	const struct buf *body;     /* the body (empty for an upload) */
 	struct import *import;      /* an upload's import, fed as it arrived */
@@ -1070,12 +1072,11 @@ static struct reply do_keys(struct call *c)
 	return ok(200, json_pack("{s:o}", "keys", arr));
 }
 
-/* The "key" field of BODY: a string without NUL bytes, into *LINE (owned
- * by *J, which the caller decrefs). */
-static int get_key_line(const struct buf *body, json_t **j, const char **line,
-			struct err *e)
+/* BODY, whose fields are among ALLOWED, and its "key" field: a string
+ * without NUL bytes, into *LINE (owned by *J, which the caller decrefs). */
+static int get_key_line(const struct buf *body, const char *const *allowed, json_t **j,
+			const char **line, struct err *e)
 {
-	static const char *const allowed[] = { "key", NULL };
 	json_t *v;
 
 	*j = api_parse_body(body, allowed, e);
@@ -1091,18 +1092,77 @@ static int get_key_line(const struct buf *body, json_t **j, const char **line,
 	return 0;
 }
 
-static struct reply do_key_add(struct call *c)
+/* POST /v1/keys/challenge {"key"}: what berth key add signs with that
+ * key to prove that the caller holds it (hostd/keyproof.h).  An invalid
+ * key is refused here, before anyone is asked for a passphrase. */
+static struct reply do_key_challenge(struct call *c)
 {
+	static const char *const allowed[] = { "key", NULL };
 	struct err e = { 0 };
 	struct userkey k;
+	char text[KEYPROOF_CHALLENGE_MAX];
 	const char *line = NULL;
 	json_t *j = NULL;
 
-	if (get_key_line(c->body, &j, &line, &e) == 0 && userkey_parse(line, &k, &e) == 0) {
+	if (get_key_line(c->body, allowed, &j, &line, &e) == 0 &&
+	    userkey_parse(line, &k, &e) == 0)
+		keyproof_challenge(c->h->keyproof, c->owner, &k, text, sizeof(text), &e);
+	json_decref(j);
+	if (err_isset(&e))
+		return fail(&e);
+	return ok(201, json_pack("{s:s, s:s, s:s, s:i}", "challenge", text, "namespace",
+				 KEYPROOF_NAMESPACE, "fingerprint", k.fingerprint, "expires_in",
+				 KEYPROOF_TTL_S));
+}
+
+/* A string field NAME of J (NULL when absent): 400 CODE when it is not a
+ * string or has a NUL byte. */
+static int get_proof_field(json_t *j, const char *name, const char **out, struct err *e)
+{
+	json_t *v = json_object_get(j, name);
+
+	*out = json_string_value(v);
+	if (!*out || strlen(*out) != json_string_length(v))
+		return err_set(e, 400, "proof_required", "%s is required: berth key add asks "
+			       "hostd for a challenge (POST /v1/keys/challenge) and signs it with "
+			       "ssh-keygen -Y sign -n %s", name, KEYPROOF_NAMESPACE);
+	return 0;
+}
+
+/* POST /v1/keys {"key", "challenge", "signature"}: a key whose holder
+ * signed a challenge of the caller's.  A key registered by the caller
+ * already is 409; one registered by anyone else gets the same answer as a
+ * signature that proves nothing. */
+static struct reply do_key_add(struct call *c)
+{
+	static const char *const allowed[] = { "key", "challenge", "signature", NULL };
+	struct err e = { 0 };
+	struct userkey k, other;
+	const char *line = NULL, *challenge = NULL, *signature = NULL;
+	json_t *j = NULL;
+
+	if (get_key_line(c->body, allowed, &j, &line, &e) == 0 &&
+	    userkey_parse(line, &k, &e) == 0 &&
+	    get_proof_field(j, "challenge", &challenge, &e) == 0 &&
+	    get_proof_field(j, "signature", &signature, &e) == 0 &&
+	    keyproof_check(c->h->keyproof, c->owner, challenge, &k, signature, &e) == 0) {
 		snprintf(k.owner, sizeof(k.owner), "%s", c->owner);
-		if (db_key_insert(c->h->db, &k, &e) == 0)
+		if (db_key_insert(c->h->db, &k, &e) == 0) {
 			log_info("key %lld of %s added: %s %s", (long long)k.id, c->owner, k.type,
 				 k.fingerprint);
+		} else if (e.status == 409) {
+			err_clear(&e);
+			if (db_key_find(c->h->db, k.type, k.blob, &other, &e) == 0 &&
+			    strcmp(other.owner, c->owner) != 0) {
+				log_info("key %s: %s proved to hold it, but %s registered it",
+					 k.fingerprint, c->owner, other.owner);
+				err_clear(&e);
+				keyproof_refuse(&k, &e);
+			} else if (!err_isset(&e)) {
+				err_set(&e, 409, "key_exists", "you registered key %s already (id %lld)",
+					k.fingerprint, (long long)other.id);
+			}
+		}
 	}
 	json_decref(j);
 	if (err_isset(&e))
@@ -1215,28 +1275,35 @@ static struct reply gw_epoch(struct call *c)
 	return ok(200, json_pack("{s:s}", "epoch", epoch));
 }
 
-/* POST /v1/gateway/auth: whose is this key?  Nothing but 404
- * "unknown_key" for a key nobody registered, or one no one could (an RSA
- * key too short, a refused type). */
+/* POST /v1/gateway/auth {"key", "signed"}: whose is this key?  Nothing
+ * but 404 "unknown_key" for a key nobody registered, or one no one could
+ * (an RSA key too short, a refused type).  "signed": the client proved
+ * it holds the key (the gateway checked its signature): the key's first
+ * such use is recorded and answered "first_use": true, so the gateway
+ * can tell the client whose machines the key opens. */
 static struct reply gw_auth(struct call *c)
 {
+	static const char *const allowed[] = { "key", "signed", NULL };
 	struct err e = { 0 };
 	struct userkey k, found;
 	const char *line = NULL;
 	json_t *j = NULL;
+	bool signed_ = false, first = false;
 	struct reply rep;
 
-	if (get_key_line(c->body, &j, &line, &e) < 0) {
+	if (get_key_line(c->body, allowed, &j, &line, &e) < 0 ||
+	    get_bool(j, "signed", &signed_, &e) < 0) {
 		rep = fail(&e);
 	} else if (userkey_parse(line, &k, &e) < 0) {
 		log_debug("gateway auth: %s", e.msg);
 		rep = e.status == 400 ? fail_now(404, "unknown_key", "unknown key") : fail(&e);
-	} else if (db_key_find(c->h->db, k.type, k.blob, &found, &e) < 0) {
+	} else if (db_key_find(c->h->db, k.type, k.blob, &found, &e) < 0 ||
+		   (signed_ && db_key_used(c->h->db, found.id, &first, &e) < 0)) {
 		rep = fail(&e);
 	} else {
-		rep = ok(200, json_pack("{s:s, s:I, s:s}", "user", found.owner,
+		rep = ok(200, json_pack("{s:s, s:I, s:s, s:b}", "user", found.owner,
 					"key_id", (json_int_t)found.id,
-					"fingerprint", found.fingerprint));
+					"fingerprint", found.fingerprint, "first_use", first));
 	}
 	json_decref(j);
 	return rep;
@@ -1262,6 +1329,13 @@ static struct reply gw_connect(struct call *c)
 }
 
 /* POST /v1/gateway/sessions: a gateway connected a user to a machine. */
+/* The kind of session caller C may open and end: a gateway its own, root
+ * any (NULL). */
+static const char *own_kind(const struct call *c)
+{
+	return c->who == CALLER_SSHGW ? "ssh" : c->who == CALLER_DESKTOP ? "desktop" : NULL;
+}
+
 static struct reply gw_session_open(struct call *c)
 {
 	static const char *const allowed[] = { "user", "machine", "kind", "from", NULL };
@@ -1279,6 +1353,12 @@ static struct reply gw_session_open(struct call *c)
 		goto out;
 	}
 	kind = json_string_value(v);
+	if (own_kind(c) && (!strcmp(kind, "ssh") || !strcmp(kind, "desktop")) &&
+	    strcmp(kind, own_kind(c)) != 0) {
+		err_set(&e, 403, "forbidden", "berth-%s's user opens %s sessions only",
+			c->who == CALLER_SSHGW ? "sshgw" : "desktop", own_kind(c));
+		goto out;
+	}
 	v = json_object_get(j, "from");
 	if (v && !json_is_string(v)) {
 		err_set(&e, 400, "invalid_json", "from must be a string (the client's address)");
@@ -1326,7 +1406,7 @@ static struct reply gw_session_close(struct call *c)
 		bytes[i] = v ? (uint64_t)json_integer_value(v) : 0;
 	}
 	json_decref(j);
-	if (sessions_close(c->h->sessions, id, bytes[0], bytes[1], &s, &e) < 0)
+	if (sessions_close(c->h->sessions, id, own_kind(c), bytes[0], bytes[1], &s, &e) < 0)
 		return fail(&e);
 	return ok(200, json_pack("{s:I, s:I}", "closed", (json_int_t)id,
 				 "seconds", (json_int_t)(now_s() - s.opened)));
@@ -1349,6 +1429,11 @@ static struct reply gw_sessions_reset(struct call *c)
 		json_decref(j);
 		return fail_now(400, "invalid_kind", "kind must be \"ssh\" or \"desktop\"");
 	}
+	if (own_kind(c) && strcmp(kind, own_kind(c)) != 0) {
+		json_decref(j);
+		return fail_now(403, "forbidden", "berth-%s's user ends %s sessions only",
+				c->who == CALLER_SSHGW ? "sshgw" : "desktop", own_kind(c));
+	}
 	n = sessions_drop_kind(c->h->sessions, kind);
 	json_decref(j);
 	return ok(200, json_pack("{s:i}", "dropped", n));
@@ -1358,9 +1443,11 @@ static struct reply gw_sessions_reset(struct call *c)
  * things (machines, keys, tokens, usage) unless a row says otherwise. */
 #define ANYONE (CALLER_ROOT | CALLER_USER | CALLER_TOKEN)
 #define LOCAL (CALLER_ROOT | CALLER_USER)
-#define GATEWAY (CALLER_ROOT | CALLER_GATEWAY)
+#define GATEWAYS (CALLER_ROOT | CALLER_GATEWAYS)
+#define SSHGW (CALLER_ROOT | CALLER_SSHGW)
 #define ROOT CALLER_ROOT
-#define GW_ONLY "only root and the gateway user may use the /v1/gateway routes"
+#define GW_ONLY "only root and the gateways' users may use the /v1/gateway routes"
+#define SSHGW_ONLY "only root and berth-sshgw's user may look up SSH keys and credentials"
 
 static const struct api_route routes[] = {
 	{ "GET", "/v1/info", ANYONE, .fn = do_info },
@@ -1397,6 +1484,9 @@ static const struct api_route routes[] = {
 	/* A token makes no credentials: a stolen one must not outlive its
 	 * revocation through new tokens or SSH keys. */
 	{ "GET", "/v1/keys", ANYONE, .fn = do_keys },
+	{ "POST", "/v1/keys/challenge", LOCAL,
+	  .refusal = "keys are added on the host (berth key add), not with an API token",
+	  .fn = do_key_challenge },
 	{ "POST", "/v1/keys", LOCAL,
 	  .refusal = "keys are added on the host (berth key add), not with an API token",
 	  .fn = do_key_add },
@@ -1416,18 +1506,20 @@ static const struct api_route routes[] = {
 	{ "DELETE", "/v1/images/{image}", ROOT, .refusal = "only root may delete images",
 	  .fn = do_image_delete },
 
-	/* The gateways' requests: for their user and root, on the socket. */
-	{ "GET", "/v1/gateway/epoch", GATEWAY, .socket_only = true, .refusal = GW_ONLY,
+	/* The gateways' requests: for their users and root, on the socket.
+	 * Only berth-sshgw's user looks up keys and SSH credentials; each
+	 * gateway opens and ends sessions of its own kind only. */
+	{ "GET", "/v1/gateway/epoch", GATEWAYS, .socket_only = true, .refusal = GW_ONLY,
 	  .fn = gw_epoch },
-	{ "POST", "/v1/gateway/auth", GATEWAY, .socket_only = true, .refusal = GW_ONLY,
+	{ "POST", "/v1/gateway/auth", SSHGW, .socket_only = true, .refusal = SSHGW_ONLY,
 	  .fn = gw_auth },
-	{ "POST", "/v1/gateway/connect", GATEWAY, .socket_only = true, .refusal = GW_ONLY,
+	{ "POST", "/v1/gateway/connect", SSHGW, .socket_only = true, .refusal = SSHGW_ONLY,
 	  .fn = gw_connect },
-	{ "POST", "/v1/gateway/sessions", GATEWAY, .socket_only = true, .refusal = GW_ONLY,
+	{ "POST", "/v1/gateway/sessions", GATEWAYS, .socket_only = true, .refusal = GW_ONLY,
 	  .fn = gw_session_open },
-	{ "DELETE", "/v1/gateway/sessions", GATEWAY, .socket_only = true, .refusal = GW_ONLY,
+	{ "DELETE", "/v1/gateway/sessions", GATEWAYS, .socket_only = true, .refusal = GW_ONLY,
 	  .fn = gw_sessions_reset },
-	{ "DELETE", "/v1/gateway/sessions/{id}", GATEWAY, .socket_only = true,
+	{ "DELETE", "/v1/gateway/sessions/{id}", GATEWAYS, .socket_only = true,
 	  .refusal = GW_ONLY, .fn = gw_session_close },
 };
 
@@ -1438,16 +1530,18 @@ const struct api_route *api_routes(size_t *n)
 }
 
 int api_authorize(const struct api_route *r, enum api_caller who, bool http,
-		  const char *gateway_user, const char *url, struct err *e)
+		  const char *url, struct err *e)
 {
 	if (http && r->socket_only)
 		return err_set(e, 404, "not_found", "no route %s %s", r->method,
 			       url ? url : r->path);
 	if (r->who & who)
 		return 0;
-	if (who == CALLER_GATEWAY)
-		return err_set(e, 403, "forbidden", "the gateway user %s may use only the "
-			       "/v1/gateway routes", gateway_user);
+	if (who == CALLER_SSHGW || who == CALLER_DESKTOP)
+		return err_set(e, 403, "forbidden", "berth-%s's user may use only its own "
+			       "/v1/gateway routes (%s %s is not one)",
+			       who == CALLER_SSHGW ? "sshgw" : "desktop", r->method,
+			       url ? url : r->path);
 	if (r->refusal)
 		return err_set(e, 403, "forbidden", "%s", r->refusal);
 	return err_set(e, 403, "forbidden", "%s %s is not open to this caller", r->method,
@@ -1586,8 +1680,10 @@ static enum api_caller caller_class(const struct api *a, uid_t uid)
 		return CALLER_TOKEN;
 	if (uid == 0)
 		return CALLER_ROOT;
-	if (a->h->has_gateway && uid == a->h->gateway_uid)
-		return CALLER_GATEWAY;
+	if (a->h->has_sshgw && uid == a->h->sshgw_uid)
+		return CALLER_SSHGW;
+	if (a->h->has_desktop && uid == a->h->desktop_uid)
+		return CALLER_DESKTOP;
 	return CALLER_USER;
 }
 
@@ -1605,7 +1701,7 @@ static void begin_request(struct api *a, struct req *r, struct MHD_Connection *c
 	if (caller(a, c, r->owner, sizeof(r->owner), &r->uid, &e) < 0 ||
 	    !(r->route = api_route_find(method, url, all && !strcmp(all, "1"), r->scratch,
 					sizeof(r->scratch), r->args, &e)) ||
-	    api_authorize(r->route, caller_class(a, r->uid), a->http, a->h->cfg.gateway_user,
+	    api_authorize(r->route, caller_class(a, r->uid), a->http,
 			  url, &e) < 0) {
 		r->early = fail(&e);
 		r->has_early = true;
@@ -1668,6 +1764,7 @@ enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url
 	} else {
 		struct call call = { .a = a, .h = a->h, .conn = c, .method = method, .url = url,
 				     .route = r->route, .owner = r->owner, .uid = r->uid,
+				     .who = caller_class(a, r->uid),
 				     .body = &r->body, .import = r->import };
 		memcpy(call.arg, r->args, sizeof(call.arg));
 		/* The handler owns the import from here. */

@@ -27,9 +27,12 @@ enum api_caller {
 	CALLER_USER = 1 << 1,     /* any other local user on the socket, as
 				     themselves */
 	CALLER_TOKEN = 1 << 2,    /* a bearer token's user, over HTTP */
-	CALLER_GATEWAY = 1 << 3,  /* the gateways' user (gateway_user) on the
+	CALLER_SSHGW = 1 << 3,    /* berth-sshgw's user (sshgw_user) on the
 				     socket */
+	CALLER_DESKTOP = 1 << 4,  /* berth-desktop's user (desktop_user) on
+				     the socket */
 };
+#define CALLER_GATEWAYS (CALLER_SSHGW | CALLER_DESKTOP)
 
 struct call;
 struct reply;
@@ -58,10 +61,10 @@ struct api_route {
 const struct api_route *api_routes(size_t *n);
 /* May a caller of class WHO (over HTTP when HTTP) use route R?  0, or -1
  * with E: 404 for a socket-only route over HTTP, 403 with the reason
- * otherwise.  GATEWAY_USER and URL (the request's; NULL: R's pattern) are
- * for the messages. */
+ * otherwise.  URL (the request's; NULL: R's pattern) is for the
+ * messages. */
 int api_authorize(const struct api_route *r, enum api_caller who, bool http,
-		  const char *gateway_user, const char *url, struct err *e);
+		  const char *url, struct err *e);
 /* The route for METHOD and PATH (no query string; ALL: the query has
  * all=1), with its parameters' values into ARGS[0..3] (pointers into
  * SCRATCH, SCRATCH_LEN bytes).  NULL with E: 404 for no route, 400 for an

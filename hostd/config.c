@@ -48,7 +48,8 @@ static const struct copt options[] = {
 	STR("recipes_dir", recipes_dir, NULL),
 	STR("cache_dir", cache_dir, NULL),
 	STR("log_level", log_level, levels),
-	STR("gateway_user", gateway_user, NULL),
+	STR("sshgw_user", sshgw_user, NULL),
+	STR("desktop_user", desktop_user, NULL),
 	STR("currency", currency, NULL),
 	STR("price_vcpu_hour", price_vcpu_hour, NULL),
 	STR("price_memory_gib_hour", price_memory_gib_hour, NULL),
@@ -100,7 +101,8 @@ void config_defaults(struct config *c, const char *state_dir)
 	snprintf(c->qemu_group, sizeof(c->qemu_group), "kvm");
 	snprintf(c->cache_dir, sizeof(c->cache_dir), "/var/cache/berth");
 	snprintf(c->log_level, sizeof(c->log_level), "info");
-	snprintf(c->gateway_user, sizeof(c->gateway_user), "berth-gw");
+	snprintf(c->sshgw_user, sizeof(c->sshgw_user), "berth-sshgw");
+	snprintf(c->desktop_user, sizeof(c->desktop_user), "berth-desktop");
 	snprintf(c->desktop_url, sizeof(c->desktop_url), "http://127.0.0.1:6080");
 	c->desktop_token_ttl_s = 60;
 	/* Example prices, of the order of hosted offers'; set your own. */
@@ -198,6 +200,11 @@ int config_set(struct config *c, const char *key, const char *value,
 		}
 		}
 	}
+	if (!strcmp(key, "gateway_user"))
+		return err_set(e, 400, "invalid_config", "%s: gateway_user is no more: the gateways "
+			       "run as two users, sshgw_user (default berth-sshgw) and "
+			       "desktop_user (default berth-desktop), each confined to its own "
+			       "requests", where);
 	return err_set(e, 400, "invalid_config", "%s: unknown key '%s'", where, key);
 }
 

@@ -34,7 +34,8 @@ struct config {
 	char recipes_dir[PATH_MAX];    /* "" = next to the binary */
 	char cache_dir[PATH_MAX];      /* downloaded packages for image recipes */
 	char log_level[16];
-	char gateway_user[64];         /* local user the gateways run as ("" = none) */
+	char sshgw_user[64];           /* local user berth-sshgw runs as ("" = none) */
+	char desktop_user[64];         /* local user berth-desktop runs as ("" = none) */
 	char currency[16];             /* what prices are in (a label) */
 	char price_vcpu_hour[32];      /* per vCPU-hour while running (decimal) */
 	char price_memory_gib_hour[32]; /* per GiB-hour of memory while running */

@@ -325,8 +325,8 @@ static void *serve(void *arg)
 
 	free(jb);
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) < 0 ||
-	    (cr.uid != 0 && !(d->h->has_gateway && cr.uid == d->h->gateway_uid))) {
-		err_set(&e, 403, "forbidden", "only root and the gateway user may use the "
+	    (cr.uid != 0 && !(d->h->has_desktop && cr.uid == d->h->desktop_uid))) {
+		err_set(&e, 403, "forbidden", "only root and berth-desktop's user may use the "
 			"desktop socket");
 		goto out;
 	}

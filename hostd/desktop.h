@@ -7,8 +7,8 @@
  * (monotonic clock), and only once.  An owner holds at most 16 live ones:
  * a 17th evicts that owner's oldest (refused as token_expired).
  *
- * STATE/desktop.sock (mode 0666; only root and the gateway user are
- * answered, by SO_PEERCRED) takes one request per connection, one JSON
+ * STATE/desktop.sock (mode 0666; only root and berth-desktop's user
+ * (desktop_user) are answered, by SO_PEERCRED) takes one request per connection, one JSON
  * line, and answers one JSON line:
  *   {"op":"redeem","token","user","machine"} -> {"user","machine","state"}
  *       the token is spent whatever the outcome (a wrong user or machine

@@ -30,14 +30,15 @@ struct hostd {
 	char recipes_dir[PATH_MAX];
 	int64_t started_ms;
 
-	/* The gateways' identity: the uid of cfg.gateway_user, looked up at
-	 * start.  Its requests may use the /v1/gateway routes only; those
-	 * routes are for it and root.  has_gateway is false when the user
-	 * does not exist (or none is configured). */
-	bool has_gateway;
-	uid_t gateway_uid;
+	/* The gateways' identities: the uids of cfg.sshgw_user and
+	 * cfg.desktop_user, looked up at start.  Each may use only its own
+	 * /v1/gateway routes (and desktop_uid STATE/desktop.sock); has_* is
+	 * false when the user does not exist (or none is configured). */
+	bool has_sshgw, has_desktop;
+	uid_t sshgw_uid, desktop_uid;
 	unsigned qemu_gid;          /* cfg.qemu_group's gid: every QEMU runs in it */
 	struct sessions *sessions;  /* the gateways' live sessions */
+	struct keyproof *keyproof;  /* challenges of berth key add */
 	char dashboard_url[160];    /* the HTTP listener's, "" when off (hostd/http.c) */
 	struct desktop *desktop;    /* desktop tokens and STATE/desktop.sock */
 

@@ -28,6 +28,7 @@
 #include "hostd/desktop.h"
 #include "hostd/hostd.h"
 #include "hostd/idle.h"
+#include "hostd/keyproof.h"
 #include "hostd/http.h"
 #include "hostd/image.h"
 #include "hostd/machine.h"
@@ -83,30 +84,46 @@ static void resolve_recipes(struct hostd *h)
 	snprintf(h->recipes_dir, sizeof(h->recipes_dir), "/usr/lib/berth/recipes");
 }
 
-/* The gateways' identity: the uid of gateway_user.  A missing user means
- * none (logged once); root is refused, since the gateways' requests are
- * confined to the gateway routes. */
-static int lookup_gateway(struct hostd *h, struct err *e)
+/* A gateway's identity: the uid of user NAME (config key KEY) into *UID,
+ * *HAS false when NAME is "" or no such user exists (logged).  Root is
+ * refused, since a gateway's requests are confined to its routes. */
+static int lookup_gateway(const char *key, const char *name, bool *has, uid_t *uid,
+			  struct err *e)
 {
 	struct passwd pw, *res = NULL;
 	char buf[4096];
 
-	h->has_gateway = false;
-	if (!h->cfg.gateway_user[0]) {
-		log_info("no gateway_user: only root may use the gateway routes");
+	*has = false;
+	if (!name[0]) {
+		log_info("no %s: only root may use its gateway routes", key);
 		return 0;
 	}
-	if (getpwnam_r(h->cfg.gateway_user, &pw, buf, sizeof(buf), &res) != 0 || !res) {
-		log_warn("gateway user '%s' does not exist: the gateways cannot call hostd as "
-			 "themselves (deploy/install-deps.sh creates it)", h->cfg.gateway_user);
+	if (getpwnam_r(name, &pw, buf, sizeof(buf), &res) != 0 || !res) {
+		log_warn("%s '%s' does not exist: its gateway cannot call hostd as itself "
+			 "(deploy/install-deps.sh creates it)", key, name);
 		return 0;
 	}
 	if (pw.pw_uid == 0)
-		return err_set(e, 400, "invalid_config", "gateway_user = %s is root: the "
-			       "gateways must run as an unprivileged user", h->cfg.gateway_user);
-	h->gateway_uid = pw.pw_uid;
-	h->has_gateway = true;
-	log_info("gateway user %s (uid %u)", h->cfg.gateway_user, (unsigned)pw.pw_uid);
+		return err_set(e, 400, "invalid_config", "%s = %s is root: the gateways must run "
+			       "as unprivileged users", key, name);
+	*uid = pw.pw_uid;
+	*has = true;
+	log_info("%s %s (uid %u)", key, name, (unsigned)pw.pw_uid);
+	return 0;
+}
+
+/* The two gateways' users: two, so that one cannot make the other's
+ * requests (berth-desktop never gets an SSH credential). */
+static int lookup_gateways(struct hostd *h, struct err *e)
+{
+	if (lookup_gateway("sshgw_user", h->cfg.sshgw_user, &h->has_sshgw, &h->sshgw_uid, e) < 0 ||
+	    lookup_gateway("desktop_user", h->cfg.desktop_user, &h->has_desktop,
+			   &h->desktop_uid, e) < 0)
+		return -1;
+	if (h->has_sshgw && h->has_desktop && h->sshgw_uid == h->desktop_uid)
+		return err_set(e, 400, "invalid_config", "sshgw_user and desktop_user are the same "
+			       "user (uid %u): each gateway needs a user of its own",
+			       (unsigned)h->sshgw_uid);
 	return 0;
 }
 
@@ -245,12 +262,13 @@ int main(int argc, char **argv)
 		goto fail;
 	}
 	check_reachable(state);
-	if (lookup_gateway(&h, &e) < 0 || lookup_qemu_group(&h, &e) < 0)
+	if (lookup_gateways(&h, &e) < 0 || lookup_qemu_group(&h, &e) < 0)
 		goto fail;
 	snprintf(path, sizeof(path), "%s/machines", state);
 	if (check_qemu_reachable(path, h.qemu_gid, &e) < 0)
 		goto fail;
 	h.sessions = sessions_new();
+	h.keyproof = keyproof_new();
 	snprintf(path, sizeof(path), "%s/hostd.lock", state);
 	lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
@@ -350,6 +368,7 @@ out:
 	gwkey_free(&h.key);
 	db_close(h.db);
 	sessions_free(h.sessions);
+	keyproof_free(h.keyproof);
 	busy_free(h.busy);
 	if (lock_fd >= 0)
 		close(lock_fd);

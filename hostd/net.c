@@ -82,8 +82,8 @@ int net_conf_make(struct hostd *h, struct net_conf *c, struct err *e)
 			       "from /8 to /28, such as 10.87.0.0/16", h->cfg.guest_network);
 	c->mask = c->prefix ? 0xffffffffu << (32 - c->prefix) : 0;
 	c->gateway = c->net + 1;
-	c->has_gw_uid = h->has_gateway;
-	c->gw_uid = (uint32_t)h->gateway_uid;
+	c->has_gw_uid = h->has_sshgw;	/* SSH to the machines: berth-sshgw only */
+	c->gw_uid = (uint32_t)h->sshgw_uid;
 	xsnprintf(list, sizeof(list), "%s", h->cfg.egress_closed);
 	for (char *s = strtok_r(list, ", ", &save); s; s = strtok_r(NULL, ", ", &save)) {
 		uint32_t n;

@@ -70,15 +70,15 @@ int64_t sessions_open(struct sessions *s, const char *machine_id, const char *ow
 	return id;
 }
 
-int sessions_close(struct sessions *s, int64_t id, uint64_t bytes_in, uint64_t bytes_out,
-		   struct session *out, struct err *e)
+int sessions_close(struct sessions *s, int64_t id, const char *kind, uint64_t bytes_in,
+		   uint64_t bytes_out, struct session *out, struct err *e)
 {
 	struct session x = { 0 };
 	bool found = false;
 
 	pthread_mutex_lock(&s->lock);
 	for (size_t i = 0; i < s->n; i++) {
-		if (s->v[i].id != id)
+		if (s->v[i].id != id || (kind && strcmp(s->v[i].kind, kind) != 0))
 			continue;
 		x = s->v[i];
 		s->v[i] = s->v[--s->n];

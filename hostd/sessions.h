@@ -35,11 +35,12 @@ void sessions_free(struct sessions *s);
 int64_t sessions_open(struct sessions *s, const char *machine_id, const char *owner,
 		      const char *machine, const char *kind, const char *from,
 		      struct err *e);
-/* End session ID, logging its duration and the bytes the gateway counted;
- * fills *OUT (may be NULL) with what it was.  404 "not_found" when there
- * is no such session (closed already, or its machine was deleted). */
-int sessions_close(struct sessions *s, int64_t id, uint64_t bytes_in, uint64_t bytes_out,
-		   struct session *out, struct err *e);
+/* End session ID of KIND (NULL: any), logging its duration and the bytes
+ * the gateway counted; fills *OUT (may be NULL) with what it was.  404
+ * "not_found" when there is no such session (closed already, its machine
+ * was deleted, or it is of another kind). */
+int sessions_close(struct sessions *s, int64_t id, const char *kind, uint64_t bytes_in,
+		   uint64_t bytes_out, struct session *out, struct err *e);
 /* Live sessions on machine MACHINE_ID. */
 int sessions_count(struct sessions *s, const char *machine_id);
 /* Forget every session of KIND: its gateway (re)started, so none of them

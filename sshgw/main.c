@@ -7,7 +7,7 @@
  * `ssh NAME@host` lands in the caller's machine NAME (docs/architecture.md,
  * "SSH gateway").  Started as root, it makes or loads its host key
  * (DIR/sshgw/ssh_host_ed25519_key, made once and kept), binds its port and
- * drops to USER (default berth-gw) before it accepts a connection: it never
+ * drops to USER (default berth-sshgw) before it accepts a connection: it never
  * reads a network byte with privilege, and it never opens libvirt; what it
  * needs it asks hostd over DIR/hostd.sock.  One thread per connection.
  * Runs until SIGTERM or SIGINT. */
@@ -284,7 +284,7 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *state = NULL, *listen_spec = "0.0.0.0:22", *user = "berth-gw", *pidfile = NULL;
+	const char *state = NULL, *listen_spec = "0.0.0.0:22", *user = "berth-sshgw", *pidfile = NULL;
 	char sock[PATH_MAX], keydir[PATH_MAX];
 	/* Static, as PTHREAD_MUTEX_INITIALIZER wants. */
 	static struct watch w = { .rate_mu = PTHREAD_MUTEX_INITIALIZER, .auth_fail_limit = 20 };

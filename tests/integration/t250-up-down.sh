@@ -18,10 +18,10 @@ check_match "it prints the dashboard's URL (or why there is none)" \
 	"Dashboard: https?://|No dashboard: http_listen" "$out"
 GW_PID=$(cat "$STATE/sshgw.pid" 2>/dev/null)
 check_eq "the gateway runs" berth-sshgw "$(cat "/proc/$GW_PID/comm" 2>/dev/null)"
-check_eq "as berth-gw, not root" "$(id -u berth-gw)" "$(awk '/^Uid:/ {print $2}' "/proc/$GW_PID/status" 2>/dev/null)"
+check_eq "as berth-sshgw, not root" "$(id -u berth-sshgw)" "$(awk '/^Uid:/ {print $2}' "/proc/$GW_PID/status" 2>/dev/null)"
 DT_PID=$(cat "$STATE/desktop.pid" 2>/dev/null)
 check_eq "the desktop bridge runs" berth-desktop "$(cat "/proc/$DT_PID/comm" 2>/dev/null)"
-check_eq "as berth-gw too" "$(id -u berth-gw)" "$(awk '/^Uid:/ {print $2}' "/proc/$DT_PID/status" 2>/dev/null)"
+check_eq "as berth-desktop, another user" "$(id -u berth-desktop)" "$(awk '/^Uid:/ {print $2}' "/proc/$DT_PID/status" 2>/dev/null)"
 ssh-keygen -q -t ed25519 -N '' -f "$T/user"
 berth key add "$T/user.pub" >/dev/null
 check_eq "ssh demo@localhost through the gateway" demo \

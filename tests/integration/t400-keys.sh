@@ -1,6 +1,8 @@
 #!/bin/bash
 # Users' SSH keys and the gateways' side of hostd (no VM boots): berth key
-# add/ls/rm, duplicates refused whoever registers them, a non-root local
+# add/ls/rm, each key proved by a signature of its holder (a second local
+# user cannot register the first's public key, and learns nothing about
+# who has it), duplicates refused whoever registers them, a non-root local
 # user on the socket acting as itself, the gateway user confined to the
 # /v1/gateway routes, auth mapping a key to its owner, connect answering a
 # missing machine and another owner's alike, sessions counted in the
@@ -12,13 +14,9 @@ command -v setpriv >/dev/null || { skip "setpriv is not installed (util-linux)";
 
 # Other users reach the socket through $T, which mktemp made 0700.
 chmod 711 "$T"
-GW=berth-gw
-if ! id -u "$GW" >/dev/null 2>&1; then
-	GW=daemon
-	diag "no user berth-gw (deploy/install-deps.sh makes it): gateway_user = $GW here"
-	mkdir -p "$STATE"
-	echo "gateway_user = $GW" > "$STATE/berth.conf"
-fi
+# The gateways' two users (deploy/install-deps.sh makes them).
+GW=berth-sshgw
+DT=berth-desktop
 start_hostd && build_tiny || { not_ok "hostd and image"; finish; }
 
 # as USER CMD...: run CMD as USER (its group, no others).
@@ -65,7 +63,7 @@ try:  # hostd may answer (and close) before it reads a byte
 except BrokenPipeError:
     pass
 print(s.recv(4096).decode())' "$STATE/desktop.sock" 2>&1)
-check_match "  but refuses anyone else (nobody)" "only root and the gateway user" "$out"
+check_match "  but refuses anyone else (nobody)" "only root and berth-desktop's user" "$out"
 # Files may keep a mode of their own (a public key, a read-only base
 # volume) inside directories no one else may enter.  Fails when find does.
 # STATE/net and STATE/net/dhcp are open to their group, berth-dns (the
@@ -90,7 +88,9 @@ check_match "  nor read the database" "^head: .*: Permission denied$" \
 	"$(as nobody head -c1 "$STATE/berth.db" 2>&1)"
 check "the database, the gateway key and the image are there" \
 	test -s "$STATE/berth.db" -a -s "$STATE/keys/gateway" -a -d "$STATE/images/tiny"
-check_match "hostd knows the gateway user" "gateway user $GW \\(uid $(id -u "$GW")\\)" \
+check_match "hostd knows berth-desktop's user" "desktop_user $DT \\(uid $(id -u "$DT")\\)" \
+	"$(cat "$T/hostd.log")"
+check_match "hostd knows berth-sshgw's user" "sshgw_user $GW \\(uid $(id -u "$GW")\\)" \
 	"$(cat "$T/hostd.log")"
 
 # --- keys through the CLI ---
@@ -98,6 +98,9 @@ for k in k1:ed25519 k2:ecdsa k3:ed25519 k4:ed25519 k5:ed25519 k6:ed25519; do
 	ssh-keygen -q -t "${k#*:}" -N '' -C "key ${k%%:*}" -f "$T/${k%%:*}"
 done
 ssh-keygen -q -t rsa -b 1024 -N '' -C short -f "$T/short"
+# Keys read from stdin, or several in one file, are signed by the agent.
+agent_up || { not_ok "ssh-agent"; finish; }
+ssh-add -q "$T/k2" "$T/k3" "$T/k4" 2>/dev/null
 out=$(berth key add "$T/k1.pub")
 check_eq "key add: exit 0" 0 "$?"
 check_eq "key add: says what it added" "added key 1: ssh-ed25519 $(fp_of "$T/k1.pub") key k1" "$out"
@@ -128,19 +131,24 @@ check_eq "key add - (stdin) --json: added" "$(fp_of "$T/k4.pub")" "$(json added.
 check_eq "  nothing failed" "[]" "$(json failed < "$T/add.json")"
 out=$(berth key add "$T/k1.pub" 2>&1)
 check_eq "the same key again: exit 1" 1 "$?"
-check_match "  already registered" "already registered" "$out"
-expect "the same key again: 409 key_exists" 409 key_exists POST /v1/keys "{\"key\":\"$(cat "$T/k1.pub")\"}"
-expect "root's key for alice (X-Berth-User): 409 key_exists" 409 key_exists \
-	-H "X-Berth-User: alice" POST /v1/keys "{\"key\":\"$(keyline "$T/k1.pub")\"}"
-check_match "  naming the key, not its owner" "^key SHA256:[^ ]+ is already registered$" "$(body error.message)"
+check_match "  you registered it already" "you registered key SHA256:[^ ]+ already \\(id 1\\)" "$out"
+expect "the same key again: 409 key_exists" 409 key_exists POST /v1/keys "$(key_body "$T/k1")"
+expect "root's key for alice (X-Berth-User), proved: 400 invalid_key" 400 invalid_key \
+	-H "X-Berth-User: alice" POST /v1/keys "$(key_body "$T/k1" alice)"
+taken_msg=$(body error.message)
+check_match "  naming the key, not its owner" "^key SHA256:[^ ]+: the signature does not prove that you hold it" "$taken_msg"
 expect "options before the key: 400 invalid_key" 400 invalid_key POST /v1/keys \
 	"{\"key\":\"no-pty,command=\\\"true\\\" $(keyline "$T/k5.pub")\"}"
 check_match "  saying why" "options" "$(body error.message)"
 expect "an RSA key of 1024 bits: 400" 400 invalid_key POST /v1/keys "{\"key\":\"$(keyline "$T/short.pub")\"}"
 expect "no key field: 400" 400 invalid_key POST /v1/keys '{}'
 expect "an unknown field: 400" 400 unknown_field POST /v1/keys '{"key":"x","user":"bob"}'
+expect "a key without a proof: 400 proof_required" 400 proof_required POST /v1/keys \
+	"{\"key\":\"$(keyline "$T/k5.pub")\"}"
+expect "a challenge for an RSA key of 1024 bits: 400, before any signing" 400 invalid_key \
+	POST /v1/keys/challenge "{\"key\":\"$(keyline "$T/short.pub")\"}"
 expect "alice adds her own key" 201 "" -H "X-Berth-User: alice" POST /v1/keys \
-	"{\"key\":\"$(cat "$T/k5.pub")\"}"
+	"$(key_body "$T/k5" alice)"
 alice_key=$(body id)
 check_eq "  root does not see it" 4 "$(berth key ls --json | len_of keys)"
 expect "  alice does" 200 "" -H "X-Berth-User: alice" GET /v1/keys
@@ -159,8 +167,11 @@ check_eq "key rm of a deleted key: exit 1" 1 "$?"
 # --- another local user, as itself ---
 out=$(as nobody "$BIN/berth" --state "$STATE" key ls --json)
 check_eq "nobody reaches the socket: no keys of its own" "[]" "$(echo "$out" | json keys)"
-out=$(as nobody "$BIN/berth" --state "$STATE" key add - < "$T/k6.pub")
-check_match "nobody adds a key" "^added key [0-9]+: ssh-ed25519 " "$out"
+# nobody's own key files, which only nobody reads.
+install -d -o nobody -m 700 "$T/nb"
+install -o nobody -m 600 "$T/k6" "$T/k6.pub" "$T/nb/"
+out=$(as nobody "$BIN/berth" --state "$STATE" key add "$T/nb/k6.pub")
+check_match "nobody adds a key (signed with its file)" "^added key [0-9]+: ssh-ed25519 " "$out"
 check_eq "  and lists it" "$(fp_of "$T/k6.pub")" \
 	"$(as nobody "$BIN/berth" --state "$STATE" key ls --json | json keys.0.fingerprint)"
 expect "  X-Berth-User from nobody is ignored: it acts as itself" 200 "" -u nobody \
@@ -173,6 +184,63 @@ check_eq "  the same" "$(fp_of "$T/k6.pub")" "$(body keys.0.fingerprint)"
 expect "nobody may not use the gateway routes" 403 forbidden -u nobody POST /v1/gateway/auth \
 	"{\"key\":\"$(keyline "$T/k1.pub")\"}"
 
+# --- proof of possession: a second local user and the first's keys ---
+M=bt$$m
+test_user "$M" || { not_ok "useradd $M"; finish; }
+ssh-keygen -q -t ed25519 -N '' -C mallory -f "$T/k7"
+install -d -o "$M" -m 700 "$T/m"
+install -o "$M" -m 600 "$T/k7" "$T/k7.pub" "$T/m/"
+install -o "$M" -m 644 "$T/k1.pub" "$T/m/root.pub"	# public, as on github.com/USER.keys
+out=$(as "$M" env -u SSH_AUTH_SOCK "$BIN/berth" --state "$STATE" key add "$T/m/root.pub" 2>&1)
+check_eq "$M adds root's public key (no private key, no agent): exit 1" 1 "$?"
+check_match "  the CLI cannot sign it" "could not sign with the key in your agent" "$out"
+check_eq "  $M has no key" "[]" "$(as "$M" "$BIN/berth" --state "$STATE" key ls --json | json keys)"
+hdr="X-Berth-User: $M"	# root acting for M: the same rules, and curl can write $T/body
+expect "$M signs root's key's challenge with her own key: 400 invalid_key" 400 \
+	invalid_key -H "$hdr" POST /v1/keys "$(SIGNER=$T/k7 key_body "$T/k1" "$M")"
+forged_msg=$(body error.message)
+check_eq "  the same answer as for a key someone else registered" "$taken_msg" "$forged_msg"
+expect "$M holding a copy of root's private key, proved: refused" 400 invalid_key \
+	-H "$hdr" POST /v1/keys "$(key_body "$T/k1" "$M")"
+check_eq "  with that same answer: nothing says root has it" "$taken_msg" "$(body error.message)"
+expect "a signature in another namespace (git's): refused" 400 invalid_key -H "$hdr" \
+	POST /v1/keys "$(NS=git key_body "$T/k7" "$M")"
+expect "a signature that is not one: refused" 400 invalid_key -H "$hdr" POST /v1/keys \
+	"$(SIGNER=/nonexistent key_body "$T/k7" "$M")"
+good=$(key_body "$T/k7" "$M")
+call -H "X-Berth-User: alice" POST /v1/keys "$good" >/dev/null
+check_eq "$M's challenge used by alice: 400 invalid_challenge" invalid_challenge "$(body error.code)"
+good=$(key_body "$T/k7" "$M")
+expect "a challenge for one key used for another: 400 invalid_challenge" 400 invalid_challenge \
+	-H "$hdr" POST /v1/keys "$(python3 -c 'import json,sys; b=json.loads(sys.argv[1]); b["key"]=open(sys.argv[2]).read().strip(); print(json.dumps(b))' "$good" "$T/k6.pub")"
+expect "  and it is spent by that try" 400 invalid_challenge -H "$hdr" POST /v1/keys "$good"
+expect "$M adds her own key, proved" 201 "" -H "$hdr" POST /v1/keys "$(key_body "$T/k7" "$M")"
+out=$(as "$M" env -u SSH_AUTH_SOCK "$BIN/berth" --state "$STATE" key ls --json | json keys.0.fingerprint)
+check_eq "  she lists it" "$(fp_of "$T/k7.pub")" "$out"
+expect "the gateway still maps root's key to root" 200 "" POST /v1/gateway/auth \
+	"{\"key\":\"$(keyline "$T/k1.pub")\"}"
+check_eq "  root" root "$(body user)"
+
+# --- berth-desktop's user: no keys, no SSH credentials ---
+expect "berth-desktop's user: gateway auth is 403" 403 forbidden -u "$DT" POST /v1/gateway/auth \
+	"{\"key\":\"$(keyline "$T/k1.pub")\"}"
+expect "berth-desktop's user: an SSH credential (gateway connect) is 403" 403 forbidden -u "$DT" \
+	POST /v1/gateway/connect '{"user":"root","machine":"devbox"}'
+check_match "  saying it may use only its own routes" "berth-desktop's user may use only its own" \
+	"$(body error.message)"
+expect "berth-desktop's user: the exec credential is 403" 403 forbidden -u "$DT" \
+	POST /v1/machines/x/ssh '{}'
+expect "berth-desktop's user: GET /v1/machines is 403" 403 forbidden -u "$DT" GET /v1/machines
+expect "berth-desktop's user: the epoch is its too" 200 "" -u "$DT" GET /v1/gateway/epoch
+out=$(as "$GW" /usr/bin/python3 -c 'import socket,sys
+s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+try:
+    s.sendall(b"{\"op\":\"redeem\",\"user\":\"root\",\"machine\":\"x\",\"token\":\"t\"}\n")
+except BrokenPipeError:
+    pass
+print(s.recv(4096).decode())' "$STATE/desktop.sock" 2>&1)
+check_match "the desktop socket refuses berth-sshgw's user" "only root and berth-desktop's user" "$out"
+
 # --- the gateway user ---
 expect "gateway user: GET /v1/machines is 403" 403 forbidden -u "$GW" GET /v1/machines
 expect "gateway user: GET /v1/info is 403" 403 forbidden -u "$GW" GET /v1/info
@@ -182,6 +250,13 @@ expect "gateway user: the exec credential is 403" 403 forbidden -u "$GW" POST /v
 expect "gateway auth: root's key" 200 "" -u "$GW" POST /v1/gateway/auth "{\"key\":\"$(keyline "$T/k1.pub")\"}"
 check_eq "  maps to root, with id and fingerprint" "root 1 $(fp_of "$T/k1.pub")" \
 	"$(body user) $(body key_id) $(body fingerprint)"
+check_eq "  not signed: no first use recorded" false "$(body first_use)"
+expect "gateway auth, signed: the key's first use" 200 "" -u "$GW" POST /v1/gateway/auth \
+	"{\"key\":\"$(keyline "$T/k1.pub")\",\"signed\":true}"
+check_eq "  first_use: true" true "$(body first_use)"
+expect "gateway auth, signed, again" 200 "" -u "$GW" POST /v1/gateway/auth \
+	"{\"key\":\"$(keyline "$T/k1.pub")\",\"signed\":true}"
+check_eq "  first_use: false" false "$(body first_use)"
 expect "gateway auth: nobody's key, comment and all" 200 "" -u "$GW" POST /v1/gateway/auth \
 	"{\"key\":\"$(cat "$T/k6.pub")\"}"
 check_eq "  maps to nobody" nobody "$(body user)"
@@ -217,7 +292,11 @@ check_eq "a machine starts with no sessions" 0 "$(berth show devbox --json | jso
 expect "session: ssh on root/devbox" 201 "" -u "$GW" POST /v1/gateway/sessions \
 	'{"user":"root","machine":"devbox","kind":"ssh","from":"192.0.2.7"}'
 s1=$(body session)
-expect "session: a desktop viewer too" 201 "" -u "$GW" POST /v1/gateway/sessions \
+expect "session: berth-sshgw's user may not open a desktop one" 403 forbidden -u "$GW" \
+	POST /v1/gateway/sessions '{"user":"root","machine":"devbox","kind":"desktop"}'
+expect "session: nor berth-desktop's an ssh one" 403 forbidden -u "$DT" \
+	POST /v1/gateway/sessions '{"user":"root","machine":"devbox","kind":"ssh"}'
+expect "session: a desktop viewer too (berth-desktop's user)" 201 "" -u "$DT" POST /v1/gateway/sessions \
 	'{"user":"root","machine":"devbox","kind":"desktop","from":"192.0.2.8"}'
 s2=$(body session)
 check_eq "  berth show: 2 sessions" 2 "$(berth show devbox --json | json sessions)"
@@ -234,8 +313,13 @@ check_match "  logged with its bytes" "session $s1: ssh on root/devbox closed af
 	"$(cat "$T/hostd.log")"
 expect "session end again: 404" 404 not_found -u "$GW" DELETE "/v1/gateway/sessions/$s1"
 expect "nobody may not end a session" 403 forbidden -u nobody DELETE "/v1/gateway/sessions/$s2"
+expect "berth-sshgw's user may not end a desktop one" 404 not_found -u "$GW" \
+	DELETE "/v1/gateway/sessions/$s2"
+expect "  nor drop all desktop sessions" 403 forbidden -u "$GW" DELETE /v1/gateway/sessions \
+	'{"kind":"desktop"}'
+check_eq "  the viewer's session is still there" 1 "$(berth show devbox --json | json sessions)"
 check_eq "rm the machine" "deleted devbox" "$(berth rm devbox)"
-expect "its session went with it" 404 not_found -u "$GW" DELETE "/v1/gateway/sessions/$s2"
+expect "its session went with it" 404 not_found -u "$DT" DELETE "/v1/gateway/sessions/$s2"
 check_eq "a new devbox has no sessions" 0 "$(berth create devbox --no-start --json | json sessions)"
 check_eq "rm it" "deleted devbox" "$(berth rm devbox)"
 check "hostd is still serving" berth info

@@ -52,7 +52,7 @@ mkdir -p "$T/page"
 cp "$ROOT/desktop/page/index.html" "$ROOT/desktop/page/desktop.css" "$T/page/"
 ln -s /etc/hostname "$T/page/link.css"
 PORT2=$(free_port)
-"$BIN/berth-desktop" --state "$STATE" --listen "127.0.0.1:$PORT2" --user berth-gw \
+"$BIN/berth-desktop" --state "$STATE" --listen "127.0.0.1:$PORT2" --user berth-desktop \
 	--page "$T/page" >>"$T/desktop2.log" 2>&1 &
 BR2_PID=$!
 for _ in $(seq 50); do
@@ -67,14 +67,14 @@ kill "$BR2_PID"
 wait "$BR2_PID" 2>/dev/null
 BR2_PID=
 
-"$BIN/berth-desktop" --state "$STATE" --listen "127.0.0.1:$PORT" --user berth-gw \
+"$BIN/berth-desktop" --state "$STATE" --listen "127.0.0.1:$PORT" --user berth-desktop \
 	--max-fps 30 >>"$T/desktop.log" 2>&1 &
 BR_PID=$!
 for _ in $(seq 50); do
 	grep -q "listening on 127.0.0.1:$PORT" "$T/desktop.log" && break
 	sleep 0.1
 done
-check "berth-desktop listens" grep -q "listening on 127.0.0.1:$PORT as uid $(id -u berth-gw)" "$T/desktop.log"
+check "berth-desktop listens" grep -q "listening on 127.0.0.1:$PORT as uid $(id -u berth-desktop)" "$T/desktop.log"
 
 # A token minted now is expired by the end of the test.
 EXPIRED=$(berth desktop dt --json | json token)

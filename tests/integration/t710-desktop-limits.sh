@@ -19,7 +19,7 @@ trap t710_cleanup EXIT
 start_bridge() {
 	local port=$1 log=$2
 	shift 2
-	"$@" "$BIN/berth-desktop" --state "$STATE" --listen "127.0.0.1:$port" --user berth-gw \
+	"$@" "$BIN/berth-desktop" --state "$STATE" --listen "127.0.0.1:$port" --user berth-desktop \
 		>>"$log" 2>&1 &
 	LAST_PID=$!
 	for _ in $(seq 50); do

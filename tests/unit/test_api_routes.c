@@ -12,15 +12,15 @@
 #include "tests/unit/tap.h"
 
 static const enum api_caller classes[] = { CALLER_ROOT, CALLER_USER, CALLER_TOKEN,
-					   CALLER_GATEWAY };
+					   CALLER_SSHGW, CALLER_DESKTOP };
 static const char *const class_names[] = { "root", "a local user", "a token",
-					   "the gateway" };
+					   "berth-sshgw's user", "berth-desktop's user" };
 
 static bool allowed(const struct api_route *r, enum api_caller who, bool http)
 {
 	struct err e = { 0 };
 
-	return api_authorize(r, who, http, "berth-gw", NULL, &e) == 0;
+	return api_authorize(r, who, http, NULL, &e) == 0;
 }
 
 static bool is_gateway_route(const struct api_route *r)
@@ -28,13 +28,21 @@ static bool is_gateway_route(const struct api_route *r)
 	return strncmp(r->path, "/v1/gateway/", 12) == 0;
 }
 
-/* For every row: no root-only or gateway route with a token, the gateway
+/* The routes berth-desktop's user may call: no key lookups, no SSH
+ * credentials. */
+static bool is_desktop_route(const struct api_route *r)
+{
+	return is_gateway_route(r) && strcmp(r->path, "/v1/gateway/auth") != 0 &&
+	       strcmp(r->path, "/v1/gateway/connect") != 0;
+}
+
+/* For every row: no root-only or gateway route with a token, each gateway
  * only on its own routes, and root on every route but over HTTP. */
 static void test_who(void)
 {
 	size_t n;
 	const struct api_route *rt = api_routes(&n);
-	int token_bad = 0, gw_bad = 0, user_bad = 0, root_bad = 0, refusal_bad = 0;
+	int token_bad = 0, gw_bad = 0, dt_bad = 0, user_bad = 0, root_bad = 0, refusal_bad = 0;
 
 	check(n > 30, "the table has its routes (%zu)", n);
 	for (size_t i = 0; i < n; i++) {
@@ -44,10 +52,15 @@ static void test_who(void)
 			token_bad++;
 			diag("%s %s: open to a bearer token", r->method, r->path);
 		}
-		if (allowed(r, CALLER_GATEWAY, false) != is_gateway_route(r)) {
+		if (allowed(r, CALLER_SSHGW, false) != is_gateway_route(r)) {
 			gw_bad++;
-			diag("%s %s: the gateway user %s", r->method, r->path,
+			diag("%s %s: berth-sshgw's user %s", r->method, r->path,
 			     is_gateway_route(r) ? "may not call it" : "may call it");
+		}
+		if (allowed(r, CALLER_DESKTOP, false) != is_desktop_route(r)) {
+			dt_bad++;
+			diag("%s %s: berth-desktop's user %s", r->method, r->path,
+			     is_desktop_route(r) ? "may not call it" : "may call it");
 		}
 		if (is_gateway_route(r) && (allowed(r, CALLER_USER, false) || !r->socket_only)) {
 			user_bad++;
@@ -61,8 +74,8 @@ static void test_who(void)
 		/* A refused class is told why in words of the row's own. */
 		for (size_t k = 0; k < 3; k++) {
 			struct err e = { 0 };
-			if (api_authorize(r, classes[k], classes[k] == CALLER_TOKEN, "berth-gw",
-					  NULL, &e) == 0 || e.status != 403 || r->refusal)
+			if (api_authorize(r, classes[k], classes[k] == CALLER_TOKEN, NULL,
+					  &e) == 0 || e.status != 403 || r->refusal)
 				continue;
 			refusal_bad++;
 			diag("%s %s: refused to %s without a message of its own", r->method,
@@ -70,7 +83,9 @@ static void test_who(void)
 		}
 	}
 	check(token_bad == 0, "no root-only or gateway route is reachable with a bearer token");
-	check(gw_bad == 0, "the gateway user reaches the /v1/gateway routes and nothing else");
+	check(gw_bad == 0, "berth-sshgw's user reaches the /v1/gateway routes and nothing else");
+	check(dt_bad == 0, "berth-desktop's user reaches its /v1/gateway routes and nothing "
+	      "else: no key lookup, no SSH credential");
 	check(user_bad == 0, "gateway routes: not for local users, and absent over HTTP");
 	check(root_bad == 0, "root may call every route on the socket");
 	check(refusal_bad == 0, "every refusal has its row's message");
@@ -91,13 +106,17 @@ static void test_refusals(void)
 		{ "POST", "/v1/tokens", CALLER_USER, false, 0, NULL },
 		{ "POST", "/v1/machines/m/ssh", CALLER_USER, false, 403, "only root" },
 		{ "POST", "/v1/machines/m/ssh", CALLER_TOKEN, true, 403, "only root" },
-		{ "POST", "/v1/machines/m/ssh", CALLER_GATEWAY, false, 403, "berth-gw may use only" },
-		{ "GET", "/v1/machines", CALLER_GATEWAY, false, 403, "berth-gw may use only" },
+		{ "POST", "/v1/machines/m/ssh", CALLER_SSHGW, false, 403, "berth-sshgw's user may use only" },
+		{ "GET", "/v1/machines", CALLER_SSHGW, false, 403, "berth-sshgw's user may use only" },
+		{ "POST", "/v1/machines/m/ssh", CALLER_DESKTOP, false, 403, "berth-desktop's user may use only" },
+		{ "POST", "/v1/gateway/connect", CALLER_DESKTOP, false, 403, "berth-desktop's user may use only" },
+		{ "POST", "/v1/gateway/auth", CALLER_DESKTOP, false, 403, "berth-desktop's user may use only" },
+		{ "POST", "/v1/gateway/sessions", CALLER_DESKTOP, false, 0, NULL },
 		{ "GET", "/metrics", CALLER_TOKEN, true, 404, "no route" },
 		{ "GET", "/metrics", CALLER_USER, false, 403, "only root" },
 		{ "POST", "/v1/gateway/connect", CALLER_TOKEN, true, 404, "no route" },
-		{ "POST", "/v1/gateway/connect", CALLER_USER, false, 403, "only root and the gateway" },
-		{ "POST", "/v1/gateway/connect", CALLER_GATEWAY, false, 0, NULL },
+		{ "POST", "/v1/gateway/connect", CALLER_USER, false, 403, "only root and berth-sshgw" },
+		{ "POST", "/v1/gateway/connect", CALLER_SSHGW, false, 0, NULL },
 		{ "DELETE", "/v1/images/tiny", CALLER_TOKEN, true, 403, "only root" },
 		{ "PUT", "/v1/images/tiny", CALLER_USER, false, 403, "only root" },
 		{ "GET", "/v1/machines", CALLER_TOKEN, true, 0, NULL },
@@ -109,8 +128,8 @@ static void test_refusals(void)
 		struct err e = { 0 };
 		const struct api_route *r = api_route_find(cases[i].method, cases[i].path, false,
 							   scratch, sizeof(scratch), args, &e);
-		int rc = r ? api_authorize(r, cases[i].who, cases[i].http, "berth-gw",
-					   cases[i].path, &e) : -1;
+		int rc = r ? api_authorize(r, cases[i].who, cases[i].http, cases[i].path, &e)
+			   : -1;
 		bool ok = cases[i].status ? rc < 0 && e.status == cases[i].status &&
 						   strstr(e.msg, cases[i].msg)
 					  : rc == 0;

@@ -422,15 +422,18 @@ static void test_sessions(void)
 	      e.status == 400 && strcmp(e.code, "invalid_kind") == 0,
 	      "sessions: kind other than ssh or desktop: 400 invalid_kind");
 	err_clear(&e);
-	check(sessions_close(s, a, 10, 20, &x, &e) == 0 && x.id == a &&
+	check(sessions_close(s, a, "desktop", 10, 20, &x, &e) < 0 && e.status == 404 &&
+	      sessions_count(s, "m1") == 2, "sessions: closing one as another kind: 404");
+	err_clear(&e);
+	check(sessions_close(s, a, "ssh", 10, 20, &x, &e) == 0 && x.id == a &&
 	      strcmp(x.kind, "ssh") == 0 && strcmp(x.from, "192.0.2.1") == 0 &&
 	      sessions_count(s, "m1") == 1, "sessions: closing one");
-	check(sessions_close(s, a, 0, 0, NULL, &e) < 0 && e.status == 404,
+	check(sessions_close(s, a, NULL, 0, 0, NULL, &e) < 0 && e.status == 404,
 	      "sessions: closing it again: 404");
 	err_clear(&e);
 	check(sessions_drop_machine(s, "m1") == 1 && sessions_count(s, "m1") == 0 &&
 	      sessions_count(s, "m2") == 1, "sessions: a deleted machine's are dropped");
-	check(sessions_close(s, b, 0, 0, NULL, &e) < 0 && e.status == 404,
+	check(sessions_close(s, b, NULL, 0, 0, NULL, &e) < 0 && e.status == 404,
 	      "sessions: a dropped one is gone");
 	sessions_free(s);
 	sessions_free(NULL);

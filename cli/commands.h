@@ -10,6 +10,7 @@
 
 /* info.c: `berth info`. */
 int cmd_info(struct client *c, int argc, char **argv);
+int cmd_quota(struct client *c, int argc, char **argv);
 /* machine.c: `berth ls`, `berth create`, `berth exec`. */
 int cmd_ls(struct client *c, int argc, char **argv);
 int cmd_create(struct client *c, int argc, char **argv);

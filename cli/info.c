@@ -1,5 +1,8 @@
-/* berth info: the host's hypervisor, storage, network and versions. */
+/* berth info: the host's hypervisor, storage, network and versions; berth
+ * quota: the caller's quotas. */
+#include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -30,4 +33,37 @@ int cmd_info(struct client *c, int argc, char **argv)
 {
 	(void)argc, (void)argv;
 	return cli_call_print(c, "GET", "/v1/info", NULL, print_info, NULL);
+}
+
+static void print_quota(json_t *r, void *data)
+{
+	static const char *const sizes[] = { "max_running_memory", "max_total_disk", NULL };
+	const char *k;
+	json_t *q;
+
+	(void)data;
+	if (json_is_true(json_object_get(r, "exempt")))
+		printf("root: no quota applies (the limits below are other users')\n");
+	printf("%-24s %12s %12s\n", "QUOTA", "USED", "LIMIT");
+	json_object_foreach(json_object_get(r, "quotas"), k, q) {
+		char used[32], limit[32];
+		bool size = false;
+		for (size_t i = 0; sizes[i]; i++)
+			size |= !strcmp(k, sizes[i]);
+		if (size) {
+			cli_fmt_size(q, "used", used, sizeof(used));
+			cli_fmt_size(q, "limit", limit, sizeof(limit));
+		} else {
+			snprintf(used, sizeof(used), "%lld", cli_jint(q, "used"));
+			snprintf(limit, sizeof(limit), "%lld", cli_jint(q, "limit"));
+		}
+		printf("%-24s %12s %12s\n", k, used, cli_jint(q, "limit") ? limit : "none");
+	}
+}
+
+/* berth quota: the caller's quotas, their limits and what is used. */
+int cmd_quota(struct client *c, int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	return cli_call_print(c, "GET", "/v1/quota", NULL, print_quota, NULL);
 }

@@ -18,6 +18,7 @@ static const char usage_text[] =
 	"  up [--detach]                  start libvirtd (if none), hostd, the tiny image, a demo machine\n"
 	"  down                           stop the machines and what `up` started\n"
 	"  info                           hypervisor (kvm|tcg), storage backend, versions\n"
+	"  quota                          your quotas: each limit and what you use\n"
 	"  ls                             list machines\n"
 	"  show NAME                      one machine, with its SSH endpoint\n"
 	"  create NAME [--image I] [--cpus N] [--memory 512M] [--disk 4G] [--idle 15m|never]\n"
@@ -53,6 +54,7 @@ static const struct command {
 	{ "up", cmd_up },
 	{ "down", cmd_down },
 	{ "info", cmd_info },
+	{ "quota", cmd_quota },
 	{ "ls", cmd_ls },
 	{ "list", cmd_ls },
 	{ "create", cmd_create },

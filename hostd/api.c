@@ -25,6 +25,7 @@
 #include "hostd/memimage.h"
 #include "hostd/net.h"
 #include "hostd/prometheus.h"
+#include "hostd/quota.h"
 #include "hostd/sessions.h"
 #include "hostd/tokens.h"
 #include "hostd/transfer.h"
@@ -317,6 +318,15 @@ struct call {
 	const struct buf *body;     /* the body (empty for an upload) */
 	struct import *import;      /* an upload's import, fed as it arrived */
 };
+
+/* GET /v1/quota: the caller's quotas, each with its limit and use. */
+static struct reply do_quota(struct call *c)
+{
+	struct err e = { 0 };
+	json_t *j = quota_json(c->h, c->owner, &e);
+
+	return j ? ok(200, j) : fail(&e);
+}
 
 static struct reply do_info(struct call *c)
 {
@@ -714,9 +724,17 @@ static const char *query_arg(struct MHD_Connection *c, const char *key)
 	return v && *v ? v : NULL;
 }
 
+/* An export streaming: counted in its owner's max_exports until it ends. */
+struct export_call {
+	struct export *x;
+	struct hostd *h;
+	char owner[64];
+};
+
 static ssize_t export_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
-	ssize_t n = export_read(cls, buf, max);
+	struct export_call *xc = cls;
+	ssize_t n = export_read(xc->x, buf, max);
 
 	(void)pos;
 	if (n < 0)
@@ -726,7 +744,11 @@ static ssize_t export_reader(void *cls, uint64_t pos, char *buf, size_t max)
 
 static void export_free(void *cls)
 {
-	export_end(cls);
+	struct export_call *xc = cls;
+
+	export_end(xc->x);
+	quota_end(xc->h, xc->owner, QUOTA_EXPORTS);
+	free(xc);
 }
 
 /* GET /v1/machines/NAME/export[?checkpoint=C]: the disk as one zstd frame.
@@ -741,14 +763,23 @@ static struct reply do_export(struct call *c)
 
 	if (ckpt && !name_valid(ckpt))
 		return fail_now(400, "invalid_name", "invalid checkpoint name '%s'", ckpt);
-	x = export_begin(c->h, c->owner, c->arg[0], ckpt, &e);
-	if (!x)
+	if (quota_begin(c->h, c->owner, QUOTA_EXPORTS, &e) < 0)
 		return fail(&e);
+	x = export_begin(c->h, c->owner, c->arg[0], ckpt, &e);
+	if (!x) {
+		quota_end(c->h, c->owner, QUOTA_EXPORTS);
+		return fail(&e);
+	}
+	struct export_call *xc = calloc(1, sizeof(*xc));
+	if (!xc)
+		abort();
+	*xc = (struct export_call){ .x = x, .h = c->h };
+	snprintf(xc->owner, sizeof(xc->owner), "%s", c->owner);
 	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1 << 20,
-								       export_reader, x,
+								       export_reader, xc,
 								       export_free);
 	if (!resp) {
-		export_end(x);
+		export_free(xc);
 		return fail_now(500, "internal", "cannot create the export response");
 	}
 	snprintf(size, sizeof(size), "%llu", (unsigned long long)export_size(x));
@@ -1451,6 +1482,7 @@ static struct reply gw_sessions_reset(struct call *c)
 
 static const struct api_route routes[] = {
 	{ "GET", "/v1/info", ANYONE, .fn = do_info },
+	{ "GET", "/v1/quota", ANYONE, .fn = do_quota },
 	{ "GET", "/v1/ledger", ANYONE, .fn = do_ledger },
 	{ "GET", "/v1/usage", ROOT, .query_all = true,
 	  .refusal = "only root may see every user's usage", .fn = do_usage },
@@ -1673,6 +1705,26 @@ static struct reply too_large(const struct api *a)
 			(unsigned long long)a->h->cfg.max_body);
 }
 
+/* Whether route R changes machines (and counts in max_operations). */
+static bool changes_machines(const struct api_route *r)
+{
+	return strcmp(r->method, "GET") != 0 && strncmp(r->path, "/v1/machines", 12) == 0;
+}
+
+/* C's handler, counted among its owner's operations in flight (a
+ * refusal when they are max_operations already). */
+static struct reply call_counted(struct call *c)
+{
+	struct err e = { 0 };
+	struct reply rep;
+
+	if (quota_begin(c->h, c->owner, QUOTA_OPERATIONS, &e) < 0)
+		return fail(&e);
+	rep = c->route->fn(c);
+	quota_end(c->h, c->owner, QUOTA_OPERATIONS);
+	return rep;
+}
+
 /* The caller's class for the route table. */
 static enum api_caller caller_class(const struct api *a, uid_t uid)
 {
@@ -1769,7 +1821,7 @@ enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url
 		memcpy(call.arg, r->args, sizeof(call.arg));
 		/* The handler owns the import from here. */
 		r->import = NULL;
-		rep = r->route->fn(&call);
+		rep = changes_machines(r->route) ? call_counted(&call) : r->route->fn(&call);
 	}
 	if (rep.status >= 500)
 		log_warn("%s %s: %d %s", method, url, rep.status,

@@ -11,6 +11,7 @@
 #include "common/util.h"
 #include "hostd/machine_steps.h"
 #include "hostd/net.h"
+#include "hostd/quota.h"
 #include "common/banned.h"
 
 /* A new volume name for machine M's next top: m-UUID-RANDOM. */
@@ -109,6 +110,8 @@ int checkpoint_create(struct hostd *h, const char *owner, const char *name,
 			       "invalid checkpoint name '%s': use 1 to 63 of a-z, 0-9 and '-'", ckpt);
 	if (machine_begin(h, owner, name, "checkpoint", &m, &vs, e) < 0)
 		return -1;
+	if (quota_check_checkpoint(h, &m, memory, e) < 0)
+		goto out;
 	if (!ckpt) {
 		/* ckpt-YYYYMMDD-HHMMSS, with -2, -3... within one second. */
 		time_t t = time(NULL);
@@ -215,8 +218,8 @@ json_t *checkpoint_list_json(struct hostd *h, const char *owner, const char *nam
 /* Start M from the save image MEM with M's own domain XML (its disk, port,
  * seed): a memory checkpoint's restore, or (FOREIGN: MEM is another
  * machine's) a live fork's start. */
-static int restore_memory(struct hostd *h, struct machine *m, const char *mem, bool foreign,
-			  struct err *e)
+static int restore_memory_now(struct hostd *h, struct machine *m, const char *mem,
+			      bool foreign, struct err *e)
 {
 	struct buf xml = BUF_INIT;
 	char copy[PATH_MAX];
@@ -237,6 +240,19 @@ static int restore_memory(struct hostd *h, struct machine *m, const char *mem, b
 	}
 out:
 	buf_free(&xml);
+	return rc;
+}
+
+/* restore_memory_now under the running quotas: M runs afterwards. */
+static int restore_memory(struct hostd *h, struct machine *m, const char *mem, bool foreign,
+			  struct err *e)
+{
+	int held = quota_start_begin(h, m, e), rc;
+
+	if (held < 0)
+		return -1;
+	rc = restore_memory_now(h, m, mem, foreign, e);
+	quota_start_end(h, m, held, rc == 0);
 	return rc;
 }
 

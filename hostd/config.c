@@ -61,6 +61,14 @@ static const struct copt options[] = {
 	SIZE("min_memory", min_memory),
 	SIZE("max_memory", max_memory),
 	SIZE("max_disk", max_disk),
+	INT("max_machines", max_machines, 0, 1000000),
+	INT("max_running_vcpus", max_running_vcpus, 0, 1000000),
+	SIZE("max_running_memory", max_running_memory),
+	SIZE("max_total_disk", max_total_disk),
+	INT("max_checkpoints", max_checkpoints, 0, 100000),
+	INT("max_memory_checkpoints", max_memory_checkpoints, 0, 100000),
+	INT("max_operations", max_operations, 0, 10000),
+	INT("max_exports", max_exports, 0, 10000),
 	SIZE("max_body", max_body),
 	BOOL("suspend_compress", suspend_compress),
 	INT("suspend_compress_level", suspend_compress_level, -10, 19),
@@ -116,6 +124,16 @@ void config_defaults(struct config *c, const char *state_dir)
 	c->min_memory = 64ULL << 20;
 	c->max_memory = 256ULL << 30;
 	c->max_disk = 16ULL << 40;
+	/* A shared host's defaults: a user runs a few machines at once and
+	 * keeps a few dozen; root (exempt) or berth.conf gives more. */
+	c->max_machines = 20;
+	c->max_running_vcpus = 16;
+	c->max_running_memory = 32ULL << 30;
+	c->max_total_disk = 1ULL << 40;
+	c->max_checkpoints = 64;
+	c->max_memory_checkpoints = 8;
+	c->max_operations = 8;
+	c->max_exports = 2;
 	c->max_body = 64 << 10;
 	c->max_fill = 90;
 	c->suspend_compress = true;

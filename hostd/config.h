@@ -45,6 +45,15 @@ struct config {
 	int max_vcpus;
 	uint64_t min_memory, max_memory; /* bytes */
 	uint64_t max_disk;             /* bytes */
+	/* Per-user quotas (hostd/quota.h; root exempt; 0: none). */
+	int max_machines;
+	int max_running_vcpus;
+	uint64_t max_running_memory;   /* bytes */
+	uint64_t max_total_disk;       /* bytes: the machines' virtual disks */
+	int max_checkpoints;           /* per machine */
+	int max_memory_checkpoints;
+	int max_operations;            /* requests changing machines at once */
+	int max_exports;               /* exports at once */
 	uint64_t max_body;             /* largest API request body, bytes */
 	bool suspend_compress;         /* suspend: hostd stores the memory zstd-compressed
 					  (else libvirt's raw managed save) */

@@ -17,6 +17,7 @@
 #include "hostd/memimage.h"
 #include "hostd/net.h"
 #include "hostd/prometheus.h"
+#include "hostd/quota.h"
 #include "hostd/sampler.h"
 #include "hostd/seed.h"
 #include "hostd/sshkey.h"
@@ -427,7 +428,8 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 	 * that start-up reconciliation undoes.  Its network address is
 	 * picked and taken in the same breath. */
 	pthread_mutex_lock(&create_lock);
-	if (net_routed(h) && (m.net_index = net_pick_index(h, e)) < 0) {
+	if (quota_check_create(h, m.owner, m.disk, e) < 0 ||
+	    (net_routed(h) && (m.net_index = net_pick_index(h, e)) < 0)) {
 		pthread_mutex_unlock(&create_lock);
 		goto out;
 	}
@@ -609,7 +611,7 @@ int machine_wait_ready(struct hostd *h, const struct machine *m, int timeout_s,
 		       m->name, timeout_s);
 }
 
-int machine_do_start(struct hostd *h, struct machine *m, enum vstate vs, struct err *e)
+static int do_start(struct hostd *h, struct machine *m, enum vstate vs, struct err *e)
 {
 	int old_port = m->ssh_port, r;
 
@@ -671,6 +673,17 @@ int machine_do_start(struct hostd *h, struct machine *m, enum vstate vs, struct 
 			return -1;
 	}
 	return virt_start(h->virt, m->id, e);
+}
+
+int machine_do_start(struct hostd *h, struct machine *m, enum vstate vs, struct err *e)
+{
+	int held = quota_start_begin(h, m, e), rc;
+
+	if (held < 0)
+		return -1;
+	rc = do_start(h, m, vs, e);
+	quota_start_end(h, m, held, rc == 0);
+	return rc;
 }
 
 int machine_do_stop(struct hostd *h, struct machine *m, enum vstate vs, int timeout_s,

@@ -1,0 +1,75 @@
+#!/bin/bash
+# Per-user quotas (berth.conf; root exempt): a user created by the test
+# runs into max_machines, max_total_disk, max_running_vcpus and
+# max_checkpoints, each refused as 403 quota_exceeded naming the quota, its
+# limit and the use, leaving nothing behind; root still creates; berth
+# quota shows the user theirs.
+. "$(dirname "$0")/../lib.sh"
+
+command -v setpriv >/dev/null || { skip "setpriv is not installed (util-linux)"; finish; }
+
+# The test's user reaches the socket through $T.
+chmod 711 "$T"
+U=bt$$q
+test_user "$U" || { not_ok "useradd $U"; finish; }
+mkdir -p "$STATE"
+cat >>"$STATE/berth.conf" <<EOF
+max_machines = 2
+max_total_disk = 600M
+max_running_vcpus = 1
+max_checkpoints = 1
+EOF
+start_hostd && build_tiny || { not_ok "hostd and image"; finish; }
+
+# ub ARGS...: the berth CLI as $U.
+ub() { setpriv --reuid="$U" --regid="$U" --clear-groups "$BIN/berth" --state "$STATE" "$@"; }
+names() { ub ls --json | python3 -c 'import json,sys; print(" ".join(sorted(m["name"] for m in json.load(sys.stdin)["machines"])))'; }
+vol_count() { find "$STATE/volumes" -type f 2>/dev/null | wc -l; }
+
+check_eq "$U creates m1 (256 MiB disk)" stopped "$(ub create m1 --no-start --json | json state)"
+out=$(ub create m2 --no-start --disk 512M 2>&1)
+check_eq "m2 with a 512 MiB disk: refused" 1 "$?"
+check_match "  naming max_total_disk, its limit and the use" \
+	"quota max_total_disk: 600M at most, you have 256M, and this machine's disk is 512M" "$out"
+check_eq "m2 with the image's 256 MiB: created" stopped "$(ub create m2 --no-start --json | json state)"
+vols=$(vol_count)
+doms=$(test_domains | wc -l)
+out=$(ub create m3 --no-start 2>&1)
+check_eq "a third machine over max_machines = 2: refused" 1 "$?"
+check_match "  naming the quota, its limit and the use" "quota max_machines: 2 machines at most, you have 2" "$out"
+check_eq "  nothing of m3 is left: machines" "m1 m2" "$(names)"
+check_eq "  volumes" "$vols" "$(vol_count)"
+check_eq "  domains" "$doms" "$(test_domains | wc -l)"
+code=$(curl -s --unix-socket "$STATE/hostd.sock" -H "X-Berth-User: $U" -H 'Content-Type: application/json' \
+	--data-binary '{"name":"m3","start":false}' http://berth/v1/machines | json error.code)
+check_eq "  the API's answer: 403 quota_exceeded (root acting for $U: $U's quota)" quota_exceeded "$code"
+for r in r1 r2 r3; do berth create "$r" --no-start >/dev/null; done
+check_eq "root (exempt) creates three all the same" 3 "$(berth ls --json | python3 -c 'import json,sys; print(sum(m["owner"] == "root" for m in json.load(sys.stdin)["machines"]))')"
+
+check_eq "$U starts m1 (1 vCPU)" running "$(ub start m1 --json | json state)"
+out=$(ub start m2 2>&1)
+check_eq "m2 as well, over max_running_vcpus = 1: refused" 1 "$?"
+check_match "  naming the quota" "quota max_running_vcpus: 1 vCPUs running at most, you have 1" "$out"
+check_eq "  m2 stays stopped" stopped "$(ub show m2 --json | json state)"
+check_eq "root's machines do not count: r1 starts" running "$(berth start r1 --no-wait --json | json state)"
+ub quota --json >"$T/q.json"
+check_eq "berth quota --json: machines 2 of 2" "2 2" "$(json quotas.max_machines.used <"$T/q.json") $(json quotas.max_machines.limit <"$T/q.json")"
+check_eq "  vCPUs running 1 of 1" "1 1" "$(json quotas.max_running_vcpus.used <"$T/q.json") $(json quotas.max_running_vcpus.limit <"$T/q.json")"
+check_eq "  disk 512 MiB" $((512 << 20)) "$(json quotas.max_total_disk.used <"$T/q.json")"
+check_eq "  not exempt" false "$(json exempt <"$T/q.json")"
+check_match "berth quota: a table" "max_machines +2 +2" "$(ub quota)"
+check_eq "root is exempt" true "$(berth quota --json | json exempt)"
+
+check_eq "a checkpoint of m1" c1 "$(ub checkpoint m1 c1 --json | json name)"
+out=$(ub checkpoint m1 c2 2>&1)
+check_eq "a second, over max_checkpoints = 1: refused" 1 "$?"
+check_match "  naming the quota" "quota max_checkpoints: 1 checkpoints per machine at most, you have 1" "$out"
+check_eq "  m1 has one checkpoint" c1 "$(ub checkpoints m1 --json | python3 -c 'import json,sys; print(" ".join(c["name"] for c in json.load(sys.stdin)["checkpoints"]))')"
+check_eq "  and runs" running "$(ub show m1 --json | json state)"
+
+ub stop m1 >/dev/null
+check_eq "once m1 stops, m2 starts" running "$(ub start m2 --no-wait --json | json state)"
+for m in m1 m2; do ub rm "$m" >/dev/null; done
+for r in r1 r2 r3; do berth rm "$r" >/dev/null; done
+check_eq "all removed" "" "$(names)"
+finish

@@ -251,6 +251,8 @@ int machine_port_refresh(struct hostd *h, struct machine *m, struct err *e)
 		return -1;
 	log_info("machine %s: port %d is taken; SSH moves to %d", m->name, m->ssh_port, p);
 	m->ssh_port = p;
+	if (net_user_refresh(h, e) < 0)
+		return -1;
 	return 1;
 }
 

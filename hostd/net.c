@@ -611,16 +611,17 @@ static void qemu_uids(const struct hostd *h, uint32_t *lo, uint32_t *hi)
 	*hi = *lo + 0xffffff < QEMU_UID_LAST ? *lo + 0xffffff : QEMU_UID_LAST;
 }
 
-/* Load (ON) or remove this instance's user-mode filter.  Its own nft
- * context: network = user keeps no struct net. */
-static int user_filter(struct hostd *h, bool on, struct err *e)
+/* Load (ON) or remove this instance's user-mode filter (QUIET: a reload,
+ * not logged).  Its own nft context: network = user keeps no struct net. */
+static int user_filter(struct hostd *h, bool on, bool quiet, struct err *e)
 {
 	struct net *n = calloc(1, sizeof(*n));
 	struct buf script = BUF_INIT;
 	char res[8][48];
-	size_t nres = 0;
+	size_t nres = 0, nm = 0, np = 0;
 	uint32_t lo = 0, hi = 0;
-	int rc = -1;
+	struct machine *ms = NULL;
+	int rc = -1, *ports = NULL;
 
 	if (!n)
 		abort();
@@ -636,7 +637,15 @@ static int user_filter(struct hostd *h, bool on, struct err *e)
 		host_networks(n);
 		nres = host_resolvers(res, sizeof(res) / sizeof(res[0]));
 		qemu_uids(h, &lo, &hi);
-		net_user_ruleset(&n->conf, lo, hi, res, nres, &script);
+		if (db_machine_list(h->db, NULL, &ms, &nm, e) < 0)
+			goto out;
+		ports = calloc(nm + 1, sizeof(*ports));
+		if (!ports)
+			abort();
+		for (size_t i = 0; i < nm; i++)
+			if (ms[i].ssh_port > 0)
+				ports[np++] = ms[i].ssh_port;
+		net_user_ruleset(&n->conf, lo, hi, res, nres, ports, np, &script);
 	} else {
 		buf_printf(&script, "add table inet %s\ndelete table inet %s\n", n->conf.table,
 			   n->conf.table);
@@ -650,7 +659,7 @@ static int user_filter(struct hostd *h, bool on, struct err *e)
 			"host cannot be loaded (%.300s); hostd does not run machines without it "
 			"(the kernel needs nf_tables)", why);
 	}
-	if (rc == 0 && on) {
+	if (rc == 0 && on && !quiet) {
 		log_info("network user: QEMU's connections (uids %u-%u) reach no address of the "
 			 "host's and no closed range, but port 53 of %zu resolver(s) of "
 			 "/etc/resolv.conf (table inet %s)", lo, hi, nres, n->conf.table);
@@ -665,7 +674,23 @@ out:
 	if (n->nft)
 		nft_ctx_free(n->nft);
 	buf_free(&script);
+	free(ports);
+	free(ms);
 	free(n);
+	return rc;
+}
+
+int net_user_refresh(struct hostd *h, struct err *e)
+{
+	/* One reload at a time: each reads the ports of now. */
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	int rc;
+
+	if (net_routed(h))
+		return 0;
+	pthread_mutex_lock(&lock);
+	rc = user_filter(h, true, true, e);
+	pthread_mutex_unlock(&lock);
 	return rc;
 }
 
@@ -703,7 +728,7 @@ int net_start(struct hostd *h, struct err *e)
 	int rc = -1;
 
 	if (!net_routed(h))
-		return user_filter(h, true, e);
+		return user_filter(h, true, false, e);
 	n = calloc(1, sizeof(*n));
 	if (!n)
 		abort();
@@ -793,7 +818,7 @@ void net_stop(struct hostd *h)
 	if (!n) {
 		/* network = user: the filter stays while a QEMU runs. */
 		if (!net_routed(h) && !any_running(h))
-			user_filter(h, false, NULL);
+			user_filter(h, false, false, NULL);
 		return;
 	}
 	pthread_mutex_lock(&n->lock);
@@ -845,7 +870,7 @@ int net_machine_add(struct hostd *h, const struct machine *m, struct err *e)
 	int rc = -1;
 
 	if (!n)
-		return 0;
+		return net_user_refresh(h, e);	/* network = user: its SSH forward */
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		abort();

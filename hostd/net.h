@@ -86,10 +86,17 @@ void net_domain_set(const char *domain, char *out, size_t outlen);
 /* network = user: the table that keeps QEMU's own connections (uids
  * UID_LO..UID_HI: every guest connection is one of its QEMU's) from the
  * host's addresses and the closed ranges, but for port 53 of the host's
- * resolvers RESOLVERS[0..NRES) (IPv4 or IPv6 text), as an nft script that
- * replaces it.  Pure. */
+ * resolvers RESOLVERS[0..NRES) (IPv4 or IPv6 text); and the machines' SSH
+ * forwards on loopback (PORTS[0..NPORTS)) from every local user but root
+ * and berth-sshgw's (C's gw_uid), who could otherwise fill a guest sshd's
+ * unauthenticated slots and lock the gateway out.  As an nft script that
+ * replaces the table.  Pure. */
 void net_user_ruleset(const struct net_conf *c, uint32_t uid_lo, uint32_t uid_hi,
-		      char resolvers[][48], size_t nres, struct buf *out);
+		      char resolvers[][48], size_t nres, const int *ports, size_t nports,
+		      struct buf *out);
+/* network = user: the table again, with the machines' SSH forwards of now
+ * (a machine made, or its port moved).  No-op with network = routed. */
+int net_user_refresh(struct hostd *h, struct err *e);
 
 /* Names of machine INDEX: its tap and its address (dotted). */
 void net_tap_name(const struct net_conf *c, int index, char *out, size_t outlen);

@@ -334,7 +334,8 @@ void net_ruleset(const struct net_conf *c, const struct net_machine *ms, size_t 
 }
 
 void net_user_ruleset(const struct net_conf *c, uint32_t uid_lo, uint32_t uid_hi,
-		      char resolvers[][48], size_t nres, struct buf *b)
+		      char resolvers[][48], size_t nres, const int *ports, size_t nports,
+		      struct buf *b)
 {
 	const char *t = c->table;
 
@@ -344,8 +345,21 @@ void net_user_ruleset(const struct net_conf *c, uint32_t uid_lo, uint32_t uid_hi
 	/* Loopback, v4-mapped, unique-local, link-local, multicast. */
 	buf_adds(b, "\tset closed6 { type ipv6_addr; flags interval; auto-merge; elements = {"
 		    " ::/127, ::ffff:0.0.0.0/96, 64:ff9b::/96, fc00::/7, fe80::/10, ff00::/8 } }\n");
+	buf_adds(b, "\tset ssh_forwards { type inet_service;");
+	for (size_t i = 0; i < nports; i++)
+		buf_printf(b, "%s%d", i ? ", " : " elements = { ", ports[i]);
+	buf_adds(b, nports ? " } }\n" : " }\n");
 	buf_printf(b, "\tchain output { type filter hook output priority filter; policy accept;\n"
-		      "\t\tmeta skuid %u-%u jump qemu_out\n\t}\n", uid_lo, uid_hi);
+		      "\t\tmeta skuid %u-%u jump qemu_out\n", uid_lo, uid_hi);
+	/* A new connection to a machine's SSH forward: root (hostd, berth
+	 * exec) and berth-sshgw only. */
+	if (c->has_gw_uid)
+		buf_printf(b, "\t\tct state new ip daddr 127.0.0.0/8 tcp dport @ssh_forwards "
+			      "meta skuid != { 0, %u } counter reject with tcp reset\n", c->gw_uid);
+	else
+		buf_adds(b, "\t\tct state new ip daddr 127.0.0.0/8 tcp dport @ssh_forwards "
+			    "meta skuid != 0 counter reject with tcp reset\n");
+	buf_adds(b, "\t}\n");
 	/* Replies (the SSH forward's accepted connections) first; then the
 	 * host's resolvers on port 53 (QEMU's 10.0.2.3 forwards there); then
 	 * no address of the host's own, and no closed range. */

@@ -1,6 +1,7 @@
 /* berth-sshgw: the SSH gateway.  Usage:
  *   berth-sshgw --state DIR [--listen ADDR:PORT] [--user USER]
  *               [--max-sessions N] [--login-grace SECONDS]
+ *               [--kex-timeout SECONDS] [--max-unauth-per-addr N]
  *               [--max-auth-tries N] [--auth-fail-limit N] [--log-level L]
  *               [--pidfile FILE]
  *
@@ -49,6 +50,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: berth-sshgw --state DIR [--listen ADDR:PORT] [--user USER]\n"
 		   "                   [--max-sessions N] [--login-grace SECONDS]\n"
+		   "                   [--kex-timeout SECONDS] [--max-unauth-per-addr N]\n"
 		   "                   [--max-auth-tries N] [--auth-fail-limit N] "
 		   "[--log-level LEVEL]\n"
 		   "                   [--pidfile FILE]\n");
@@ -77,6 +79,75 @@ struct watch {
 
 static atomic_int active;
 static int max_sessions = 2000;
+
+/* Connections not yet authenticated, per source address: a client that
+ * opens many and sends nothing cannot take the gateway's threads and
+ * grace periods from everyone else.  A small table probed from the
+ * address's hash; a slot whose count drops to 0 is free again. */
+#define UNAUTH_SLOTS 4096
+#define UNAUTH_PROBE 32
+static struct unauth {
+	char addr[64];
+	int n;
+} unauth[UNAUTH_SLOTS];
+static pthread_mutex_t unauth_mu = PTHREAD_MUTEX_INITIALIZER;
+static int max_unauth_per_addr = 100;
+
+/* ADDR's slot (a free one for a new address when ADD), or NULL. */
+static struct unauth *unauth_slot(const char *addr, bool add)
+{
+	unsigned h = 5381;
+	struct unauth *free_slot = NULL;
+
+	for (const char *p = addr; *p; p++)
+		h = h * 33 + (unsigned char)*p;
+	for (int i = 0; i < UNAUTH_PROBE; i++) {
+		struct unauth *u = &unauth[(h + (unsigned)i) % UNAUTH_SLOTS];
+		if (u->n > 0 && !strcmp(u->addr, addr))
+			return u;
+		if (u->n == 0 && !free_slot)
+			free_slot = u;
+	}
+	if (add && free_slot)
+		snprintf(free_slot->addr, sizeof(free_slot->addr), "%s", addr);
+	return add ? free_slot : NULL;
+}
+
+/* Count a new connection from ADDR: false (not counted) when ADDR has
+ * max_unauth_per_addr unauthenticated ones already, or the table is full
+ * around its slot. */
+static bool unauth_enter(const char *addr)
+{
+	struct unauth *u;
+	bool ok = false;
+
+	pthread_mutex_lock(&unauth_mu);
+	u = unauth_slot(addr, true);
+	if (u && u->n < max_unauth_per_addr) {
+		u->n++;
+		ok = true;
+	}
+	pthread_mutex_unlock(&unauth_mu);
+	return ok;
+}
+
+static void unauth_leave(const char *addr)
+{
+	struct unauth *u;
+
+	pthread_mutex_lock(&unauth_mu);
+	u = unauth_slot(addr, false);
+	if (u && u->n > 0)
+		u->n--;
+	pthread_mutex_unlock(&unauth_mu);
+}
+
+/* struct gw's authenticated. */
+static void authenticated(const char *addr, void *data)
+{
+	(void)data;
+	unauth_leave(addr);
+}
 
 static struct rate *rate_slot(struct watch *w, const char *addr)
 {
@@ -132,7 +203,8 @@ static void *conn_main(void *arg)
 {
 	struct job *j = arg;
 
-	proxy_serve(j->g, j->fd, j->addr, j->port);
+	if (!proxy_serve(j->g, j->fd, j->addr, j->port))
+		unauth_leave(j->addr);
 	free(j);
 	atomic_fetch_sub(&active, 1);
 	return NULL;
@@ -277,6 +349,8 @@ int main(int argc, char **argv)
 		{ "user", required_argument, NULL, 'u' },
 		{ "max-sessions", required_argument, NULL, 'm' },
 		{ "login-grace", required_argument, NULL, 'g' },
+		{ "kex-timeout", required_argument, NULL, 'k' },
+		{ "max-unauth-per-addr", required_argument, NULL, 'a' },
 		{ "max-auth-tries", required_argument, NULL, 't' },
 		{ "auth-fail-limit", required_argument, NULL, 'f' },
 		{ "log-level", required_argument, NULL, 'L' },
@@ -288,7 +362,8 @@ int main(int argc, char **argv)
 	char sock[PATH_MAX], keydir[PATH_MAX];
 	/* Static, as PTHREAD_MUTEX_INITIALIZER wants. */
 	static struct watch w = { .rate_mu = PTHREAD_MUTEX_INITIALIZER, .auth_fail_limit = 20 };
-	struct gw g = { .login_grace_s = 30, .max_auth_tries = 6, .auth_failed = auth_failed,
+	struct gw g = { .login_grace_s = 30, .kex_timeout_s = 10, .max_auth_tries = 6,
+			.auth_failed = auth_failed, .authenticated = authenticated,
 			.hostd_generation = hostd_generation, .data = &w };
 	int c, lfd;
 	ssh_key key;
@@ -303,6 +378,15 @@ int main(int argc, char **argv)
 		case 'p': pidfile = optarg; break;
 		case 'm':
 			if (parse_int("--max-sessions", optarg, 1, 1000000, &max_sessions) < 0)
+				return 2;
+			break;
+		case 'k':
+			if (parse_int("--kex-timeout", optarg, 1, 3600, &g.kex_timeout_s) < 0)
+				return 2;
+			break;
+		case 'a':
+			if (parse_int("--max-unauth-per-addr", optarg, 1, 100000,
+				      &max_unauth_per_addr) < 0)
 				return 2;
 			break;
 		case 'g':
@@ -401,10 +485,19 @@ int main(int argc, char **argv)
 			free(j);
 			continue;
 		}
+		if (!unauth_enter(j->addr)) {
+			log_debug("refused a connection from %s:%d: %d of its connections are not "
+				  "authenticated yet (--max-unauth-per-addr)", j->addr, j->port,
+				  max_unauth_per_addr);
+			close(fd);
+			free(j);
+			continue;
+		}
 		atomic_fetch_add(&active, 1);
 		if (pthread_create(&t, &attr, conn_main, j) != 0) {
 			log_error("cannot start a thread for %s:%d", j->addr, j->port);
 			atomic_fetch_sub(&active, 1);
+			unauth_leave(j->addr);
 			close(fd);
 			free(j);
 		}

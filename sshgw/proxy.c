@@ -320,6 +320,8 @@ static int on_auth_pubkey(ssh_session s, const char *user, struct ssh_key_struct
 	if (known == 0 || (known == 1 && strcmp(owner, c->owner) != 0))
 		return SSH_AUTH_DENIED;	/* removed (and registered anew) meanwhile */
 	snprintf(c->login, sizeof(c->login), "%s", user);
+	if (!c->authed && c->g->authenticated)
+		c->g->authenticated(c->addr, c->g->data);
 	c->authed = true;
 	return SSH_AUTH_SUCCESS;
 }
@@ -1029,11 +1031,15 @@ out:
 	free(buf);
 }
 
-void proxy_serve(struct gw *g, int fd, const char *addr, int port)
+bool proxy_serve(struct gw *g, int fd, const char *addr, int port)
 {
 	struct conn *c = calloc(1, sizeof(*c));
-	long grace = g->login_grace_s;
+	/* The key exchange within kex_timeout_s, authentication within
+	 * login_grace_s (serve's deadline). */
+	long kex = g->kex_timeout_s > 0 && g->kex_timeout_s < g->login_grace_s ? g->kex_timeout_s
+									       : g->login_grace_s;
 	int one = 1;
+	bool authed;
 
 	if (!c)
 		abort();
@@ -1045,9 +1051,9 @@ void proxy_serve(struct gw *g, int fd, const char *addr, int port)
 	if (!c->down) {
 		close(fd);
 		free(c);
-		return;
+		return false;
 	}
-	ssh_options_set(c->down, SSH_OPTIONS_TIMEOUT, &grace);
+	ssh_options_set(c->down, SSH_OPTIONS_TIMEOUT, &kex);
 	if (ssh_bind_accept_fd(g->bind, c->down, fd) != SSH_OK) {
 		log_error("accept %s:%d: %s", addr, port, ssh_get_error(g->bind));
 		close(fd);
@@ -1101,5 +1107,7 @@ out:
 	ssh_disconnect(c->down);
 	ssh_free(c->down);
 	free(c->last_key);
+	authed = c->authed;
 	free(c);
+	return authed;
 }

@@ -16,6 +16,7 @@ struct gw {
 	const char *hostd_sock;	/* STATE/hostd.sock */
 	ssh_bind bind;		/* host keys and algorithms for every connection */
 	int login_grace_s;	/* from accept to authenticated */
+	int kex_timeout_s;	/* from accept to the end of the key exchange */
 	int max_auth_tries;	/* refused keys per connection */
 	/* Required.  A key from ADDR was refused: it counts towards the
 	 * address's limit.  Called from any connection's thread. */
@@ -24,12 +25,15 @@ struct gw {
 	 * sessions are then gone, and live connections open theirs again).
 	 * Called on every turn of every connection's loop: it must be cheap. */
 	int (*hostd_generation)(void *data);
-	void *data;		/* passed to both callbacks */
+	/* Optional.  The connection from ADDR authenticated (once per
+	 * connection): it no longer counts as unauthenticated. */
+	void (*authenticated)(const char *addr, void *data);
+	void *data;		/* passed to the callbacks */
 };
 
 /* Serve the accepted connection FD from ADDR:PORT until it ends; FD is
  * consumed.  Logs one line when a session ends: who, which machine, from
- * where, how long, bytes each way. */
-void proxy_serve(struct gw *g, int fd, const char *addr, int port);
+ * where, how long, bytes each way.  Returns whether it authenticated. */
+bool proxy_serve(struct gw *g, int fd, const char *addr, int port);
 
 #endif

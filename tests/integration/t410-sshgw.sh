@@ -6,7 +6,8 @@
 # sshd, agent forwarding, waking a suspended (memory kept) and a stopped
 # machine, live sessions in hostd, refusals that say nothing about other
 # users' machines, garbage and oversized packets before authentication, the
-# login grace, the per-address limit of refused keys, 100 concurrent
+# login grace, the per-address limit of refused keys, unauthenticated
+# connections per address and the key exchange timeout, 100 concurrent
 # sessions, the session log line.
 . "$(dirname "$0")/../lib.sh"
 
@@ -426,6 +427,55 @@ if start_gw "$P2" "$T/sshgw2.log" --login-grace 2 --auth-fail-limit 3; then
 	forget "$GW2"
 else
 	not_ok "the second gateway starts"
+fi
+
+# ---- a third gateway: unauthenticated connections per address, kex timeout ----
+P3=$(free_port)
+if start_gw "$P3" "$T/sshgw3.log" --max-unauth-per-addr 10 --kex-timeout 3 --login-grace 20; then
+	GW3=$GW_PID
+	# 50 silent connections from 127.0.0.2: how many the gateway keeps.
+	python3 - "$P3" >"$T/silent.out" <<'PY' &
+import socket, sys, time
+port = int(sys.argv[1])
+socks = []
+for _ in range(50):
+    s = socket.socket()
+    s.bind(("127.0.0.2", 0))
+    s.connect(("127.0.0.1", port))
+    s.settimeout(0.05)
+    socks.append(s)
+time.sleep(1.5)
+def is_open(s):
+    try:
+        return s.recv(1, socket.MSG_PEEK) != b""
+    except socket.timeout:
+        return True
+    except OSError:
+        return False
+# A banner or nothing yet: open; EOF or a reset: closed.
+print(sum(is_open(s) for s in socks), flush=True)
+time.sleep(5)
+PY
+	SILENT=$!
+	BG+=("$SILENT")
+	for _ in $(seq 100); do [ -s "$T/silent.out" ] && break; sleep 0.1; done
+	check_eq "50 silent connections from 127.0.0.2 (--max-unauth-per-addr 10): 10 kept" 10 \
+		"$(cat "$T/silent.out")"
+	check_eq "  meanwhile a login from 127.0.0.1 works" ok6 "$(gw -p "$P3" m1@127.0.0.1 'echo ok6')"
+	out=$(timeout -k 5 20 ssh "${OPTS[@]}" -i "$T/k1" -p "$P3" -o BindAddress=127.0.0.2 \
+		m1@127.0.0.1 'echo ok7' 2>&1)
+	check_match "  and one from 127.0.0.2 is refused while its 10 wait" 'Connection (closed|reset)' "$out"
+	wait "$SILENT" 2>/dev/null
+	forget "$SILENT"
+	check_eq "  once they are gone, 127.0.0.2 logs in" ok8 "$(timeout -k 5 60 ssh "${OPTS[@]}" \
+		-i "$T/k1" -p "$P3" -o BindAddress=127.0.0.2 m1@127.0.0.1 'echo ok8')"
+	out=$(timeout -k 5 30 python3 "$T/raw.py" read "$P3" 15)
+	check_match "a silent client is closed after the key exchange timeout (3 s, not the 20 s grace; got: $out)" \
+		'^closed ([2-4]\.[0-9]|5\.[0-4])$' "$out"
+	stop_pid "$GW3"
+	forget "$GW3"
+else
+	not_ok "the third gateway starts"
 fi
 
 # ---- 100 concurrent sessions ----

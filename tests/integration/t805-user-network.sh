@@ -74,6 +74,20 @@ berth create m1 >/dev/null || not_ok "create m1"
 check_eq "the endpoint is a loopback port" 127.0.0.1 "$(berth show m1 --json | json ssh.host)"
 check_eq "exec works" ok "$(berth exec m1 -- echo ok)"
 
+# ---- the machine's SSH forward: root and berth-sshgw only ----
+# banner_as USER PORT: what a connection as USER to 127.0.0.1:PORT reads first.
+banner_as() { setpriv --reuid="$1" --regid="$(id -g "$1")" --clear-groups /usr/bin/python3 -c 'import socket,sys
+s=socket.socket(); s.settimeout(10)
+try:
+    s.connect(("127.0.0.1", int(sys.argv[1]))); print(s.recv(64).decode(errors="replace").split("-")[0])
+except Exception as e: print(type(e).__name__)' "$2"; }
+fwd=$(berth show m1 --json | json ssh.port)
+check_eq "root reaches the machine's SSH forward: a banner" SSH "$(banner_as root "$fwd")"
+check_eq "berth-sshgw's user does too" SSH "$(banner_as berth-sshgw "$fwd")"
+check_eq "another local user (nobody) is refused, so it cannot fill the guest sshd's slots" \
+	ConnectionRefusedError "$(banner_as nobody "$fwd")"
+check_eq "  nor can berth-desktop's user" ConnectionRefusedError "$(banner_as berth-desktop "$fwd")"
+
 # ---- guest -> host: nothing; the internet: yes ----
 probe() { berth exec m1 -- netprobe "$1" "$2" "$3" "${4:-2000}" 2>/dev/null; }
 check "the table of the uid filter is there" nft list table inet "berth-$(berth info --json | json instance)"
@@ -127,6 +141,8 @@ done
 check "the squatter holds the port" grep -q held "$T/squatter.out"
 check_eq "resume while another program holds its port: running" running "$(berth resume m1 --json | json state)"
 check "the SSH port moved" test "$(berth show m1 --json | json ssh.port)" != "$port"
+check_eq "  the new port is for root and berth-sshgw only too" "SSH ConnectionRefusedError" \
+	"$(banner_as root "$(berth show m1 --json | json ssh.port)") $(banner_as nobody "$(berth show m1 --json | json ssh.port)")"
 check_eq "memory survived the move" "$token" "$(berth exec m1 -- cat /tmp/value)"
 kill "$squatter" 2>/dev/null; wait "$squatter" 2>/dev/null; squatter=
 

@@ -181,7 +181,11 @@ static void test_user_rules(void)
 	char res[2][48] = { "10.255.255.53", "fd00::53" };
 	const char *r;
 
-	net_user_ruleset(&c, 2013265920, 2030043135, res, 2, &b);
+	int ports[] = { 40022, 40023 };
+
+	c.has_gw_uid = true;
+	c.gw_uid = 992;
+	net_user_ruleset(&c, 2013265920, 2030043135, res, 2, ports, 2, &b);
 	r = buf_str(&b);
 	check(has(r, "meta skuid 2013265920-2030043135 jump qemu_out"),
 	      "user: only QEMU's uids meet the filter");
@@ -198,6 +202,10 @@ static void test_user_rules(void)
 	      has(r, "192.0.2.0/24") && has(r, "fe80::/10") && has(r, "fc00::/7") && has(r, "::/127"),
 	      "user: loopback, link-local, private and the host's networks are closed");
 	check(!has(r, "hook forward") && !has(r, "hook prerouting"), "user: no other hook");
+	check(has(r, "set ssh_forwards { type inet_service; elements = { 40022, 40023 } }") &&
+	      has(r, "ct state new ip daddr 127.0.0.0/8 tcp dport @ssh_forwards meta skuid != "
+		     "{ 0, 992 } counter reject with tcp reset"),
+	      "user: the machines' SSH forwards are for root and berth-sshgw only");
 	if (getuid() != 0 || access("/usr/sbin/nft", X_OK) != 0) {
 		skip("the kernel takes the user-mode table", "needs root and nft");
 		buf_free(&b);

@@ -40,6 +40,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "common/hostapi.h"
+#include "sshgw/algos.h"
 #include "sshgw/proxy.h"
 #include "common/banned.h"
 
@@ -432,6 +433,10 @@ int main(int argc, char **argv)
 		log_error("cannot set up libssh's server");
 		return 1;
 	}
+	/* What clients may negotiate: the lists and their reasons are in
+	 * algos.c. */
+	if (algos_bind(g.bind) < 0)
+		return 1;
 	lfd = daemon_start(listen_spec, pidfile, user, "gateway");
 	if (lfd < 0)
 		return 1;

@@ -45,6 +45,7 @@
 #include "common/sshexec.h"
 #include "common/util.h"
 #include "common/hostapi.h"
+#include "sshgw/algos.h"
 #include "sshgw/pool.h"
 #include "common/banned.h"
 
@@ -1059,6 +1060,9 @@ bool proxy_serve(struct gw *g, int fd, const char *addr, int port)
 		close(fd);
 		goto out;
 	}
+	/* What the bind cannot set (algos.c). */
+	if (algos_session(c->down) < 0)
+		goto out;
 	/* Before the key exchange: the client's first requests can arrive in
 	 * the same read as its last key exchange packet, and a request that
 	 * finds no callback is queued where nobody looks. */

@@ -2,6 +2,7 @@
  * stream through hostd's socket; on a terminal they draw a progress bar. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,8 +102,8 @@ static void print_images(json_t *r, void *data)
 	size_t i;
 
 	(void)data;
-	printf("%-16s %8s %9s %10s %-9s %5s  %s\n", "NAME", "SIZE", "ALLOCATED", "COMPRESSED",
-	       "SOURCE", "USERS", "SHA256");
+	printf("%-16s %8s %9s %10s %-9s %5s %-12s %s\n", "NAME", "SIZE", "ALLOCATED",
+	       "COMPRESSED", "SOURCE", "USERS", "OWNER", "SHA256");
 	json_array_foreach(json_object_get(r, "images"), i, img) {
 		char size[32], alloc[32], comp[32] = "-";
 		const char *src = cli_jstr(img, "source");
@@ -111,8 +112,14 @@ static void print_images(json_t *r, void *data)
 		/* A compressed size only for what came compressed. */
 		if (strstr(src, ".zst"))
 			cli_fmt_size(img, "source_size", comp, sizeof(comp));
-		printf("%-16s %8s %9s %10s %-9s %5lld  %s\n", cli_jstr(img, "name"), size, alloc,
-		       comp, *src ? src : "-", cli_jint(img, "users"), cli_jstr(img, "sha256"));
+		char owner[80];
+		/* Root's images are everyone's; a user's is theirs until published. */
+		snprintf(owner, sizeof(owner), "%s%s",
+			 *cli_jstr(img, "owner") ? cli_jstr(img, "owner") : "-",
+			 json_is_true(json_object_get(img, "public")) ? "" : " (private)");
+		printf("%-16s %8s %9s %10s %-9s %5lld %-12s %s\n", cli_jstr(img, "name"), size,
+		       alloc, comp, *src ? src : "-", cli_jint(img, "users"), owner,
+		       *cli_jstr(img, "sha256") ? cli_jstr(img, "sha256") : "-");
 	}
 }
 
@@ -382,6 +389,54 @@ int cmd_image(struct client *c, int argc, char **argv)
 		json_decref(r);
 		return 0;
 	}
+	if (argc >= 4 && !strcmp(argv[1], "save")) {
+		/* berth image save MACHINE IMAGE [--checkpoint C] */
+		const char *ckpt = NULL, *v;
+		for (int j = 4; j < argc; j++) {
+			if ((v = cli_optval(argc, argv, &j, "--checkpoint")))
+				ckpt = v;
+			else {
+				fprintf(stderr, "berth image save: unexpected argument '%s'\n", argv[j]);
+				return 2;
+			}
+		}
+		if (!name_valid(argv[2])) {
+			fprintf(stderr, "berth: invalid machine name '%s'\n", argv[2]);
+			return 2;
+		}
+		json_t *body = json_pack("{s:s, s:s*}", "name", argv[3], "checkpoint", ckpt);
+		snprintf(path, sizeof(path), "/v1/machines/%s/image", argv[2]);
+		int rc = cli_call(c, "POST", path, body, &r);
+		json_decref(body);
+		if (rc < 0)
+			return 1;
+		if (c->json)
+			cli_print_json(r);
+		else
+			printf("image %s made from %s%s%s (private to you until root publishes it)\n",
+			       cli_jstr(r, "name"), argv[2], ckpt ? "@" : "", ckpt ? ckpt : "");
+		json_decref(r);
+		return 0;
+	}
+	if (argc == 3 && (!strcmp(argv[1], "publish") || !strcmp(argv[1], "unpublish"))) {
+		bool pub = !strcmp(argv[1], "publish");
+		if (!name_valid(argv[2])) {
+			fprintf(stderr, "berth: invalid image name '%s'\n", argv[2]);
+			return 2;
+		}
+		json_t *body = json_pack("{s:b}", "public", pub);
+		snprintf(path, sizeof(path), "/v1/images/%s", argv[2]);
+		int rc = cli_call(c, "PATCH", path, body, &r);
+		json_decref(body);
+		if (rc < 0)
+			return 1;
+		if (c->json)
+			cli_print_json(r);
+		else
+			printf("image %s is %s\n", argv[2], pub ? "public" : "private to its owner");
+		json_decref(r);
+		return 0;
+	}
 	if (argc == 3 && !strcmp(argv[1], "rm")) {
 		if (!name_valid(argv[2])) {
 			fprintf(stderr, "berth: invalid image name '%s'\n", argv[2]);
@@ -391,6 +446,8 @@ int cmd_image(struct client *c, int argc, char **argv)
 		return cli_call_print(c, "DELETE", path, NULL, print_image_deleted, argv[2]);
 	}
 	fprintf(stderr, "usage: berth image ls | build RECIPE [--name N] | rm NAME\n"
+		"       berth image save MACHINE IMAGE [--checkpoint C] | publish NAME | "
+		"unpublish NAME\n"
 		"       berth image import NAME FILE [--sha256 H] [--format raw|qcow2] "
 		"[--like IMAGE] [--user U]\n"
 		"       berth image export MACHINE[@CHECKPOINT] FILE.zst [--force]\n");

@@ -37,6 +37,8 @@ static const char usage_text[] =
 	"  image ls | image build RECIPE [--name N] | image rm NAME\n"
 	"  image import NAME FILE [--sha256 H] [--format raw|qcow2] [--like IMAGE] [--user U]\n"
 	"  image export MACHINE[@CHECKPOINT] FILE.zst [--force]\n"
+	"  image save MACHINE IMAGE [--checkpoint C]   an image of your machine, yours alone\n"
+	"  image publish NAME | image unpublish NAME   (root) open an image to every user, or not\n"
 	"  usage [--since T] [--all] [--csv]  cost per machine and per user (T: epoch, 24h, 7d, 2026-11-01)\n"
 	"  key add FILE|- | key ls | key rm ID   your SSH public keys (for ssh NAME@host)\n"
 	"  token create [--name N] | token ls | token rm ID   API tokens (the dashboard's login)\n"

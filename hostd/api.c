@@ -899,9 +899,21 @@ static struct reply do_images(struct call *c)
 		return fail(&e);
 	arr = json_array();
 	for (size_t i = 0; i < n; i++)
-		json_array_append_new(arr, image_json(c->h, &imgs[i]));
+		if (image_visible(&imgs[i], c->owner))
+			json_array_append_new(arr, image_json(c->h, &imgs[i]));
 	free(imgs);
 	return ok(200, json_pack("{s:o}", "images", arr));
+}
+
+/* Image ARG of the call as the caller may see it: another user's private
+ * image is 404 like a missing one. */
+static int visible_image(struct call *c, struct image *img, struct err *e)
+{
+	if (db_image_get(c->h->db, c->arg[0], img, e) < 0)
+		return -1;
+	if (!image_visible(img, c->owner))
+		return err_set(e, 404, "not_found", "no image %s", c->arg[0]);
+	return 0;
 }
 
 static struct reply do_image_show(struct call *c)
@@ -909,9 +921,60 @@ static struct reply do_image_show(struct call *c)
 	struct err e = { 0 };
 	struct image img;
 
-	if (db_image_get(c->h->db, c->arg[0], &img, &e) < 0)
+	if (visible_image(c, &img, &e) < 0)
 		return fail(&e);
 	return ok(200, image_json(c->h, &img));
+}
+
+/* PATCH /v1/images/NAME {"public"}: root publishes an image made from a
+ * user's machine (or takes it back). */
+static struct reply do_image_patch(struct call *c)
+{
+	static const char *const allowed[] = { "public", NULL };
+	struct err e = { 0 };
+	struct image img;
+	json_t *j = api_parse_body(c->body, allowed, &e), *v;
+	bool pub;
+
+	if (!j)
+		return fail(&e);
+	v = json_object_get(j, "public");
+	pub = json_is_true(v);
+	json_decref(j);
+	if (!json_is_boolean(v))
+		return fail_now(400, "invalid_json", "public (true or false) is required");
+	if (db_image_get(c->h->db, c->arg[0], &img, &e) < 0 ||
+	    db_image_set_public(c->h->db, c->arg[0], pub, &e) < 0)
+		return fail(&e);
+	log_info("image %s is %s", img.name, pub ? "public" : "private to its owner");
+	img.public_ = pub;
+	return ok(200, image_json(c->h, &img));
+}
+
+/* POST /v1/machines/NAME/image {"name", "checkpoint"?}: an image of the
+ * machine's disk, private to its owner. */
+static struct reply do_machine_image(struct call *c)
+{
+	static const char *const allowed[] = { "name", "checkpoint", NULL };
+	struct err e = { 0 };
+	struct image img;
+	const char *name = NULL, *ckpt = NULL;
+	json_t *j = api_parse_body(c->body, allowed, &e);
+	struct reply rep;
+
+	if (!j)
+		return fail(&e);
+	if (json_unpack(j, "{s:s, s?s}", "name", &name, "checkpoint", &ckpt) < 0) {
+		json_decref(j);
+		return fail_now(400, "invalid_json", "name (a string: the image's) is required; "
+				"checkpoint, when given, a string");
+	}
+	if (checkpoint_image(c->h, c->owner, c->arg[0], name, ckpt, &img, &e) < 0)
+		rep = fail(&e);
+	else
+		rep = ok(201, image_json(c->h, &img));
+	json_decref(j);
+	return rep;
 }
 
 static struct reply do_image_build(struct call *c)
@@ -987,10 +1050,19 @@ static struct reply do_image_put(struct call *c)
 	return ok(201, image_json(c->h, &img));
 }
 
+/* DELETE /v1/images/NAME: root any image, a user their own. */
 static struct reply do_image_delete(struct call *c)
 {
 	struct err e = { 0 };
+	struct image img;
 
+	if (c->who != CALLER_ROOT || strcmp(c->owner, "root") != 0) {
+		if (visible_image(c, &img, &e) < 0)
+			return fail(&e);
+		if (strcmp(img.owner, c->owner) != 0)
+			return fail_now(403, "forbidden", "image %s is root's: only root may delete "
+					"it", img.name);
+	}
 	if (image_delete(c->h, c->arg[0], &e) < 0)
 		return fail(&e);
 	return ok(200, json_pack("{s:s}", "deleted", c->arg[0]));
@@ -1511,6 +1583,7 @@ static const struct api_route routes[] = {
 	{ "POST", "/v1/machines/{name}/restore", ANYONE, .fn = do_restore },
 	{ "POST", "/v1/machines/{name}/fork", ANYONE, .fn = do_fork },
 	{ "GET", "/v1/machines/{name}/egress", ANYONE, .fn = do_egress },
+	{ "POST", "/v1/machines/{name}/image", ANYONE, .fn = do_machine_image },
 	{ "POST", "/v1/machines/{name}/{action}", ANYONE, .catch_all = true, .fn = do_action },
 
 	/* A token makes no credentials: a stolen one must not outlive its
@@ -1535,8 +1608,9 @@ static const struct api_route routes[] = {
 	{ "GET", "/v1/images/{image}", ANYONE, .fn = do_image_show },
 	{ "PUT", "/v1/images/{image}", ROOT, .refusal = "only root may import images",
 	  .upload = true, .fn = do_image_put },
-	{ "DELETE", "/v1/images/{image}", ROOT, .refusal = "only root may delete images",
-	  .fn = do_image_delete },
+	{ "PATCH", "/v1/images/{image}", ROOT, .refusal = "only root may publish images",
+	  .fn = do_image_patch },
+	{ "DELETE", "/v1/images/{image}", ANYONE, .fn = do_image_delete },
 
 	/* The gateways' requests: for their users and root, on the socket.
 	 * Only berth-sshgw's user looks up keys and SSH credentials; each

@@ -1,5 +1,6 @@
 #include "hostd/checkpoint.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -524,4 +525,97 @@ out:
 	}
 	*out = f;
 	return 0;
+}
+
+/* The boot files of SRC (a direct-boot image) copied into DIR for IMG. */
+static int copy_boot_files(const struct image *src, const char *dir, struct image *img,
+			   struct err *e)
+{
+	const char *files[2] = { src->kernel, src->initrd };
+	char *into[2] = { img->kernel, img->initrd };
+
+	if (!src->kernel[0])
+		return 0;
+	if (mkdir_p(dir, 0755) < 0)
+		return err_errno(e, errno, "create %s", dir);
+	for (int i = 0; i < 2; i++) {
+		const char *base = strrchr(files[i], '/');
+		if (!files[i][0])
+			continue;
+		xsnprintf(into[i], sizeof(img->kernel), "%s/%s", dir, base ? base + 1 : files[i]);
+		if (file_copy(files[i], into[i], 0644, e) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int checkpoint_image(struct hostd *h, const char *owner, const char *name, const char *image,
+		     const char *ckpt, struct image *out, struct err *e)
+{
+	struct machine m;
+	struct checkpoint c;
+	struct image src, img;
+	enum vstate vs;
+	char base[80], new_top[80], old_top[80], dir[PATH_MAX];
+	bool froze = false;
+	int rc = -1;
+
+	if (!name_valid(image))
+		return err_set(e, 400, "invalid_name", "invalid image name '%s': use 1 to 63 of "
+			       "a-z, 0-9 and '-'", image);
+	if (ckpt && !name_valid(ckpt))
+		return err_set(e, 400, "invalid_name", "invalid checkpoint name '%s'", ckpt);
+	if (db_image_get(h->db, image, &img, NULL) == 0)
+		return err_set(e, 409, "exists", "image %s exists", image);
+	if (machine_begin(h, owner, name, "image", &m, &vs, e) < 0)
+		return -1;
+	if (db_image_get(h->db, m.image, &src, e) < 0)
+		goto out;
+	if (ckpt) {
+		if (db_ckpt_get(h->db, m.id, ckpt, &c, e) < 0)
+			goto out;
+		snprintf(base, sizeof(base), "%s", c.volume);
+	} else {
+		snprintf(old_top, sizeof(old_top), "%s", m.volume);
+		if (freeze_top(h, &m, vs, NULL, base, new_top, sizeof(new_top), e) < 0)
+			goto out;
+		froze = true;
+		if (strcmp(new_top, old_top) != 0) {
+			if (db_machine_set_volume(h->db, m.id, new_top, e) < 0) {
+				if (vs == VS_STOPPED)
+					storage_vol_remove(h->st, new_top, NULL);
+				goto out;
+			}
+			snprintf(m.volume, sizeof(m.volume), "%s", new_top);
+			if (vs == VS_STOPPED && machine_define(h, &m, e) < 0)
+				goto out;
+		}
+	}
+	memset(&img, 0, sizeof(img));
+	snprintf(img.name, sizeof(img.name), "%s", image);
+	snprintf(img.volume, sizeof(img.volume), "%s", base);
+	snprintf(img.format, sizeof(img.format), "%s", src.format);
+	snprintf(img.boot, sizeof(img.boot), "%s", src.boot);
+	snprintf(img.cmdline, sizeof(img.cmdline), "%s", src.cmdline);
+	snprintf(img.user, sizeof(img.user), "%s", src.user);
+	snprintf(img.source, sizeof(img.source), "machine");
+	snprintf(img.owner, sizeof(img.owner), "%s", owner);
+	img.virtual_size = m.disk;
+	img.created = now_s();
+	img.public_ = false;
+	xsnprintf(dir, sizeof(dir), "%s/images/%s", h->cfg.state_dir, image);
+	if (copy_boot_files(&src, dir, &img, e) < 0 || db_image_insert(h->db, &img, e) < 0) {
+		remove_tree(dir, NULL);
+		goto out;
+	}
+	log_info("image %s made from %s/%s%s%s (private to %s)", image, owner, name,
+		 ckpt ? ", checkpoint " : "", ckpt ? ckpt : "", owner);
+	*out = img;
+	rc = 0;
+out:
+	machine_end(h, &m);
+	/* A volume frozen for an image that was not made: nothing names it. */
+	if (rc < 0 && froze)
+		volume_gc(h, base);
+	return rc;
 }

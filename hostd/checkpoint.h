@@ -54,4 +54,11 @@ struct fork_req {
 int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *out,
 		    struct err *e);
 
+/* Image IMAGE made from OWNER's machine NAME as it is now (crash-consistent
+ * when it runs), or from its checkpoint CKPT (not NULL): its disk frozen,
+ * as for a fork, with the boot settings of the machine's image.  Private
+ * to OWNER until root publishes it.  400 invalid_name, 409 "exists". */
+int checkpoint_image(struct hostd *h, const char *owner, const char *name, const char *image,
+		     const char *ckpt, struct image *out, struct err *e);
+
 #endif

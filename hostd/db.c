@@ -135,7 +135,9 @@ struct db *db_open(const char *path, struct err *e)
 	    add_column(db, "machines", "net_alias", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
 	    add_column(db, "machines", "egress", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
 	    add_column(db, "machines", "qemu_index", "INTEGER NOT NULL DEFAULT 0", &msg) < 0 ||
-	    add_column(db, "keys", "first_used", "INTEGER NOT NULL DEFAULT 0", &msg) < 0) {
+	    add_column(db, "keys", "first_used", "INTEGER NOT NULL DEFAULT 0", &msg) < 0 ||
+	    add_column(db, "images", "owner", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
+	    add_column(db, "images", "public", "INTEGER NOT NULL DEFAULT 1", &msg) < 0) {
 		err_set(e, 500, "internal", "database %s: %s", path, msg ? msg : "?");
 		sqlite3_free(msg);
 		goto fail;
@@ -377,6 +379,11 @@ int mstate_parse(const char *s, enum mstate *out)
 			return 0;
 		}
 	return -1;
+}
+
+bool image_visible(const struct image *img, const char *user)
+{
+	return img->public_ || !strcmp(user, "root") || (img->owner[0] && !strcmp(img->owner, user));
 }
 
 bool mstate_holds_cpu(enum mstate s)
@@ -771,7 +778,7 @@ int db_machine_delete(struct db *db, const char *id, struct err *e)
 }
 
 #define IMAGE_COLS "name, volume, format, boot, kernel, initrd, cmdline, user," \
-		   " virtual_size, sha256, created, source, source_size"
+		   " virtual_size, sha256, created, source, source_size, owner, public"
 
 static void image_from_row(sqlite3_stmt *st, void *out)
 {
@@ -791,16 +798,19 @@ static void image_from_row(sqlite3_stmt *st, void *out)
 	img->created = sqlite3_column_int64(st, 10);
 	copy_text(st, 11, img->source, sizeof(img->source));
 	img->source_size = (uint64_t)sqlite3_column_int64(st, 12);
+	copy_text(st, 13, img->owner, sizeof(img->owner));
+	img->public_ = sqlite3_column_int(st, 14) != 0;
 }
 
 int db_image_insert(struct db *db, const struct image *img, struct err *e)
 {
 	int rc = execute_locked(db, e, "insert image",
-				"INSERT INTO images(" IMAGE_COLS ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
-				"ssssssssIsIsI", img->name, img->volume, img->format, img->boot,
+				"INSERT INTO images(" IMAGE_COLS ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+				"ssssssssIsIsIsi", img->name, img->volume, img->format, img->boot,
 				img->kernel, img->initrd, img->cmdline, img->user,
 				(int64_t)img->virtual_size, img->sha256, img->created,
-				img->source, (int64_t)img->source_size);
+				img->source, (int64_t)img->source_size, img->owner,
+				img->public_ ? 1 : 0);
 
 	if (rc == 1) {
 		err_clear(e);
@@ -842,6 +852,12 @@ int db_image_list(struct db *db, struct image **out, size_t *n, struct err *e)
 			     "list images", e);
 	pthread_mutex_unlock(&db->lock);
 	return rc;
+}
+
+int db_image_set_public(struct db *db, const char *name, bool public_, struct err *e)
+{
+	return execute_locked(db, e, "publish image", "UPDATE images SET public = ? WHERE name = ?",
+			      "is", public_ ? 1 : 0, name) == 0 ? 0 : -1;
 }
 
 int db_image_delete(struct db *db, const char *name, struct err *e)

@@ -100,7 +100,16 @@ struct image {
 	int64_t created;
 	char source[16];      /* what was imported: raw, qcow2, raw.zst, qcow2.zst */
 	uint64_t source_size; /* its size in bytes (the download) */
+	/* Who made it: "" for root's (built, imported), else the user whose
+	 * machine it was made from.  Another user neither lists it nor
+	 * creates from it unless it is public (root publishes). */
+	char owner[64];
+	bool public_;
 };
+
+/* Whether USER may see and use IMG: root, its owner, or anyone when it
+ * is public. */
+bool image_visible(const struct image *img, const char *user);
 
 /* Open (creating) the database at PATH.  NULL with E set on failure. */
 struct db *db_open(const char *path, struct err *e);
@@ -157,6 +166,7 @@ int db_machine_set_egress(struct db *db, const char *id, const char *policy, str
 int db_image_insert(struct db *db, const struct image *img, struct err *e);
 int db_image_get(struct db *db, const char *name, struct image *img, struct err *e);
 int db_image_list(struct db *db, struct image **out, size_t *n, struct err *e);
+int db_image_set_public(struct db *db, const char *name, bool public_, struct err *e);
 int db_image_delete(struct db *db, const char *name, struct err *e);
 /* Number of machines using image NAME, or -1. */
 int db_image_users(struct db *db, const char *name, struct err *e);

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/run.h"
 #include "common/util.h"
+#include "hostd/machine_steps.h"
 #include "hostd/transfer.h"
 #include "common/banned.h"
 
@@ -173,7 +174,9 @@ int image_delete(struct hostd *h, const char *name, struct err *e)
 	if (db_image_delete(h->db, name, e) < 0)
 		goto out;
 	xsnprintf(dir, sizeof(dir), "%s/images/%s", h->cfg.state_dir, name);
-	storage_vol_remove(h->st, img.volume, NULL);
+	/* Collected, not removed: an image made from a machine is a frozen
+	 * volume that machine's disk may still be layered on. */
+	volume_gc(h, img.volume);
 	remove_tree(dir, NULL);
 	rc = 0;
 out:
@@ -185,12 +188,13 @@ json_t *image_json(struct hostd *h, const struct image *img)
 {
 	struct storage_vol_info vi;
 	int users = db_image_users(h->db, img->name, NULL);
-	json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:I, s:i, s:s, s:I}",
+	json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:I, s:i, s:s, s:I, s:s?, s:b}",
 			      "name", img->name, "boot", img->boot, "user", img->user,
 			      "size", (json_int_t)img->virtual_size, "sha256", img->sha256,
 			      "format", img->format, "created", (json_int_t)img->created,
 			      "users", users < 0 ? 0 : users, "source", img->source,
-			      "source_size", (json_int_t)img->source_size);
+			      "source_size", (json_int_t)img->source_size,
+			      "owner", img->owner[0] ? img->owner : NULL, "public", img->public_);
 
 	if (storage_vol_info(h->st, img->volume, &vi, NULL) == 0)
 		json_object_set_new(j, "allocated", json_integer((json_int_t)vi.allocated_bytes));

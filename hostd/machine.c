@@ -350,6 +350,9 @@ static int validate_create(struct hostd *h, const struct create_req *r,
 	}
 	if (db_image_get(h->db, r->image, img, e) < 0)
 		return -1;
+	/* Another user's private image answers as a missing one. */
+	if (!image_visible(img, r->owner))
+		return err_set(e, 404, "not_found", "no image %s", r->image);
 	if (r->disk && (r->disk < img->virtual_size || r->disk > h->cfg.max_disk)) {
 		size_format(img->virtual_size, a, sizeof(a));
 		size_format(h->cfg.max_disk, b, sizeof(b));

@@ -883,6 +883,7 @@ int import_end(struct import *im, struct image *out, struct err *e)
 	 * whole extents. */
 	img.virtual_size = im->sink == SINK_VOLUME ? im->expect : vi.virtual_bytes;
 	img.created = now_s();
+	img.public_ = true;	/* root's: built or imported */
 	xsnprintf(dir, sizeof(dir), "%s/images/%s", im->h->cfg.state_dir, im->name);
 	if (im->kernel[0]) {
 		if (mkdir_p(dir, 0755) < 0) {

@@ -3,7 +3,8 @@
 # runs into max_machines, max_total_disk, max_running_vcpus and
 # max_checkpoints, each refused as 403 quota_exceeded naming the quota, its
 # limit and the use, leaving nothing behind; root still creates; berth
-# quota shows the user theirs.
+# quota shows the user theirs.  Images made from a machine are their
+# owner's: another user neither lists nor uses one until root publishes it.
 . "$(dirname "$0")/../lib.sh"
 
 command -v setpriv >/dev/null || { skip "setpriv is not installed (util-linux)"; finish; }
@@ -66,6 +67,40 @@ check_eq "a second, over max_checkpoints = 1: refused" 1 "$?"
 check_match "  naming the quota" "quota max_checkpoints: 1 checkpoints per machine at most, you have 1" "$out"
 check_eq "  m1 has one checkpoint" c1 "$(ub checkpoints m1 --json | python3 -c 'import json,sys; print(" ".join(c["name"] for c in json.load(sys.stdin)["checkpoints"]))')"
 check_eq "  and runs" running "$(ub show m1 --json | json state)"
+
+# ---- images made from machines ----
+check_match "$U saves an image of m1" "^image u-img made from m1 \\(private" "$(ub image save m1 u-img)"
+ub image ls --json >"$T/imgs.json"
+check_eq "  she lists it, hers and private" "$U false machine" "$(python3 -c 'import json,sys
+i = [i for i in json.load(open(sys.argv[1]))["images"] if i["name"] == "u-img"][0]
+print(i["owner"], str(i["public"]).lower(), i["source"])' "$T/imgs.json")"
+A=(-H "X-Berth-User: alice" -H 'Content-Type: application/json')
+api() { curl -s --unix-socket "$STATE/hostd.sock" "${A[@]}" -X "$1" ${3:+--data-binary "$3"} "http://berth$2"; }
+check_eq "another user (alice) does not list it" "tiny" \
+	"$(api GET /v1/images | python3 -c 'import json,sys; print(" ".join(i["name"] for i in json.load(sys.stdin)["images"]))')"
+check_eq "  nor sees it: the answer of a missing image" "no image u-img/no image nope" \
+	"$(api GET /v1/images/u-img | json error.message)/$(api GET /v1/images/nope | json error.message)"
+check_eq "  nor creates from it: 404" "not_found no image u-img" \
+	"$(api POST /v1/machines '{"name":"a1","image":"u-img","start":false}' | python3 -c 'import json,sys; e=json.load(sys.stdin)["error"]; print(e["code"], e["message"])')"
+check_match "$U may not publish it" "only root may publish images" "$(ub image publish u-img 2>&1)"
+check_match "nor delete root's tiny" "image tiny is root's: only root may delete it" "$(ub image rm tiny 2>&1)"
+check_match "root sees it" "u-img" "$(berth image ls)"
+check_eq "root publishes it" "image u-img is public" "$(berth image publish u-img)"
+check_eq "  now alice creates from it" stopped "$(api POST /v1/machines '{"name":"a1","image":"u-img","start":false}' | json state)"
+check_eq "  and removes that machine" a1 "$(api DELETE /v1/machines/a1 | json deleted)"
+check_eq "$U deletes her image" "deleted image u-img" "$(ub image rm u-img)"
+check_eq "  m1 runs on" running "$(ub show m1 --json | json state)"
+# What an image holds: root's r1 with a file written, saved, and a new machine.
+berth exec r1 -- sh -c 'echo marked > /root/mark; sync' >/dev/null
+check_match "root saves r1 (running) as r-img" "^image r-img made from r1" "$(berth image save r1 r-img)"
+check_eq "a machine from r-img" running "$(berth create r4 --image r-img --json | json state)"
+check_eq "  has r1's file" marked "$(berth exec r4 -- cat /root/mark)"
+check_eq "  r1 goes on" marked "$(berth exec r1 -- cat /root/mark)"
+out=$(berth image rm r-img 2>&1)
+check_match "r-img cannot go while r4 uses it" "used by 1 machine" "$out"
+berth rm r4 >/dev/null
+check_eq "then it can" "deleted image r-img" "$(berth image rm r-img)"
+check_eq "  and r1 still runs on its disk" marked "$(berth exec r1 -- cat /root/mark)"
 
 ub stop m1 >/dev/null
 check_eq "once m1 stops, m2 starts" running "$(ub start m2 --no-wait --json | json state)"

@@ -117,7 +117,8 @@ static void test_refusals(void)
 		{ "POST", "/v1/gateway/connect", CALLER_TOKEN, true, 404, "no route" },
 		{ "POST", "/v1/gateway/connect", CALLER_USER, false, 403, "only root and berth-sshgw" },
 		{ "POST", "/v1/gateway/connect", CALLER_SSHGW, false, 0, NULL },
-		{ "DELETE", "/v1/images/tiny", CALLER_TOKEN, true, 403, "only root" },
+		{ "PATCH", "/v1/images/tiny", CALLER_TOKEN, true, 403, "only root may publish" },
+		{ "DELETE", "/v1/images/tiny", CALLER_TOKEN, true, 0, NULL },
 		{ "PUT", "/v1/images/tiny", CALLER_USER, false, 403, "only root" },
 		{ "GET", "/v1/machines", CALLER_TOKEN, true, 0, NULL },
 	};

@@ -187,6 +187,9 @@ static int xml_render(struct hostd *h, const struct machine *m, bool agent, stru
 	struct domain_spec s = {
 		.dom_name = name, .uuid = m->id, .owner = m->owner, .name = m->name,
 		.kvm = virt_kvm(h->virt), .vcpus = m->vcpus, .memory = m->memory,
+		/* A machine weighs what it pays for: 1024 per vCPU (cgroups'
+		 * default weight is 1024 a group, whatever its vCPUs). */
+		.cpu_shares = h->cpu_weights ? 1024 * m->vcpus : 0,
 		.kernel = img.kernel, .initrd = img.initrd, .cmdline = img.cmdline,
 		.disk_path = vi.path, .disk_format = vi.format, .disk_block = vi.block,
 		.seed_path = seed, .mac = m->mac, .network = h->cfg.network,

@@ -127,6 +127,30 @@ static int lookup_gateways(struct hostd *h, struct err *e)
 	return 0;
 }
 
+/* Whether libvirt can weigh machines' CPU: a cpu controller, cgroup v1's
+ * or v2's.  Without one a <cputune><shares> would fail every start (a
+ * container, the dm-thin test VM), so machines then get none, logged
+ * once.  I/O weights stay unset: they take effect only with the BFQ
+ * scheduler, and an equal weight for all is the kernel's default. */
+static void probe_cpu_weights(struct hostd *h)
+{
+	char buf[256] = "";
+	FILE *f;
+
+	h->cpu_weights = access("/sys/fs/cgroup/cpu/cpu.shares", F_OK) == 0;
+	if (!h->cpu_weights && (f = fopen("/sys/fs/cgroup/cgroup.controllers", "re"))) {
+		char *save = NULL;
+		if (fgets(buf, sizeof(buf), f))
+			for (char *t = strtok_r(buf, " \n", &save); t; t = strtok_r(NULL, " \n", &save))
+				h->cpu_weights |= !strcmp(t, "cpu");
+		fclose(f);
+	}
+	if (h->cpu_weights)
+		log_info("machines' CPU weights: 1024 per vCPU (cgroups' cpu controller)");
+	else
+		log_warn("no cgroup cpu controller: machines' CPU is not weighed by their vCPUs");
+}
+
 /* The QEMU group's gid, from qemu_group: every machine's QEMU runs in it
  * (kvm: it opens /dev/kvm), and reads the bases and frozen volumes
  * through it.  Root's group is refused. */
@@ -262,6 +286,7 @@ int main(int argc, char **argv)
 		goto fail;
 	}
 	check_reachable(state);
+	probe_cpu_weights(&h);
 	if (lookup_gateways(&h, &e) < 0 || lookup_qemu_group(&h, &e) < 0)
 		goto fail;
 	snprintf(path, sizeof(path), "%s/machines", state);

@@ -123,6 +123,8 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 	buf_printf(b, "  <memory unit='KiB'>%llu</memory>\n",
 		   (unsigned long long)(s->memory >> 10));
 	buf_printf(b, "  <vcpu>%d</vcpu>\n", s->vcpus);
+	if (s->cpu_shares > 0)
+		buf_printf(b, "  <cputune>\n    <shares>%d</shares>\n  </cputune>\n", s->cpu_shares);
 	buf_adds(b, "  <os>\n    <type arch='x86_64' machine='pc'>hvm</type>\n");
 	if (s->kernel && *s->kernel) {
 		/* Direct boot: QEMU loads the image's kernel itself. */

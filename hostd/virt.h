@@ -31,6 +31,8 @@ struct domain_spec {
 	const char *owner, *name;  /* recorded in <metadata> */
 	bool kvm;                  /* type='kvm' (else 'qemu': TCG) */
 	int vcpus;
+	int cpu_shares;            /* its weight against other machines when the
+				      host's CPUs are contended (0: none set) */
 	uint64_t memory;           /* bytes */
 	const char *kernel, *initrd, *cmdline; /* direct boot; no kernel: BIOS */
 	const char *disk_path, *disk_format;

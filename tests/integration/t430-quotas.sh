@@ -44,7 +44,8 @@ check_eq "  domains" "$doms" "$(test_domains | wc -l)"
 code=$(curl -s --unix-socket "$STATE/hostd.sock" -H "X-Berth-User: $U" -H 'Content-Type: application/json' \
 	--data-binary '{"name":"m3","start":false}' http://berth/v1/machines | json error.code)
 check_eq "  the API's answer: 403 quota_exceeded (root acting for $U: $U's quota)" quota_exceeded "$code"
-for r in r1 r2 r3; do berth create "$r" --no-start >/dev/null; done
+berth create r1 --cpus 2 --no-start >/dev/null
+for r in r2 r3; do berth create "$r" --no-start >/dev/null; done
 check_eq "root (exempt) creates three all the same" 3 "$(berth ls --json | python3 -c 'import json,sys; print(sum(m["owner"] == "root" for m in json.load(sys.stdin)["machines"]))')"
 
 check_eq "$U starts m1 (1 vCPU)" running "$(ub start m1 --json | json state)"
@@ -53,6 +54,8 @@ check_eq "m2 as well, over max_running_vcpus = 1: refused" 1 "$?"
 check_match "  naming the quota" "quota max_running_vcpus: 1 vCPUs running at most, you have 1" "$out"
 check_eq "  m2 stays stopped" stopped "$(ub show m2 --json | json state)"
 check_eq "root's machines do not count: r1 starts" running "$(berth start r1 --no-wait --json | json state)"
+check_match "r1 (2 vCPUs) weighs 2048 against other machines' CPU" "cpu_shares +: 2048" \
+	"$($VIRSH schedinfo "$(dom_of r1)" 2>&1)"
 ub quota --json >"$T/q.json"
 check_eq "berth quota --json: machines 2 of 2" "2 2" "$(json quotas.max_machines.used <"$T/q.json") $(json quotas.max_machines.limit <"$T/q.json")"
 check_eq "  vCPUs running 1 of 1" "1 1" "$(json quotas.max_running_vcpus.used <"$T/q.json") $(json quotas.max_running_vcpus.limit <"$T/q.json")"

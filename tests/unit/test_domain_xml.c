@@ -145,6 +145,7 @@ static void test_user(void)
 	check_has(xml, "<memory unit='KiB'>524288</memory>",
 		  "user: 512 MiB of memory as 524288 KiB");
 	check_has(xml, "<vcpu>2</vcpu>", "user: vcpus");
+	check(!strstr(xml, "<cputune>"), "user: no CPU weight when the host has none");
 	check_has(xml, "<kernel>/var/lib/berth/images/tiny/vmlinuz</kernel>",
 		  "user: kernel");
 	check_has(xml, "<initrd>/var/lib/berth/images/tiny/initrd.img</initrd>",
@@ -593,8 +594,23 @@ static void test_agent(void)
 	refused(&s, "agent socket with a control character");
 }
 
+/* A CPU weight, when hostd found a cpu controller: in <cputune>. */
+static void test_cpu_shares(void)
+{
+	struct domain_spec s = spec_user();
+	struct buf b = BUF_INIT;
+	struct err e = { 0 };
+
+	s.cpu_shares = 2048;
+	check(virt_domain_xml(&s, &b, &e) == 0 &&
+	      strstr(buf_str(&b), "  <cputune>\n    <shares>2048</shares>\n  </cputune>\n"),
+	      "cpu_shares: <cputune><shares>2048</shares>");
+	buf_free(&b);
+}
+
 int main(void)
 {
+	test_cpu_shares();
 	test_user();
 	test_routed();
 	test_escaping();

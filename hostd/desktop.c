@@ -123,9 +123,11 @@ static int make_secret(char t[44])
 
 /* ---- grants (under d->lock) ---------------------------------------------- */
 
-/* Write the grants to grants_path (root's, 0600), replacing it whole.  A
- * failure is logged: the grants hold in memory, and a restart of hostd
- * would then make the bridge's viewers ask for new URLs. */
+/* Write the grants to grants_path (root's, 0600), replacing it whole
+ * (rename).  Not synced: the file is for hostd's restarts, and after the
+ * host's own the bridge has no viewers left.  A failure is logged: the
+ * grants hold in memory, and a restart of hostd would then make the
+ * bridge's viewers ask for new URLs. */
 static void grants_save(struct desktop *d)
 {
 	char tmp[PATH_MAX + 40];
@@ -146,12 +148,12 @@ static void grants_save(struct desktop *d)
 	snprintf(tmp, sizeof(tmp), "%s.tmp", d->grants_path);
 	if (s)
 		fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd < 0 || write(fd, s, strlen(s)) != (ssize_t)strlen(s) || fsync(fd) < 0 ||
-	    close(fd) < 0 || (fd = -1, rename(tmp, d->grants_path) < 0)) {
+	bool good = fd >= 0 && write(fd, s, strlen(s)) == (ssize_t)strlen(s);
+	if (fd >= 0 && close(fd) < 0)
+		good = false;
+	if (!good || rename(tmp, d->grants_path) < 0) {
 		log_warn("desktop: cannot save the grants to %s: %s", d->grants_path,
-			 strerror(errno));
-		if (fd >= 0)
-			close(fd);
+			 s ? strerror(errno) : "out of memory");
 		unlink(tmp);
 	}
 	free(s);

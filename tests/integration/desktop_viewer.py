@@ -10,6 +10,14 @@
       5 s ("alive" when not), the status code of A coming back with its
       resume key, the state /state then gives A, and for B "alive" when it
       still gets a frame (after 2 s more) or "cut".
+  desktop_viewer.py PORT watch USER/NAME TOKEN SECONDS
+      A viewer connects ("connected", flushed), then waits up to SECONDS
+      for its connection to end: "cut T" (T: the wall clock then) or
+      "alive"; then as revoke: its resume code and state.
+  desktop_viewer.py PORT comeback USER/NAME TOKEN SECONDS
+      A viewer connects ("connected"), leaves, and after SECONDS comes back
+      with its resume key: the status code, its state, and "frame" when
+      it gets a whole-screen update ("noframe" when not).
 """
 import json
 import os
@@ -178,6 +186,35 @@ def main():
     if mode == "try":
         v = Viewer(sys.argv[3], sys.argv[4])
         print(v.code, v.error_code() if v.code != "101" else "-")
+        return
+    if mode == "watch":
+        path, token, wait = sys.argv[3], sys.argv[4], float(sys.argv[5])
+        v = connect(path, token)
+        print(flush=True)
+        if v.gone_within(wait):
+            print("cut", f"{time.time():.2f}", end=" ")
+        else:
+            print("alive", end=" ")
+        back = Viewer(path, f"resume={v.key or 'none'}")
+        print(back.code, state(token, v.key).get("state"))
+        return
+    if mode == "comeback":
+        path, token, wait = sys.argv[3], sys.argv[4], float(sys.argv[5])
+        v = connect(path, token)
+        v.s.close()
+        time.sleep(wait)
+        back = Viewer(path, f"resume={v.key}")
+        print(back.code, end=" ")
+        if back.code != "101":
+            print(state(token, v.key).get("state"))
+            return
+        back.rfb_init()
+        for _ in range(300):
+            st = state(token, v.key)
+            if st.get("state") == "connected":
+                break
+            time.sleep(0.1)
+        print(st.get("state"), "frame" if back.gets_frame() else "noframe")
         return
     path, ta, tb = sys.argv[3], sys.argv[4], sys.argv[5]
     cmd = sys.argv[sys.argv.index("--") + 1:]

@@ -5,8 +5,10 @@
 # refused), and a viewer is cut within seconds, resume key and all, when
 # the token family that let it in is revoked: the API token that minted
 # its URL (DELETE /v1/tokens/ID), the owner's `berth desktop NAME
-# --revoke`, or the machine's deletion.  Viewers are raw RFB clients over
-# the bridge's WebSocket (tests/integration/desktop_viewer.py).
+# --revoke`, or the machine's deletion; grants outlive a restart of hostd
+# (a viewer stays, and is cut by a revocation after it), and a resume key
+# carries its viewer's grant.  Viewers are raw RFB clients over the
+# bridge's WebSocket (tests/integration/desktop_viewer.py).
 . "$(dirname "$0")/../lib.sh"
 
 # The bridge will not start without noVNC's files (it serves the page).
@@ -124,6 +126,37 @@ out=$($VIEWER revoke root/m1 "$TA" "$TB" -- "$BIN/berth" --state "$STATE" token 
 check_eq "revoking the API token cuts its viewer, which cannot resume; the other stays" \
 	"connected connected cut 403 refused alive" "$out"
 check_eq "its unused desktop URL is void" "403 token_revoked" "$($VIEWER try root/m1 "token=$TA2")"
+
+# A resume key carries its viewer's grant: one that comes back to a screen
+# whose upstream connection closed meanwhile (it had no viewer left) is
+# attached again without a new token.  (A control: the old code passes it.)
+closed=$(grep -c "root/m1: no viewers, upstream closed" "$T/desktop.log")
+check_eq "a viewer back with its resume key after its screen closed sees the machine" \
+	"connected 101 connected frame" "$($VIEWER comeback root/m1 "$(tok m1)" 2)"
+check "  (the screen had closed its upstream connection in between)" \
+	[ "$(grep -c "root/m1: no viewers, upstream closed" "$T/desktop.log")" -gt "$closed" ]
+
+# Grants outlive a restart of hostd: a viewer let in by a second API
+# token stays across it, and revoking the token after it cuts the viewer.
+j=$(berth token create --name desk2 --json)
+API=$(echo "$j" | json token)
+API_ID=$(echo "$j" | json id)
+$VIEWER watch root/m1 "$(http_tok)" 60 >"$T/watch.out" &
+VPID=$!
+for _ in $(seq 300); do grep -q connected "$T/watch.out" && break; sleep 0.1; done
+check_eq "a viewer let in by another API token" "connected" "$(head -1 "$T/watch.out" | tr -d ' ')"
+kill_hostd TERM
+start_hostd || not_ok "hostd starts again"
+sleep 3  # the bridge holds its grants again
+check_eq "stays across hostd's restart" 1 "$(wc -l <"$T/watch.out")"
+t0=$(date +%s.%N)
+berth token rm "$API_ID" >/dev/null || not_ok "token rm $API_ID"
+wait "$VPID"
+read -r what at code st <<<"$(tail -1 "$T/watch.out")"
+check_eq "revoking its API token after the restart cuts it; it cannot resume" \
+	"cut 403 refused" "$what $code $st"
+check "  within 5 s" python3 -c "import sys; sys.exit(not 0 <= float(sys.argv[1]) - float(sys.argv[2]) < 5)" \
+	"${at:-0}" "$t0"
 
 # The owner cuts every viewer of the machine.
 TC=$(tok m1)

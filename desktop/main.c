@@ -276,7 +276,8 @@ static void viewer(int fd, char *rest, size_t head, const char *from)
 	if (query && query_get(query, "resume", token, sizeof(token)) && token_ok(token)) {
 		/* A viewer coming back after its connection broke. */
 		char orig[64];
-		if (screen_resume(token, user, name, orig, sizeof(orig)) < 0) {
+		int64_t grant = 0;
+		if (screen_resume(token, user, name, orig, sizeof(orig), &grant) < 0) {
 			/* The page asks /state with this key, and stops. */
 			screen_refused(token, name, "unknown or expired resume key: ask "
 				       "for a new URL");
@@ -287,7 +288,7 @@ static void viewer(int fd, char *rest, size_t head, const char *from)
 			return;
 		}
 		log_info("viewer from %s back on %s/%s", from, user, name);
-		screen_add_viewer(user, name, false, fd, orig, token, from);
+		screen_add_viewer(user, name, false, fd, orig, token, from, grant, NULL);
 		return;
 	}
 	if (!query || !query_get(query, "token", token, sizeof(token)) || !token_ok(token)) {
@@ -319,8 +320,19 @@ static void viewer(int fd, char *rest, size_t head, const char *from)
 		return;
 	}
 	const char *state = json_string_value(json_object_get(resp, "state"));
+	const char *handle = json_string_value(json_object_get(resp, "handle"));
+	json_int_t grant = json_integer_value(json_object_get(resp, "grant"));
 	bool wake = !state || strcmp(state, "running") != 0;
-	screen_add_viewer(user, name, wake, fd, token, NULL, from);
+	if (!handle || grant <= 0) {
+		log_error("hostd redeemed a token for %s/%s without a grant", user, name);
+		drain(fd, head);
+		reply_error(fd, 502, "Bad Gateway", "hostd_unavailable",
+			    "hostd gave no attach handle: is it older than the bridge?");
+		close(fd);
+		json_decref(resp);
+		return;
+	}
+	screen_add_viewer(user, name, wake, fd, token, NULL, from, (int64_t)grant, handle);
 	json_decref(resp);
 }
 
@@ -453,14 +465,22 @@ static void beside_exe(const char *rel, char *out, size_t outlen)
 	xsnprintf(out, outlen, "%s/../%s", dir, rel);
 }
 
-/* Every 5 s: which run of hostd is this?  A restarted hostd forgot the
- * live sessions; the viewers' are opened again. */
+/* Every second: hold the viewers' grants, and drop the viewers of those
+ * hostd revoked (screen_hold).  Every 5 s: which run of hostd is this?  A
+ * restarted hostd forgot the live sessions; the viewers' are opened
+ * again. */
 static void *watch_hostd(void *arg)
 {
 	char last[64] = "";
+	unsigned tick = 0;
 
 	(void)arg;
 	while (!stopping) {
+		screen_hold();
+		if (tick++ % 5) {
+			sleep(1);
+			continue;
+		}
 		json_t *resp = NULL;
 		long status = 0;
 		char err[256];
@@ -473,7 +493,7 @@ static void *watch_hostd(void *arg)
 				snprintf(last, sizeof(last), "%s", ep);
 		}
 		json_decref(resp);
-		sleep(5);
+		sleep(1);
 	}
 	return NULL;
 }

@@ -26,6 +26,9 @@ static int sign(const char *line, const char *priv, const char *chal, const char
 	char *argv[] = { "ssh-keygen", "-Y", "sign", "-n", (char *)ns, "-f", keyarg,
 			 chal_path, NULL };
 	struct err e = { 0 };
+	/* ssh-keygen may ask for the key's passphrase on the terminal: it
+	 * stays in the terminal's process group. */
+	struct run_opts o = { .terminal = true };
 	int rc = -1;
 
 	*sig = NULL;
@@ -41,7 +44,7 @@ static int sign(const char *line, const char *priv, const char *chal, const char
 	if (file_write_atomic(chal_path, chal, strlen(chal), 0600, &e) < 0 ||
 	    (!priv && file_write_atomic(pub_path, line, strlen(line), 0600, &e) < 0)) {
 		snprintf(msg, len, "%.500s", e.msg);
-	} else if (run_argv(argv, NULL, &e) < 0) {
+	} else if (run_argv(argv, &o, &e) < 0) {
 		snprintf(msg, len, "could not sign with %.200s (%s): %.500s",
 			 priv ? priv : "the key in your agent (SSH_AUTH_SOCK)",
 			 priv ? "its private key" : "no private key file beside it", e.msg);

@@ -56,7 +56,8 @@ static void child_exec(char *const argv[], const struct run_opts *o,
 	/* Its own process group, so a timeout kills the tool's children
 	 * too; dies with its parent; signals unblocked (hostd blocks the ones
 	 * it waits for, and a blocked mask is inherited). */
-	setpgid(0, 0);
+	if (!o || !o->terminal)
+		setpgid(0, 0);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);

@@ -20,6 +20,8 @@ struct run_opts {
 	const char *stdout_path;  /* write stdout to this file instead (created 0600) */
 	const char *stdin_path;   /* stdin from this file instead of /dev/null */
 	bool drop;                /* run as uid/gid (no supplementary groups) */
+	bool terminal;            /* stay in the caller's process group, so the
+				     tool may ask on the terminal (a passphrase) */
 	uid_t uid;
 	gid_t gid;
 };

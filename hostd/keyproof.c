@@ -50,17 +50,21 @@ void keyproof_free(struct keyproof *kp)
 	free(kp);
 }
 
-/* The slot a new challenge of OWNER goes to: a free or expired one, else
- * OWNER's oldest when they hold PER_OWNER, else the oldest of all. */
+/* The slot a new challenge of OWNER goes to: OWNER's oldest when they
+ * hold PER_OWNER live ones, else a free (or expired) one, else the oldest
+ * of all. */
 static struct slot *pick(struct keyproof *kp, const char *owner, int64_t now)
 {
-	struct slot *own_oldest = NULL, *oldest = NULL;
+	struct slot *own_oldest = NULL, *oldest = NULL, *free_slot = NULL;
 	int own = 0;
 
 	for (int i = 0; i < SLOTS; i++) {
 		struct slot *s = &kp->s[i];
-		if (s->expires_ms <= now)
-			return s;
+		if (s->expires_ms <= now) {
+			if (!free_slot)
+				free_slot = s;
+			continue;
+		}
 		if (!strcmp(s->owner, owner)) {
 			own++;
 			if (!own_oldest || s->made_ms < own_oldest->made_ms)
@@ -69,7 +73,9 @@ static struct slot *pick(struct keyproof *kp, const char *owner, int64_t now)
 		if (!oldest || s->made_ms < oldest->made_ms)
 			oldest = s;
 	}
-	return own >= PER_OWNER ? own_oldest : oldest;
+	if (own >= PER_OWNER)
+		return own_oldest;
+	return free_slot ? free_slot : oldest;
 }
 
 int keyproof_challenge(struct keyproof *kp, const char *owner, const struct userkey *k,
@@ -140,12 +146,17 @@ static int verify(const struct userkey *k, const char *message, const char *sign
 	char dir[] = "/tmp/berth-keyproof.XXXXXX", allowed[64], sig[64], msg[64], line[8192];
 	char *argv[] = { "ssh-keygen", "-Y", "verify", "-f", allowed, "-I", "berth", "-n",
 			 KEYPROOF_NAMESPACE, "-s", sig, NULL };
-	struct passwd *pw = getpwnam("nobody");
+	struct passwd pwb, *pw = NULL;
+	char pwbuf[1024];
 	struct run_opts o = { .stdin_path = msg, .timeout_s = 10, .drop = true,
-			      .uid = pw ? pw->pw_uid : 65534, .gid = pw ? pw->pw_gid : 65534 };
+			      .uid = 65534, .gid = 65534 };
 	struct err why = { 0 };
 	int rc = -1;
 
+	if (getpwnam_r("nobody", &pwb, pwbuf, sizeof(pwbuf), &pw) == 0 && pw) {
+		o.uid = pw->pw_uid;
+		o.gid = pw->pw_gid;
+	}
 	if (!mkdtemp(dir))
 		return err_errno(e, errno, "key proof: mkdtemp");
 	snprintf(line, sizeof(line), "berth namespaces=\"%s\" %s %s\n", KEYPROOF_NAMESPACE,

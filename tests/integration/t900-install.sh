@@ -71,7 +71,7 @@ check_absent "PREFIX=/opt/b: nothing left but directories" find "$T/opt" ! -type
 HTTP=$(free_port)
 mkdir -p "$STATE"
 echo "http_listen = 127.0.0.1:$HTTP" >"$STATE/berth.conf"
-BIN=$P/bin
+BIN=$P/bin   # what start_hostd and berth (lib.sh) run
 if start_hostd; then
 	check_match "installed hostd: recipes in PREFIX/lib/berth/recipes" \
 		"recipes $P/bin/../lib/berth/recipes\$" "$(grep -o 'recipes /.*' "$T/hostd.log" | head -1)"
@@ -121,6 +121,17 @@ check_eq "uninstall: an unchanged berth.conf goes" "./var/lib/berth/berth.db" "$
 check_missing "uninstall: etc/berth removed when empty" "$D/etc/berth"
 
 check "deploy/install.sh: sh -n" sh -n "$ROOT/deploy/install.sh"
-check_match "deploy/install.sh: refuses a bad port before doing anything" "not a number" \
-	"$(sh "$ROOT/deploy/install.sh" --ssh-port '22; reboot' 2>&1)"
+# Bad arguments are refused before anything is installed (the checks come
+# before install-deps: a mistake here would install packages).
+install_sh() { sh "$ROOT/deploy/install.sh" "$@" 2>&1; echo "exit $?"; }
+check_match "deploy/install.sh: refuses a bad port" "not a number from 1 to 65535.*exit 2" \
+	"$(install_sh --ssh-port '22; reboot')"
+check_match "deploy/install.sh: refuses port 0" "not a number from 1 to 65535.*exit 2" \
+	"$(install_sh --ssh-port 0)"
+check_match "deploy/install.sh: refuses a --disk that is no block device" \
+	"'$T/nodisk' is not a block device.*exit 1" "$(install_sh --disk "$T/nodisk")"
+check_match "deploy/install.sh: refuses a relative --prefix" "not an absolute path.*exit 2" \
+	"$(install_sh --prefix usr)"
+check_match "deploy/install.sh: refuses an unknown argument" "unknown argument '--yes'.*exit 2" \
+	"$(install_sh --yes)"
 finish

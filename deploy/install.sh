@@ -165,7 +165,19 @@ if [ -n "$systemd" ]; then
 		fi
 		sleep 0.5
 	done
-	say "berth-hostd, berth-sshgw and berth-desktop run (systemctl status berth-hostd)"
+	# The gateway binds after it has its host key: a port taken (the
+	# host's own sshd on 22) shows here, not at its start.
+	i=0
+	until ss -Hltn "sport = :$gw_port" | grep -q .; do
+		i=$((i + 1))
+		if [ "$i" -ge 20 ] || ! systemctl is-active --quiet berth-sshgw.service; then
+			say "berth-sshgw does not listen on port $gw_port; its log:"
+			journalctl -u berth-sshgw.service -n 30 --no-pager >&2 || true
+			exit 1
+		fi
+		sleep 0.5
+	done
+	say "berth-hostd, berth-sshgw (port $gw_port) and berth-desktop run (systemctl status berth-hostd)"
 else
 	cat >&2 <<EOF
 install: systemd is not PID 1 here: the units are in /etc/systemd/system

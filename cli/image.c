@@ -351,6 +351,65 @@ out:
 	return rc;
 }
 
+/* DATA: the argv of berth image save. */
+static void print_saved(json_t *r, void *data)
+{
+	char **argv = data;
+
+	printf("image %s made from %s (private to you until root publishes it)\n",
+	       cli_jstr(r, "name"), argv[2]);
+}
+
+/* berth image save MACHINE IMAGE [--checkpoint C] */
+static int image_save(struct client *c, int argc, char **argv)
+{
+	const char *ckpt = NULL, *v;
+	char path[256];
+	int rc;
+
+	for (int j = 4; j < argc; j++) {
+		if ((v = cli_optval(argc, argv, &j, "--checkpoint"))) {
+			ckpt = v;
+		} else {
+			fprintf(stderr, "berth image save: unexpected argument '%s'\n", argv[j]);
+			return 2;
+		}
+	}
+	if (!name_valid(argv[2])) {
+		fprintf(stderr, "berth: invalid machine name '%s'\n", argv[2]);
+		return 2;
+	}
+	json_t *body = json_pack("{s:s, s:s*}", "name", argv[3], "checkpoint", ckpt);
+	snprintf(path, sizeof(path), "/v1/machines/%s/image", argv[2]);
+	rc = cli_call_print(c, "POST", path, body, print_saved, argv);
+	json_decref(body);
+	return rc;
+}
+
+static void print_published(json_t *r, void *data)
+{
+	printf("image %s is %s\n", cli_jstr(r, "name"),
+	       json_is_true(json_object_get(r, "public")) ? "public" : "private to its owner");
+	(void)data;
+}
+
+/* berth image publish|unpublish NAME (root) */
+static int image_publish(struct client *c, const char *name, bool pub)
+{
+	char path[256];
+	int rc;
+
+	if (!name_valid(name)) {
+		fprintf(stderr, "berth: invalid image name '%s'\n", name);
+		return 2;
+	}
+	json_t *body = json_pack("{s:b}", "public", pub);
+	snprintf(path, sizeof(path), "/v1/images/%s", name);
+	rc = cli_call_print(c, "PATCH", path, body, print_published, NULL);
+	json_decref(body);
+	return rc;
+}
+
 int cmd_image(struct client *c, int argc, char **argv)
 {
 	json_t *r;
@@ -389,54 +448,10 @@ int cmd_image(struct client *c, int argc, char **argv)
 		json_decref(r);
 		return 0;
 	}
-	if (argc >= 4 && !strcmp(argv[1], "save")) {
-		/* berth image save MACHINE IMAGE [--checkpoint C] */
-		const char *ckpt = NULL, *v;
-		for (int j = 4; j < argc; j++) {
-			if ((v = cli_optval(argc, argv, &j, "--checkpoint")))
-				ckpt = v;
-			else {
-				fprintf(stderr, "berth image save: unexpected argument '%s'\n", argv[j]);
-				return 2;
-			}
-		}
-		if (!name_valid(argv[2])) {
-			fprintf(stderr, "berth: invalid machine name '%s'\n", argv[2]);
-			return 2;
-		}
-		json_t *body = json_pack("{s:s, s:s*}", "name", argv[3], "checkpoint", ckpt);
-		snprintf(path, sizeof(path), "/v1/machines/%s/image", argv[2]);
-		int rc = cli_call(c, "POST", path, body, &r);
-		json_decref(body);
-		if (rc < 0)
-			return 1;
-		if (c->json)
-			cli_print_json(r);
-		else
-			printf("image %s made from %s%s%s (private to you until root publishes it)\n",
-			       cli_jstr(r, "name"), argv[2], ckpt ? "@" : "", ckpt ? ckpt : "");
-		json_decref(r);
-		return 0;
-	}
-	if (argc == 3 && (!strcmp(argv[1], "publish") || !strcmp(argv[1], "unpublish"))) {
-		bool pub = !strcmp(argv[1], "publish");
-		if (!name_valid(argv[2])) {
-			fprintf(stderr, "berth: invalid image name '%s'\n", argv[2]);
-			return 2;
-		}
-		json_t *body = json_pack("{s:b}", "public", pub);
-		snprintf(path, sizeof(path), "/v1/images/%s", argv[2]);
-		int rc = cli_call(c, "PATCH", path, body, &r);
-		json_decref(body);
-		if (rc < 0)
-			return 1;
-		if (c->json)
-			cli_print_json(r);
-		else
-			printf("image %s is %s\n", argv[2], pub ? "public" : "private to its owner");
-		json_decref(r);
-		return 0;
-	}
+	if (argc >= 4 && !strcmp(argv[1], "save"))
+		return image_save(c, argc, argv);
+	if (argc == 3 && (!strcmp(argv[1], "publish") || !strcmp(argv[1], "unpublish")))
+		return image_publish(c, argv[2], !strcmp(argv[1], "publish"));
 	if (argc == 3 && !strcmp(argv[1], "rm")) {
 		if (!name_valid(argv[2])) {
 			fprintf(stderr, "berth: invalid image name '%s'\n", argv[2]);

@@ -314,6 +314,9 @@ struct verb {
 	 * `checkpoint rm web` is a checkpoint named web of the machine rm. */
 	const char *sub;
 	const char *alias;	/* another name for it, or NULL */
+	/* A word that selects this row rather than the next of the same name
+	 * (`desktop NAME --revoke`), or NULL.  Such a row comes first. */
+	const char *when;
 	const char *usage;	/* said (stderr, exit 2) when the words are wrong */
 	/* When NAME (or with V_ARG_NAME, ARG) is not a valid name: said
 	 * instead of the usage, or NULL. */
@@ -405,6 +408,14 @@ static void print_url(json_t *r, void *data)
 	printf("%s\n", cli_jstr(r, "url"));
 }
 
+static void print_desktop_revoked(json_t *r, void *data)
+{
+	const struct verb_args *a = data;
+
+	printf("%s: %lld viewers cut, %lld desktop URLs voided\n", a->name,
+	       (long long)cli_jint(r, "viewers"), (long long)cli_jint(r, "tokens"));
+}
+
 /* A fork waits only for a machine it starts (a live fork always starts). */
 static void fork_finish(json_t *body)
 {
@@ -466,7 +477,10 @@ static const struct verb verbs[] = {
 	  .opts = { { "--from", OPT_STRING, "from" }, { "--no-start", OPT_FALSE, "start" },
 		    { "--no-wait", OPT_FALSE, "wait" }, { "--live", OPT_TRUE, "live" } },
 	  .finish = fork_finish, .print = print_machine },
-	{ .name = "desktop", .usage = "usage: berth desktop NAME [--json]\n",
+	{ .name = "desktop", .when = "--revoke",
+	  .usage = "usage: berth desktop NAME [--json] | desktop NAME --revoke\n",
+	  .method = "DELETE", .path = "/v1/machines/%s/desktop", .print = print_desktop_revoked },
+	{ .name = "desktop", .usage = "usage: berth desktop NAME [--json] | desktop NAME --revoke\n",
 	  .method = "POST", .path = "/v1/machines/%s/desktop", .print = print_url },
 };
 
@@ -477,6 +491,10 @@ const struct verb *verb_find(int argc, char **argv)
 		if (v->sub) {
 			if (argc == 4 && !strcmp(argv[0], v->name) && !strcmp(argv[1], v->sub))
 				return v;
+		} else if (v->when) {
+			for (int k = 1; k < argc && !strcmp(argv[0], v->name); k++)
+				if (!strcmp(argv[k], v->when))
+					return v;
 		} else if (!strcmp(argv[0], v->name) || (v->alias && !strcmp(argv[0], v->alias))) {
 			return v;
 		}
@@ -525,6 +543,8 @@ int verb_run(struct client *c, const struct verb *v, int argc, char **argv)
 		return 1;
 	}
 	for (int i = v->sub ? 2 : 1; i < argc; i++) {
+		if (v->when && !strcmp(argv[i], v->when))
+			continue;
 		const struct verb_opt *o = verb_opt(v, argc, argv, &i, &value);
 		if (o) {
 			verb_opt_apply(o, value, body);

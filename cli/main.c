@@ -43,6 +43,7 @@ static const char usage_text[] =
 	"  key add FILE|- | key ls | key rm ID   your SSH public keys (for ssh NAME@host)\n"
 	"  token create [--name N] | token ls | token rm ID   API tokens (the dashboard's login)\n"
 	"  desktop NAME                       a one-time URL of the machine's screen (browser)\n"
+	"  desktop NAME --revoke              cut the machine's viewers, void its desktop URLs\n"
 	"\n"
 	"  --state DIR   state directory of the hostd to talk to (default $BERTH_STATE or /var/lib/berth)\n"
 	"  --json        machine-readable output\n";

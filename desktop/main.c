@@ -1,6 +1,7 @@
 /* berth-desktop: the machines' screens in the browser.  Usage:
  *   berth-desktop --state DIR [--listen ADDR:PORT] [--user USER]
- *                 [--max-fps N] [--page DIR] [--novnc DIR]
+ *                 [--max-fps N] [--max-unauth-per-addr N] [--page DIR]
+ *                 [--novnc DIR]
  *                 [--log-level L] [--pidfile FILE]
  *
  * One TCP port for every machine (docs/desktop.md).  A connection's HTTP
@@ -45,6 +46,7 @@
 #include <jansson.h>
 
 #include "common/hostapi.h"
+#include "common/addrcount.h"
 #include "common/daemon.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -58,6 +60,10 @@
 #define WS_HEAD_MAX 4095
 /* Connections at once: those being read and the viewers handed over. */
 #define CONN_MAX 256
+/* Of those being read (no token redeemed yet), per source address: one
+ * client's silent connections cannot fill CONN_MAX. */
+static struct addrcount reading_from = ADDRCOUNT_INIT;
+static int max_unauth_per_addr = 32;
 #define FILE_MAX (16 << 20)
 
 static char desktop_sock[PATH_MAX], hostd_sock[PATH_MAX];
@@ -69,7 +75,8 @@ static atomic_int reading;  /* connections whose request is being read */
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: berth-desktop --state DIR [--listen ADDR:PORT] [--user USER]\n"
-		   "                     [--max-fps N] [--page DIR] [--novnc DIR]\n"
+		   "                     [--max-fps N] [--max-unauth-per-addr N] [--page DIR]\n"
+		   "                     [--novnc DIR]\n"
 		   "                     [--log-level LEVEL] [--pidfile FILE]\n");
 }
 
@@ -269,7 +276,8 @@ static void viewer(int fd, char *rest, size_t head, const char *from)
 	if (query && query_get(query, "resume", token, sizeof(token)) && token_ok(token)) {
 		/* A viewer coming back after its connection broke. */
 		char orig[64];
-		if (screen_resume(token, user, name, orig, sizeof(orig)) < 0) {
+		int64_t grant = 0;
+		if (screen_resume(token, user, name, orig, sizeof(orig), &grant) < 0) {
 			/* The page asks /state with this key, and stops. */
 			screen_refused(token, name, "unknown or expired resume key: ask "
 				       "for a new URL");
@@ -280,7 +288,7 @@ static void viewer(int fd, char *rest, size_t head, const char *from)
 			return;
 		}
 		log_info("viewer from %s back on %s/%s", from, user, name);
-		screen_add_viewer(user, name, false, fd, orig, token, from);
+		screen_add_viewer(user, name, false, fd, orig, token, from, grant, NULL);
 		return;
 	}
 	if (!query || !query_get(query, "token", token, sizeof(token)) || !token_ok(token)) {
@@ -312,14 +320,26 @@ static void viewer(int fd, char *rest, size_t head, const char *from)
 		return;
 	}
 	const char *state = json_string_value(json_object_get(resp, "state"));
+	const char *handle = json_string_value(json_object_get(resp, "handle"));
+	json_int_t grant = json_integer_value(json_object_get(resp, "grant"));
 	bool wake = !state || strcmp(state, "running") != 0;
-	screen_add_viewer(user, name, wake, fd, token, NULL, from);
+	if (!handle || grant <= 0) {
+		log_error("hostd redeemed a token for %s/%s without a grant", user, name);
+		drain(fd, head);
+		reply_error(fd, 502, "Bad Gateway", "hostd_unavailable",
+			    "hostd gave no attach handle: is it older than the bridge?");
+		close(fd);
+		json_decref(resp);
+		return;
+	}
+	screen_add_viewer(user, name, wake, fd, token, NULL, from, (int64_t)grant, handle);
 	json_decref(resp);
 }
 
 struct conn {
 	int fd;
-	char from[64];
+	char from[64];	/* ADDR:PORT, for the log */
+	char addr[48];	/* ADDR, counted in reading_from */
 };
 
 static void *conn_main(void *arg)
@@ -372,6 +392,7 @@ static void *conn_main(void *arg)
 		/* Counted until then (a viewer handed over is counted twice
 		 * for a moment, never not at all). */
 		atomic_fetch_sub(&reading, 1);
+		addrcount_leave(&reading_from, c->addr);
 		free(c);
 		return NULL;
 	}
@@ -399,12 +420,15 @@ static void *conn_main(void *arg)
 	}
 close:
 	atomic_fetch_sub(&reading, 1);
+	addrcount_leave(&reading_from, c->addr);
 	close(fd);
 	free(c);
 	return NULL;
 }
 
-static void peer_name(const struct sockaddr_storage *ss, char *out, size_t outlen)
+/* SS as "ADDR:PORT" into OUT and, when HOST is not NULL, its address
+ * alone into HOST (48 bytes). */
+static void peer_name(const struct sockaddr_storage *ss, char *out, size_t outlen, char *host_out)
 {
 	char host[INET6_ADDRSTRLEN] = "?";
 	int port = 0;
@@ -419,6 +443,8 @@ static void peer_name(const struct sockaddr_storage *ss, char *out, size_t outle
 		port = ntohs(a->sin6_port);
 	}
 	snprintf(out, outlen, "%s:%d", host, port);
+	if (host_out)
+		snprintf(host_out, 48, "%s", host);
 }
 
 /* REL of the source tree next to the binary: BIN/../REL (bin/), else
@@ -444,14 +470,22 @@ static void beside_exe(const char *rel, const char *installed, char *out, size_t
 	xsnprintf(out, outlen, "%s/../%s", dir, rel);
 }
 
-/* Every 5 s: which run of hostd is this?  A restarted hostd forgot the
- * live sessions; the viewers' are opened again. */
+/* Every second: hold the viewers' grants, and drop the viewers of those
+ * hostd revoked (screen_hold).  Every 5 s: which run of hostd is this?  A
+ * restarted hostd forgot the live sessions; the viewers' are opened
+ * again. */
 static void *watch_hostd(void *arg)
 {
 	char last[64] = "";
+	unsigned tick = 0;
 
 	(void)arg;
 	while (!stopping) {
+		screen_hold();
+		if (tick++ % 5) {
+			sleep(1);
+			continue;
+		}
 		json_t *resp = NULL;
 		long status = 0;
 		char err[256];
@@ -464,7 +498,7 @@ static void *watch_hostd(void *arg)
 				snprintf(last, sizeof(last), "%s", ep);
 		}
 		json_decref(resp);
-		sleep(5);
+		sleep(1);
 	}
 	return NULL;
 }
@@ -476,6 +510,7 @@ int main(int argc, char **argv)
 		{ "listen", required_argument, NULL, 'l' },
 		{ "user", required_argument, NULL, 'u' },
 		{ "max-fps", required_argument, NULL, 'f' },
+		{ "max-unauth-per-addr", required_argument, NULL, 'a' },
 		{ "page", required_argument, NULL, 'P' },
 		{ "novnc", required_argument, NULL, 'N' },
 		{ "log-level", required_argument, NULL, 'L' },
@@ -504,6 +539,15 @@ int main(int argc, char **argv)
 			max_fps = (int)strtol(optarg, &end, 10);
 			if (!*optarg || *end || max_fps < 1 || max_fps > 1000) {
 				log_error("--max-fps %s: expected a number from 1 to 1000", optarg);
+				return 2;
+			}
+			break;
+		case 'a':
+			max_unauth_per_addr = (int)strtol(optarg, &end, 10);
+			if (!*optarg || *end || max_unauth_per_addr < 1 ||
+			    max_unauth_per_addr > CONN_MAX) {
+				log_error("--max-unauth-per-addr %s: expected a number from 1 to %d",
+					  optarg, CONN_MAX);
 				return 2;
 			}
 			break;
@@ -599,7 +643,7 @@ int main(int argc, char **argv)
 		int busy = atomic_load(&reading) + screen_viewer_count();
 		if (busy >= CONN_MAX) {
 			char from[64];
-			peer_name(&ss, from, sizeof(from));
+			peer_name(&ss, from, sizeof(from), NULL);
 			log_warn("%d connections at once, at most %d: %s is turned away", busy,
 				 CONN_MAX, from);
 			close(fd);
@@ -611,10 +655,18 @@ int main(int argc, char **argv)
 			continue;
 		}
 		cn->fd = fd;
-		peer_name(&ss, cn->from, sizeof(cn->from));
+		peer_name(&ss, cn->from, sizeof(cn->from), cn->addr);
+		if (!addrcount_enter(&reading_from, cn->addr, max_unauth_per_addr)) {
+			log_debug("%s has %d connections whose request is being read: one more is "
+				  "turned away", cn->addr, max_unauth_per_addr);
+			close(fd);
+			free(cn);
+			continue;
+		}
 		atomic_fetch_add(&reading, 1);
 		if (pthread_create(&t, &attr, conn_main, cn) != 0) {
 			atomic_fetch_sub(&reading, 1);
+			addrcount_leave(&reading_from, cn->addr);
 			log_error("cannot start a thread for %s", cn->from);
 			close(fd);
 			free(cn);

@@ -1,6 +1,7 @@
 #include "desktop/screen.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -27,6 +28,12 @@
 #define RESUME_SLOTS 256
 /* A viewer whose connection broke may come back this long after. */
 #define RESUME_MS (120 * 1000)
+/* The grants the bridge keeps: one for each viewer and resume key at most
+ * (main.c's 256 connections, RESUME_SLOTS keys). */
+#define GRANT_SLOTS 512
+/* A grant that no viewer nor resume key names is dropped after this (a
+ * viewer being handed over is not in the list yet). */
+#define GRANT_SPARE_MS (30 * 1000)
 
 struct mach;
 
@@ -41,6 +48,9 @@ struct viewer {
 	struct mach *m;
 	int64_t session;       /* hostd's session id, -1 = none */
 	int64_t last_send_ms;  /* when its last update began (frame pacing) */
+	int64_t grant;         /* hostd's grant that let it in (screen_hold) */
+	int sock;              /* a duplicate of its socket: a cut shuts it */
+	bool cut;              /* its grant was revoked: no resume key */
 	struct viewer *next;
 };
 
@@ -86,8 +96,17 @@ static int refused_next;
 static struct {
 	char key[64], token[64], user[64], name[64];
 	int64_t until_ms;
+	int64_t grant;
 } resumes[RESUME_SLOTS];
 static int resume_next;
+/* hostd's grants (hostd/desktop.h): what lets the bridge attach a screen.
+ * Each attach spends HANDLE and gives the next. */
+static struct {
+	int64_t id;            /* 0 = free */
+	char user[64], name[64];
+	char handle[64];       /* "" = none to attach with (refused) */
+	int64_t added_ms;
+} grants[GRANT_SLOTS];
 static uint64_t viewer_ids;  /* under g_lock */
 static atomic_int nviewers;  /* screen_add_viewer to v_gone (or its failure) */
 static atomic_uint_fast64_t frames_in, rects_in;
@@ -509,6 +528,169 @@ static void v_cut_utf8(char *text, int len, rfbClientPtr cl)
 		offer(cl->screen->screenData, text, (size_t)len);
 }
 
+/* ---- grants (under g_lock) ---------------------------------------------- */
+
+/* Whether a viewer or a live resume key names grant ID. */
+static bool grant_named(int64_t id, int64_t now)
+{
+	for (struct viewer *v = viewers; v; v = v->next)
+		if (v->grant == id)
+			return true;
+	for (int i = 0; i < RESUME_SLOTS; i++)
+		if (resumes[i].key[0] && resumes[i].grant == id && now <= resumes[i].until_ms)
+			return true;
+	return false;
+}
+
+/* Drop the grants nothing names any more (hostd ends them when they are no
+ * longer held). */
+static void grants_sweep(int64_t now)
+{
+	for (int i = 0; i < GRANT_SLOTS; i++)
+		if (grants[i].id && now - grants[i].added_ms > GRANT_SPARE_MS &&
+		    !grant_named(grants[i].id, now))
+			memset(&grants[i], 0, sizeof(grants[i]));
+}
+
+/* Keep grant ID (USER's NAME) with HANDLE, its first attach's. */
+static void grant_put(int64_t id, const char *user, const char *name, const char *handle)
+{
+	int slot = -1;
+	int64_t now = mono_ms();
+
+	for (int pass = 0; pass < 2 && slot < 0; pass++) {
+		if (pass == 1)
+			grants_sweep(now);
+		for (int i = 0; i < GRANT_SLOTS && slot < 0; i++)
+			if (!grants[i].id || grants[i].id == id)
+				slot = i;
+	}
+	if (slot < 0) {
+		log_warn("no room for grant %lld: its viewer cannot attach", (long long)id);
+		return;
+	}
+	grants[slot].id = id;
+	snprintf(grants[slot].user, sizeof(grants[slot].user), "%s", user);
+	snprintf(grants[slot].name, sizeof(grants[slot].name), "%s", name);
+	snprintf(grants[slot].handle, sizeof(grants[slot].handle), "%s", handle);
+	grants[slot].added_ms = now;
+}
+
+/* A grant for M to attach with: *ID and HANDLE (64 bytes).  False when it
+ * has none (then no viewer of it may see it). */
+static bool grant_pick(const struct mach *m, int64_t *id, char *handle)
+{
+	for (int i = 0; i < GRANT_SLOTS; i++)
+		if (grants[i].id && grants[i].handle[0] && !strcmp(grants[i].user, m->user) &&
+		    !strcmp(grants[i].name, m->name)) {
+			*id = grants[i].id;
+			snprintf(handle, 64, "%s", grants[i].handle);
+			return true;
+		}
+	return false;
+}
+
+/* Grant ID's next handle is HANDLE (NULL or "": none). */
+static void grant_set_handle(int64_t id, const char *handle)
+{
+	for (int i = 0; i < GRANT_SLOTS; i++)
+		if (grants[i].id == id)
+			snprintf(grants[i].handle, sizeof(grants[i].handle), "%s",
+				 handle ? handle : "");
+}
+
+static void refused_add(const char *token, const char *machine, const char *message)
+{
+	int i = refused_next++ % REFUSED_SLOTS;
+	snprintf(refused[i].token, sizeof(refused[i].token), "%s", token);
+	snprintf(refused[i].machine, sizeof(refused[i].machine), "%s", machine);
+	snprintf(refused[i].message, sizeof(refused[i].message), "%s", message);
+}
+
+/* The grants IDS[0..N-1] are revoked: their viewers are disconnected (the
+ * page is told "refused" and stops), their resume keys and handles
+ * dropped. */
+static void grants_cut(const int64_t *ids, size_t n)
+{
+	static const char why[] = "access revoked (the URL's token, its API token or the "
+				  "machine): ask for a new URL";
+	int nv = 0;
+
+	pthread_mutex_lock(&g_lock);
+	for (size_t k = 0; k < n; k++) {
+		for (struct viewer *v = viewers; v; v = v->next)
+			if (v->grant == ids[k] && !v->cut) {
+				v->cut = true;
+				refused_add(v->token, v->m->name, why);
+				if (v->prev[0])
+					refused_add(v->prev, v->m->name, why);
+				/* Its threads see the end and close it (v_gone). */
+				shutdown(v->sock, SHUT_RDWR);
+				log_info("viewer from %s on %s cut: grant %lld revoked", v->from,
+					 v->m->title, (long long)ids[k]);
+				nv++;
+			}
+		for (int i = 0; i < RESUME_SLOTS; i++)
+			if (resumes[i].key[0] && resumes[i].grant == ids[k]) {
+				refused_add(resumes[i].token, resumes[i].name, why);
+				resumes[i].key[0] = '\0';
+			}
+		for (int i = 0; i < GRANT_SLOTS; i++)
+			if (grants[i].id == ids[k])
+				memset(&grants[i], 0, sizeof(grants[i]));
+	}
+	pthread_mutex_unlock(&g_lock);
+	if (n)
+		log_info("%zu grants revoked: %d viewers cut", n, nv);
+}
+
+void screen_hold(void)
+{
+	int64_t now = mono_ms(), *cut = NULL;
+	json_t *ids = json_array(), *req = NULL, *resp = NULL, *v;
+	char err[256];
+	size_t n = 0, i;
+
+	pthread_mutex_lock(&g_lock);
+	grants_sweep(now);
+	for (int k = 0; k < GRANT_SLOTS && ids; k++)
+		if (grants[k].id)
+			json_array_append_new(ids, json_integer(grants[k].id));
+	/* A viewer whose grant is not kept (no room, or a resume after the
+	 * grant was dropped) is held too: hostd says if it is cut. */
+	for (struct viewer *w = viewers; w && ids; w = w->next) {
+		bool kept = false;
+		for (int k = 0; k < GRANT_SLOTS && !kept; k++)
+			kept = grants[k].id == w->grant;
+		if (!kept)
+			json_array_append_new(ids, json_integer(w->grant));
+	}
+	pthread_mutex_unlock(&g_lock);
+	if (!ids || json_array_size(ids) == 0) {
+		json_decref(ids);
+		return;
+	}
+	req = json_pack("{s:s, s:o}", "op", "hold", "grants", ids);
+	if (!req || hostfd_call(cfg.desktop_sock, req, &resp, NULL, 0, err, sizeof(err)) < 0) {
+		log_debug("hold the grants: %s", req ? err : "out of memory");
+		goto out;
+	}
+	json_t *arr = json_object_get(resp, "cut");
+	if (!json_is_array(arr)) {
+		log_warn("hold the grants: %s", hostfd_error(resp, NULL));
+		goto out;
+	}
+	cut = calloc(json_array_size(arr) + 1, sizeof(*cut));
+	json_array_foreach(arr, i, v)
+		if (cut && json_integer_value(v) > 0)
+			cut[n++] = json_integer_value(v);
+	grants_cut(cut, n);
+out:
+	free(cut);
+	json_decref(req);
+	json_decref(resp);
+}
+
 static void session_close(struct viewer *v, uint64_t bytes_out)
 {
 	char path[64], err[256];
@@ -540,15 +722,17 @@ static void v_gone(rfbClientPtr cl)
 		}
 	v->m->viewers--;
 	pthread_cond_broadcast(&v->m->cv);
-	{
+	if (!v->cut) {  /* a cut viewer does not come back */
 		int i = resume_next++ % RESUME_SLOTS;
 		snprintf(resumes[i].key, sizeof(resumes[i].key), "%s", v->resume);
 		snprintf(resumes[i].token, sizeof(resumes[i].token), "%s", v->token);
 		snprintf(resumes[i].user, sizeof(resumes[i].user), "%s", v->m->user);
 		snprintf(resumes[i].name, sizeof(resumes[i].name), "%s", v->m->name);
 		resumes[i].until_ms = mono_ms() + RESUME_MS;
+		resumes[i].grant = v->grant;
 	}
 	pthread_mutex_unlock(&g_lock);
+	close(v->sock);
 	log_info("viewer from %s left %s (%u bytes sent)", v->from, v->m->title,
 		 (unsigned)rfbStatGetSentBytes(cl));
 	session_close(v, (uint64_t)rfbStatGetSentBytes(cl));
@@ -574,17 +758,48 @@ static void *upstream(void *arg)
 
 		if (wake)
 			set_state(m, "waking", NULL);
-		json_t *req = json_pack("{s:s, s:s, s:s, s:b}", "op", "attach", "user", m->user,
-					"machine", m->name, "wake", wake);
+		/* hostd attaches only with a grant's handle: that of a token
+		 * redeemed for this machine, or what the last attach with it
+		 * gave. */
+		int64_t gid = 0;
+		char handle[64];
+		pthread_mutex_lock(&g_lock);
+		bool have = grant_pick(m, &gid, handle);
+		pthread_mutex_unlock(&g_lock);
+		if (!have) {
+			set_state(m, "stopped", "no viewer here may attach: ask for a new URL");
+			sleep_ms(1000);
+			continue;
+		}
+		json_t *req = json_pack("{s:s, s:s, s:s, s:b, s:s}", "op", "attach", "user",
+					m->user, "machine", m->name, "wake", wake, "handle",
+					handle);
 		json_t *resp = NULL;
 		int fds[2] = { -1, -1 };
 		int rc = req ? hostfd_call(cfg.desktop_sock, req, &resp, fds, 2, err,
 					   sizeof(err)) : -1;
 		int fd = fds[0], afd = fds[1];
 		json_decref(req);
+		if (rc == 0) {  /* the grant's next handle (none: it was refused) */
+			pthread_mutex_lock(&g_lock);
+			grant_set_handle(gid, json_string_value(json_object_get(resp, "handle")));
+			pthread_mutex_unlock(&g_lock);
+		}
 		if (rc < 0 || fd < 0) {
 			const char *code = NULL;
 			const char *msg = rc < 0 ? err : hostfd_error(resp, &code);
+			if (code && !strcmp(code, "invalid_handle")) {
+				/* The grant is no more: its viewers go; another
+				 * viewer's grant is tried at once. */
+				log_info("%s: attach refused: %s", m->title, msg);
+				json_decref(resp);
+				if (fd >= 0)
+					close(fd);
+				if (afd >= 0)
+					close(afd);
+				grants_cut(&gid, 1);
+				continue;
+			}
 			/* hostd unreachable, the machine busy (being suspended,
 			 * say), hostd's trouble: the wake is asked for again.
 			 * A final refusal (no such machine, being deleted)
@@ -796,7 +1011,8 @@ static bool key_eq(const char *a, const char *b)
 }
 
 int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
-		      const char *token, const char *prev, const char *from)
+		      const char *token, const char *prev, const char *from, int64_t grant,
+		      const char *handle)
 {
 	struct mach *m;
 	struct viewer *v = calloc(1, sizeof(*v));
@@ -805,7 +1021,13 @@ int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
 	atomic_fetch_add(&nviewers, 1);
 	pthread_mutex_lock(&g_lock);
 	m = v ? mach_get(user, name) : NULL;
+	if (v)
+		v->sock = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (m && v->sock < 0)
+		m = NULL;
 	if (m) {
+		if (handle)
+			grant_put(grant, user, name, handle);
 		m->viewers++;
 		if (wake) {
 			m->wake = true;
@@ -815,6 +1037,8 @@ int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
 	}
 	pthread_mutex_unlock(&g_lock);
 	if (!m) {
+		if (v && v->sock >= 0)
+			close(v->sock);
 		free(v);
 		atomic_fetch_sub(&nviewers, 1);
 		close(fd);
@@ -850,6 +1074,7 @@ int screen_add_viewer(const char *user, const char *name, bool wake, int fd,
 		v->resume[sizeof(raw)] = '\0';
 	}
 	v->m = m;
+	v->grant = grant;
 	v->session = session_open(user, name, from);
 	pthread_mutex_lock(&g_lock);
 	v->id = ++viewer_ids;
@@ -866,6 +1091,7 @@ undo:
 	pthread_mutex_lock(&g_lock);
 	m->viewers--;
 	pthread_mutex_unlock(&g_lock);
+	close(v->sock);
 	free(v);
 	atomic_fetch_sub(&nviewers, 1);
 	return -1;
@@ -874,10 +1100,7 @@ undo:
 void screen_refused(const char *token, const char *machine, const char *message)
 {
 	pthread_mutex_lock(&g_lock);
-	int i = refused_next++ % REFUSED_SLOTS;
-	snprintf(refused[i].token, sizeof(refused[i].token), "%s", token);
-	snprintf(refused[i].machine, sizeof(refused[i].machine), "%s", machine);
-	snprintf(refused[i].message, sizeof(refused[i].message), "%s", message);
+	refused_add(token, machine, message);
 	pthread_mutex_unlock(&g_lock);
 }
 
@@ -918,7 +1141,7 @@ char *screen_state(const char *token, const char *presented)
 }
 
 int screen_resume(const char *key, const char *user, const char *name, char *token,
-		  size_t toklen)
+		  size_t toklen, int64_t *grant)
 {
 	int rc = -1;
 	int64_t now = mono_ms();
@@ -930,6 +1153,7 @@ int screen_resume(const char *key, const char *user, const char *name, char *tok
 		if (now <= resumes[i].until_ms && !strcmp(resumes[i].user, user) &&
 		    !strcmp(resumes[i].name, name)) {
 			snprintf(token, toklen, "%s", resumes[i].token);
+			*grant = resumes[i].grant;
 			rc = 0;
 		}
 		resumes[i].key[0] = '\0';  /* once */

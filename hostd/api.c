@@ -700,14 +700,28 @@ static struct reply do_desktop(struct call *c)
 	static const char *const allowed[] = { NULL };
 	struct err e = { 0 };
 	char token[64], url[512];
-	int64_t expires;
+	int64_t expires, family = 0;
 	json_t *j = api_parse_body(c->body, allowed, &e);
 
 	if (!j)
 		return fail(&e);
 	json_decref(j);
-	if (desktop_mint(c->h->desktop, c->owner, c->arg[0], token, sizeof(token), &expires,
-			 &e) < 0)
+	/* An API token's URL is of its family: revoking the token cuts the
+	 * viewers it let in (desktop_revoke).  caller() checked the token;
+	 * its id is read again here. */
+	if (c->who == CALLER_TOKEN) {
+		const char *auth = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND,
+							       MHD_HTTP_HEADER_AUTHORIZATION);
+		struct token t;
+		const char *p = auth && strlen(auth) > 7 ? auth + 7 : "";
+		while (*p == ' ')
+			p++;
+		if (token_check(c->h, p, &t, &e) < 0)
+			return fail(&e);
+		family = t.id;
+	}
+	if (desktop_mint(c->h->desktop, c->owner, c->arg[0], family, token, sizeof(token),
+			 &expires, &e) < 0)
 		return fail(&e);
 	/* The token rides in the fragment: browsers never send it in a
 	 * request line or a Referer. */
@@ -715,6 +729,21 @@ static struct reply do_desktop(struct call *c)
 		 c->arg[0], token);
 	return ok(200, json_pack("{s:s, s:s, s:I}", "url", url, "token", token,
 				 "expires", (json_int_t)expires));
+}
+
+/* DELETE /v1/machines/NAME/desktop: the machine's viewers are cut (within
+ * seconds) and its unredeemed desktop tokens voided. */
+static struct reply do_desktop_revoke(struct call *c)
+{
+	struct err e = { 0 };
+	struct machine m;
+	int nt = 0, ng = 0;
+
+	if (db_machine_get(c->h->db, c->owner, c->arg[0], &m, &e) < 0)
+		return fail(&e);
+	desktop_revoke(c->h->desktop, c->owner, c->arg[0], 0, &nt, &ng);
+	return ok(200, json_pack("{s:s, s:i, s:i}", "machine", c->arg[0], "tokens", nt,
+				 "viewers", ng));
 }
 
 static const char *query_arg(struct MHD_Connection *c, const char *key)
@@ -1344,6 +1373,8 @@ static struct reply do_token_delete(struct call *c)
 	if (db_token_delete(c->h->db, c->owner, id, &e) < 0)
 		return fail(&e);
 	log_info("token %lld of %s revoked", (long long)id, c->owner);
+	/* And the desktop URLs it minted, and the viewers they let in. */
+	desktop_revoke(c->h->desktop, c->owner, NULL, id, NULL, NULL);
 	return ok(200, json_pack("{s:I}", "deleted", (json_int_t)id));
 }
 
@@ -1573,6 +1604,7 @@ static const struct api_route routes[] = {
 	{ "POST", "/v1/machines/{name}/resume", ANYONE, .fn = do_action },
 	{ "POST", "/v1/machines/{name}/restart", ANYONE, .fn = do_action },
 	{ "POST", "/v1/machines/{name}/desktop", ANYONE, .fn = do_desktop },
+	{ "DELETE", "/v1/machines/{name}/desktop", ANYONE, .fn = do_desktop_revoke },
 	{ "POST", "/v1/machines/{name}/ssh", ROOT,
 	  .refusal = "only root may obtain SSH credentials", .fn = do_ssh },
 	{ "GET", "/v1/machines/{name}/export", ANYONE, .fn = do_export },

@@ -96,6 +96,30 @@ undo:
 	return -1;
 }
 
+/* Freeze M's disk as it is now into FROZEN (80 bytes, a volume name), as
+ * freeze_top, and move M onto its new writable top (recorded; a stopped
+ * M's domain redefined).  MEM: its memory too. */
+static int freeze_now(struct hostd *h, struct machine *m, enum vstate vs, const char *mem,
+		      char frozen[80], struct err *e)
+{
+	char old_top[80], new_top[80];
+
+	snprintf(old_top, sizeof(old_top), "%s", m->volume);
+	if (freeze_top(h, m, vs, mem, frozen, new_top, sizeof(new_top), e) < 0)
+		return -1;
+	if (strcmp(new_top, old_top) == 0)
+		return 0;
+	if (db_machine_set_volume(h->db, m->id, new_top, e) < 0) {
+		if (vs == VS_STOPPED)
+			storage_vol_remove(h->st, new_top, NULL);
+		return -1;
+	}
+	snprintf(m->volume, sizeof(m->volume), "%s", new_top);
+	if (vs == VS_STOPPED && machine_define(h, m, e) < 0)
+		return -1;
+	return 0;
+}
+
 int checkpoint_create(struct hostd *h, const char *owner, const char *name,
 		      const char *ckpt, bool memory, struct checkpoint *out, struct err *e)
 {
@@ -413,7 +437,7 @@ int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *o
 	struct machine m, f;
 	struct checkpoint c;
 	enum vstate vs;
-	char base[80], new_top[80], mem[PATH_MAX] = "";
+	char base[80], mem[PATH_MAX] = "";
 	int rc = -1;
 
 	if (live && from)
@@ -437,8 +461,6 @@ int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *o
 		/* Freeze the machine as it is now; the frozen volume has no
 		 * name of its own and lives as long as something is layered
 		 * on it. */
-		char old_top[80];
-		snprintf(old_top, sizeof(old_top), "%s", m.volume);
 		if (live) {
 			/* The fork's first answers come with the source's host
 			 * key: it must be the one pinned. */
@@ -450,18 +472,8 @@ int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *o
 			xsnprintf(mem, sizeof(mem), "%s/tmp/fork-%s-%s.mem", h->cfg.state_dir, m.id,
 				 new_name);
 		}
-		if (freeze_top(h, &m, vs, live ? mem : NULL, base, new_top, sizeof(new_top), e) < 0)
+		if (freeze_now(h, &m, vs, live ? mem : NULL, base, e) < 0)
 			goto out;
-		if (strcmp(new_top, old_top) != 0) {
-			if (db_machine_set_volume(h->db, m.id, new_top, e) < 0) {
-				if (vs == VS_STOPPED)
-					storage_vol_remove(h->st, new_top, NULL);
-				goto out;
-			}
-			snprintf(m.volume, sizeof(m.volume), "%s", new_top);
-			if (vs == VS_STOPPED && machine_define(h, &m, e) < 0)
-				goto out;
-		}
 	}
 	rc = 0;
 	/* The fork's volume is made while the source is still marked busy:
@@ -556,7 +568,7 @@ int checkpoint_image(struct hostd *h, const char *owner, const char *name, const
 	struct checkpoint c;
 	struct image src, img;
 	enum vstate vs;
-	char base[80], new_top[80], old_top[80], dir[PATH_MAX];
+	char base[80], dir[PATH_MAX];
 	bool froze = false;
 	int rc = -1;
 
@@ -576,20 +588,9 @@ int checkpoint_image(struct hostd *h, const char *owner, const char *name, const
 			goto out;
 		snprintf(base, sizeof(base), "%s", c.volume);
 	} else {
-		snprintf(old_top, sizeof(old_top), "%s", m.volume);
-		if (freeze_top(h, &m, vs, NULL, base, new_top, sizeof(new_top), e) < 0)
+		if (freeze_now(h, &m, vs, NULL, base, e) < 0)
 			goto out;
 		froze = true;
-		if (strcmp(new_top, old_top) != 0) {
-			if (db_machine_set_volume(h->db, m.id, new_top, e) < 0) {
-				if (vs == VS_STOPPED)
-					storage_vol_remove(h->st, new_top, NULL);
-				goto out;
-			}
-			snprintf(m.volume, sizeof(m.volume), "%s", new_top);
-			if (vs == VS_STOPPED && machine_define(h, &m, e) < 0)
-				goto out;
-		}
 	}
 	memset(&img, 0, sizeof(img));
 	snprintf(img.name, sizeof(img.name), "%s", image);

@@ -25,7 +25,14 @@
 /* A spent or expired token is remembered this much longer, so that its
  * second use is told "used" or "expired" rather than "unknown". */
 #define REMEMBER_MS (10 * 60 * 1000)
-#define LINE_MAX_BYTES 4096
+/* A hold names up to every grant the bridge keeps (its viewers' and their
+ * resume keys'): 512 ids fit. */
+#define LINE_MAX_BYTES 32768
+#define MAX_GRANTS 1024
+/* A grant not held (op hold) nor used for this long ends: the first
+ * attach's handle is short-lived, and a bridge that stops holding (it
+ * died, its viewers left) leaves nothing behind for long. */
+#define GRANT_IDLE_MS (60 * 1000)
 /* Live (unspent, unexpired) tokens one owner may hold; minting another
  * evicts that owner's oldest, so that no one fills the table. */
 #define PER_OWNER 16
@@ -36,8 +43,22 @@ struct dtoken {
 	char machine[64];
 	int64_t minted_ms;    /* monotonic clock, ms */
 	int64_t expires_ms;   /* monotonic clock, ms */
+	int64_t family;       /* the API token that minted it, 0: none */
 	bool used;
 	bool evicted;         /* by PER_OWNER newer ones of its owner */
+	bool revoked;         /* desktop_revoke */
+};
+
+/* What redeeming a token leaves: the right to attach to its machine, for
+ * the viewer it let in (and the resume keys the bridge gives that
+ * viewer).  Each attach spends HANDLE and sets a new one. */
+struct dgrant {
+	int64_t id;           /* 0 = free slot */
+	char handle[44];      /* the next attach's; "" = burnt (a wrong use) */
+	char owner[64];
+	char machine[64];
+	int64_t family;       /* its token's */
+	int64_t expires_ms;   /* monotonic: pushed on by each hold and attach */
 };
 
 struct desktop {
@@ -49,6 +70,11 @@ struct desktop {
 	atomic_int inflight;
 	pthread_mutex_t lock;
 	struct dtoken tok[MAX_TOKENS];
+	/* Under lock; kept in grants_path across hostd's restarts (the
+	 * bridge's viewers outlive them). */
+	struct dgrant grant[MAX_GRANTS];
+	int64_t next_grant;
+	char grants_path[PATH_MAX + 32];
 };
 
 static int64_t wall_ms(void)
@@ -73,15 +99,260 @@ static bool token_eq(const char a[44], const char *b)
 
 static bool live(const struct dtoken *k, int64_t now)
 {
-	return k->token[0] && !k->used && !k->evicted && now <= k->expires_ms;
+	return k->token[0] && !k->used && !k->evicted && !k->revoked && now <= k->expires_ms;
 }
 
-int desktop_mint(struct desktop *d, const char *owner, const char *name, char *token,
-		 size_t toklen, int64_t *expires, struct err *e)
+/* 43 random base64url characters (256 bits) and a NUL into T.  0 or -1. */
+static int make_secret(char t[44])
 {
 	static const char alphabet[] =
 		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 	unsigned char raw[32];
+
+	if (random_bytes(raw, sizeof(raw)) < 0)
+		return -1;
+	/* 6 bits a character. */
+	for (size_t i = 0; i < 43; i++) {
+		size_t bit = i * 6, byte = bit / 8, sh = bit % 8;
+		unsigned v = raw[byte] | (byte + 1 < sizeof(raw) ? raw[byte + 1] << 8 : 0);
+		t[i] = alphabet[(v >> sh) & 63];
+	}
+	t[43] = '\0';
+	return 0;
+}
+
+/* ---- grants (under d->lock) ---------------------------------------------- */
+
+/* Write the grants to grants_path (root's, 0600), replacing it whole
+ * (rename).  Not synced: the file is for hostd's restarts, and after the
+ * host's own the bridge has no viewers left.  A failure is logged: the
+ * grants hold in memory, and a restart of hostd would then make the
+ * bridge's viewers ask for new URLs. */
+static void grants_save(struct desktop *d)
+{
+	char tmp[PATH_MAX + 40];
+	json_t *arr = json_array(), *j;
+	int fd = -1;
+	char *s = NULL;
+
+	for (int i = 0; i < MAX_GRANTS && arr; i++) {
+		const struct dgrant *g = &d->grant[i];
+		if (g->id)
+			json_array_append_new(arr, json_pack("{s:I, s:s, s:s, s:s, s:I}", "id",
+							     (json_int_t)g->id, "handle", g->handle,
+							     "owner", g->owner, "machine", g->machine,
+							     "family", (json_int_t)g->family));
+	}
+	j = json_pack("{s:I, s:o}", "next", (json_int_t)d->next_grant, "grants", arr);
+	s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	snprintf(tmp, sizeof(tmp), "%s.tmp", d->grants_path);
+	if (s)
+		fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	bool good = fd >= 0 && write(fd, s, strlen(s)) == (ssize_t)strlen(s);
+	if (fd >= 0 && close(fd) < 0)
+		good = false;
+	if (!good || rename(tmp, d->grants_path) < 0) {
+		log_warn("desktop: cannot save the grants to %s: %s", d->grants_path,
+			 s ? strerror(errno) : "out of memory");
+		unlink(tmp);
+	}
+	free(s);
+	json_decref(j);
+}
+
+/* The grants an earlier hostd saved, each held for GRANT_IDLE_MS from now
+ * (the bridge holds its own again within seconds). */
+static void grants_load(struct desktop *d)
+{
+	json_t *j = json_load_file(d->grants_path, 0, NULL), *g;
+	json_int_t next = 1;
+	size_t i, n = 0;
+	int64_t now = mono_ms();
+
+	d->next_grant = 1;
+	if (!j)
+		return;
+	json_unpack(j, "{s?I}", "next", &next);
+	d->next_grant = next > 0 ? next : 1;
+	json_array_foreach(json_object_get(j, "grants"), i, g) {
+		json_int_t id = 0, family = 0;
+		const char *handle = NULL, *owner = NULL, *machine = NULL;
+		if (n >= MAX_GRANTS ||
+		    json_unpack(g, "{s:I, s:s, s:s, s:s, s:I}", "id", &id, "handle", &handle,
+				"owner", &owner, "machine", &machine, "family", &family) < 0 ||
+		    id <= 0 || strlen(handle) > 43 || !user_name_valid(owner) ||
+		    !name_valid(machine))
+			continue;
+		struct dgrant *k = &d->grant[n++];
+		k->id = id;
+		snprintf(k->handle, sizeof(k->handle), "%s", handle);
+		snprintf(k->owner, sizeof(k->owner), "%s", owner);
+		snprintf(k->machine, sizeof(k->machine), "%s", machine);
+		k->family = family;
+		k->expires_ms = now + GRANT_IDLE_MS;
+		if (id >= d->next_grant)
+			d->next_grant = id + 1;
+	}
+	json_decref(j);
+	log_info("desktop: %zu grants kept from before the restart", n);
+}
+
+/* End the grants not held for GRANT_IDLE_MS.  Whether any ended. */
+static bool grants_sweep(struct desktop *d, int64_t now)
+{
+	bool changed = false;
+
+	for (int i = 0; i < MAX_GRANTS; i++)
+		if (d->grant[i].id && now > d->grant[i].expires_ms) {
+			memset(&d->grant[i], 0, sizeof(d->grant[i]));
+			changed = true;
+		}
+	return changed;
+}
+
+/* A new grant for USER's MACHINE (its token minted by FAMILY): *ID and
+ * HANDLE (44 bytes), the first attach's. */
+static int grant_new(struct desktop *d, const char *user, const char *machine,
+		     int64_t family, int64_t *id, char handle[44], struct err *e)
+{
+	int64_t now = mono_ms();
+	int slot = -1;
+
+	if (make_secret(handle) < 0)
+		return err_set(e, 500, "internal", "no randomness for an attach handle");
+	pthread_mutex_lock(&d->lock);
+	grants_sweep(d, now);
+	for (int i = 0; i < MAX_GRANTS && slot < 0; i++)
+		if (!d->grant[i].id)
+			slot = i;
+	if (slot >= 0) {
+		struct dgrant *g = &d->grant[slot];
+		g->id = d->next_grant++;
+		memcpy(g->handle, handle, 44);
+		snprintf(g->owner, sizeof(g->owner), "%s", user);
+		snprintf(g->machine, sizeof(g->machine), "%s", machine);
+		g->family = family;
+		g->expires_ms = now + GRANT_IDLE_MS;
+		*id = g->id;
+		grants_save(d);
+	}
+	pthread_mutex_unlock(&d->lock);
+	if (slot < 0)
+		return err_set(e, 503, "too_many_grants", "%d desktop viewers are let in: try "
+			       "again later", MAX_GRANTS);
+	return 0;
+}
+
+/* Spend HANDLE for an attach to USER's MACHINE: NEXT (44 bytes) gets the
+ * grant's new handle.  A handle shown for another user or machine is
+ * burnt (its grant can attach no more). */
+static int handle_take(struct desktop *d, const char *handle, const char *user,
+		       const char *machine, char next[44], struct err *e)
+{
+	int64_t now = mono_ms();
+	int rc = -1;
+	char fresh[44];
+
+	if (make_secret(fresh) < 0)
+		return err_set(e, 500, "internal", "no randomness for an attach handle");
+	pthread_mutex_lock(&d->lock);
+	bool changed = grants_sweep(d, now);
+	for (int i = 0; i < MAX_GRANTS; i++) {
+		struct dgrant *g = &d->grant[i];
+		if (!g->id || !g->handle[0] || !token_eq(g->handle, handle))
+			continue;
+		changed = true;
+		if (strcmp(g->owner, user) != 0 || strcmp(g->machine, machine) != 0) {
+			g->handle[0] = '\0';
+			err_set(e, 403, "invalid_handle", "the attach handle is not for %s/%s",
+				user, machine);
+			break;
+		}
+		memcpy(g->handle, fresh, sizeof(fresh));
+		memcpy(next, fresh, sizeof(fresh));
+		g->expires_ms = now + GRANT_IDLE_MS;
+		rc = 0;
+		break;
+	}
+	if (changed)
+		grants_save(d);
+	pthread_mutex_unlock(&d->lock);
+	if (rc < 0 && !err_isset(e))
+		err_set(e, 403, "invalid_handle", "unknown, spent or expired attach handle: "
+			"attach needs the handle of a token redeemed for %s/%s (or the one "
+			"the last attach gave)", user, machine);
+	return rc;
+}
+
+/* The ids in IDS (a JSON array) that are no grants (any more), as a new
+ * JSON array; the others are held for GRANT_IDLE_MS more. */
+static json_t *grants_hold(struct desktop *d, json_t *ids)
+{
+	json_t *cut = json_array(), *v;
+	int64_t now = mono_ms();
+	size_t i;
+
+	pthread_mutex_lock(&d->lock);
+	bool changed = grants_sweep(d, now);
+	json_array_foreach(ids, i, v) {
+		json_int_t id = json_integer_value(v);
+		bool found = false;
+		for (int k = 0; k < MAX_GRANTS && id > 0 && !found; k++)
+			if (d->grant[k].id == id) {
+				d->grant[k].expires_ms = now + GRANT_IDLE_MS;
+				found = true;
+			}
+		if (!found)
+			json_array_append_new(cut, json_integer(id));
+	}
+	if (changed)
+		grants_save(d);
+	pthread_mutex_unlock(&d->lock);
+	return cut;
+}
+
+int desktop_revoke(struct desktop *d, const char *owner, const char *name, int64_t family,
+		   int *ntokens, int *ngrants)
+{
+	int64_t now = mono_ms();
+	int nt = 0, ng = 0;
+
+	if (!d)
+		return 0;
+	pthread_mutex_lock(&d->lock);
+	for (int i = 0; i < MAX_TOKENS; i++) {
+		struct dtoken *k = &d->tok[i];
+		if (live(k, now) && !strcmp(k->owner, owner) &&
+		    (!name || !strcmp(k->machine, name)) && (!family || k->family == family)) {
+			k->revoked = true;
+			nt++;
+		}
+	}
+	for (int i = 0; i < MAX_GRANTS; i++) {
+		struct dgrant *g = &d->grant[i];
+		if (g->id && !strcmp(g->owner, owner) && (!name || !strcmp(g->machine, name)) &&
+		    (!family || g->family == family)) {
+			memset(g, 0, sizeof(*g));
+			ng++;
+		}
+	}
+	if (ng)
+		grants_save(d);
+	pthread_mutex_unlock(&d->lock);
+	if (nt || ng)
+		log_info("desktop: %s%s%s: %d tokens voided, %d viewers' grants ended%s", owner,
+			 name ? "/" : "", name ? name : "", nt, ng,
+			 family ? " (their API token was revoked)" : "");
+	if (ntokens)
+		*ntokens = nt;
+	if (ngrants)
+		*ngrants = ng;
+	return 0;
+}
+
+int desktop_mint(struct desktop *d, const char *owner, const char *name, int64_t family,
+		 char *token, size_t toklen, int64_t *expires, struct err *e)
+{
 	char t[44];
 	struct machine m;
 	int64_t now = mono_ms();
@@ -92,15 +363,8 @@ int desktop_mint(struct desktop *d, const char *owner, const char *name, char *t
 		return err_set(e, 500, "internal", "token buffer too small");
 	if (db_machine_get(d->h->db, owner, name, &m, e) < 0)
 		return -1;
-	if (random_bytes(raw, sizeof(raw)) < 0)
+	if (make_secret(t) < 0)
 		return err_set(e, 500, "internal", "no randomness for a desktop token");
-	/* 32 random bytes, 6 bits a character: 43 characters (256 bits). */
-	for (size_t i = 0; i < 43; i++) {
-		size_t bit = i * 6, byte = bit / 8, sh = bit % 8;
-		unsigned v = raw[byte] | (byte + 1 < sizeof(raw) ? raw[byte + 1] << 8 : 0);
-		t[i] = alphabet[(v >> sh) & 63];
-	}
-	t[43] = '\0';
 	pthread_mutex_lock(&d->lock);
 	for (int i = 0; i < MAX_TOKENS; i++) {
 		struct dtoken *k = &d->tok[i];
@@ -136,8 +400,10 @@ int desktop_mint(struct desktop *d, const char *owner, const char *name, char *t
 		snprintf(k->machine, sizeof(k->machine), "%s", name);
 		k->minted_ms = now;
 		k->expires_ms = now + ttl_ms;
+		k->family = family;
 		k->used = false;
 		k->evicted = false;
+		k->revoked = false;
 		/* The wall clock only for the answer. */
 		*expires = (wall_ms() + ttl_ms) / 1000;
 	}
@@ -151,9 +417,10 @@ int desktop_mint(struct desktop *d, const char *owner, const char *name, char *t
 	return 0;
 }
 
-/* Spend TOKEN for USER's MACHINE. */
+/* Spend TOKEN for USER's MACHINE; *FAMILY: the API token that minted it
+ * (0: none). */
 static int redeem(struct desktop *d, const char *token, const char *user,
-		  const char *machine, struct err *e)
+		  const char *machine, int64_t *family, struct err *e)
 {
 	int64_t now = mono_ms();
 	int rc = -1;
@@ -166,6 +433,9 @@ static int redeem(struct desktop *d, const char *token, const char *user,
 		if (k->used)
 			err_set(e, 403, "token_used", "desktop token already used: ask for a "
 				"new one (berth desktop %s)", k->machine);
+		else if (k->revoked)
+			err_set(e, 403, "token_revoked", "desktop token revoked: ask for a new "
+				"one (berth desktop %s)", k->machine);
 		else if (k->evicted)
 			err_set(e, 403, "token_expired", "desktop token expired: %d newer ones "
 				"were asked for: ask for a new one (berth desktop %s)",
@@ -179,6 +449,7 @@ static int redeem(struct desktop *d, const char *token, const char *user,
 				user, machine);
 		else
 			rc = 0;
+		*family = k->family;
 		k->used = true;
 		goto out;
 	}
@@ -219,10 +490,14 @@ static void send_json(int fd, json_t *j, const int *fds, size_t nfds)
 	free(s);
 }
 
-static void send_err(int fd, const struct err *e)
+/* E as an error answer; HANDLE (NULL: none): the grant's next attach
+ * handle, which a refused attach gives too (the bridge tries again). */
+static void send_err(int fd, const struct err *e, const char *handle)
 {
 	json_t *j = json_pack("{s:{s:i, s:s, s:s}}", "error", "status", e->status,
 			      "code", e->code, "message", e->msg);
+	if (j && handle)
+		json_object_set_new(j, "handle", json_string(handle));
 	if (j)
 		send_json(fd, j, NULL, 0);
 	json_decref(j);
@@ -257,14 +532,23 @@ static int connect_agent(const char *path)
 }
 
 static void attach(struct desktop *d, int cfd, const char *user, const char *name,
-		   bool wake)
+		   bool wake, const char *handle)
 {
 	struct err e = { 0 };
 	struct machine m;
-	char path[PATH_MAX];
+	char path[PATH_MAX], next[44] = "";
 	int64_t woke = -1;
 	int vfd = -1, afd = -1;
 
+	/* Only for a viewer a token let in: the bridge's user alone gets no
+	 * screen. */
+	if (!handle) {
+		err_set(&e, 403, "invalid_handle", "attach needs a handle (what redeeming a "
+			"token for %s/%s, or the last attach, answered)", user, name);
+		goto out;
+	}
+	if (handle_take(d, handle, user, name, next, &e) < 0)
+		goto out;
 	if (wake) {
 		if (machine_wake(d->h, user, name, false, &m, &woke, &e) < 0)
 			goto out;
@@ -289,8 +573,8 @@ static void attach(struct desktop *d, int cfd, const char *user, const char *nam
 	machine_agent_path(d->h, m.id, path, sizeof(path));
 	afd = connect_agent(path);
 	int fds[2] = { vfd, afd };
-	json_t *j = json_pack("{s:s, s:I, s:b}", "state", mstate_name(m.state), "woke_ms", (json_int_t)woke,
-			      "agent", afd >= 0);
+	json_t *j = json_pack("{s:s, s:I, s:b, s:s}", "state", mstate_name(m.state),
+			      "woke_ms", (json_int_t)woke, "agent", afd >= 0, "handle", next);
 	if (j)
 		send_json(cfd, j, fds, afd >= 0 ? 2 : 1);
 	json_decref(j);
@@ -300,7 +584,7 @@ static void attach(struct desktop *d, int cfd, const char *user, const char *nam
 out:
 	if (err_isset(&e)) {
 		log_info("desktop: attach %s/%s: %s", user, name, e.msg);
-		send_err(cfd, &e);
+		send_err(cfd, &e, next[0] ? next : NULL);
 	}
 }
 
@@ -319,8 +603,8 @@ static void *serve(void *arg)
 	struct ucred cr;
 	socklen_t crl = sizeof(cr);
 	struct err e = { 0 };
-	json_t *j = NULL;
-	const char *op = NULL, *user = NULL, *machine = NULL, *token = NULL;
+	json_t *j = NULL, *grants = NULL;
+	const char *op = NULL, *user = NULL, *machine = NULL, *token = NULL, *handle = NULL;
 	int wake = 0;
 
 	free(jb);
@@ -344,9 +628,21 @@ static void *serve(void *arg)
 	}
 	line[len] = '\0';
 	j = json_loads(line, JSON_DISABLE_EOF_CHECK, NULL);
-	if (!j || json_unpack(j, "{s:s, s?s, s?s, s?s, s?b}", "op", &op, "user", &user,
-			      "machine", &machine, "token", &token, "wake", &wake) < 0) {
+	if (!j || json_unpack(j, "{s:s, s?s, s?s, s?s, s?b, s?s, s?o}", "op", &op, "user",
+			      &user, "machine", &machine, "token", &token, "wake", &wake,
+			      "handle", &handle, "grants", &grants) < 0) {
 		err_set(&e, 400, "invalid_json", "a request is one JSON object with \"op\"");
+		goto out;
+	}
+	if (!strcmp(op, "hold")) {
+		if (!json_is_array(grants)) {
+			err_set(&e, 400, "invalid_grants", "grants (an array of ids) is required");
+			goto out;
+		}
+		json_t *r = json_pack("{s:o}", "cut", grants_hold(d, grants));
+		if (r)
+			send_json(fd, r, NULL, 0);
+		json_decref(r);
 		goto out;
 	}
 	if (!user || !machine || !user_name_valid(user) || !name_valid(machine)) {
@@ -355,27 +651,32 @@ static void *serve(void *arg)
 	}
 	if (!strcmp(op, "redeem")) {
 		struct machine m;
+		int64_t family = 0, grant = 0;
+		char h[44];
 		if (!token) {
 			err_set(&e, 400, "invalid_token", "token is required");
 			goto out;
 		}
-		if (redeem(d, token, user, machine, &e) < 0 ||
-		    db_machine_get(d->h->db, user, machine, &m, &e) < 0)
+		if (redeem(d, token, user, machine, &family, &e) < 0 ||
+		    db_machine_get(d->h->db, user, machine, &m, &e) < 0 ||
+		    grant_new(d, user, machine, family, &grant, h, &e) < 0)
 			goto out;
-		log_info("desktop: token for %s/%s redeemed", user, machine);
-		json_t *r = json_pack("{s:s, s:s, s:s}", "user", user, "machine", machine,
-				      "state", mstate_name(m.state));
+		log_info("desktop: token for %s/%s redeemed (grant %lld)", user, machine,
+			 (long long)grant);
+		json_t *r = json_pack("{s:s, s:s, s:s, s:I, s:s}", "user", user, "machine", machine,
+				      "state", mstate_name(m.state), "grant", (json_int_t)grant,
+				      "handle", h);
 		if (r)
 			send_json(fd, r, NULL, 0);
 		json_decref(r);
 	} else if (!strcmp(op, "attach")) {
-		attach(d, fd, user, machine, wake);
+		attach(d, fd, user, machine, wake, handle);
 	} else {
-		err_set(&e, 400, "invalid_op", "unknown op '%.40s' (redeem, attach)", op);
+		err_set(&e, 400, "invalid_op", "unknown op '%.40s' (redeem, attach, hold)", op);
 	}
 out:
 	if (err_isset(&e))
-		send_err(fd, &e);
+		send_err(fd, &e, NULL);
 	json_decref(j);
 	close(fd);
 	atomic_fetch_sub(&d->inflight, 1);
@@ -447,6 +748,9 @@ struct desktop *desktop_start(struct hostd *h, const char *path, struct err *e)
 		goto fail;
 	}
 	snprintf(d->path, sizeof(d->path), "%s", path);
+	snprintf(d->grants_path, sizeof(d->grants_path), "%s/desktop-grants.json",
+		 h->cfg.state_dir);
+	grants_load(d);
 	memcpy(sa.sun_path, path, strlen(path) + 1);
 	unlink(path);
 	d->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -37,7 +37,7 @@ static int read_manifest(const char *outdir, struct image *img, char *root,
 		   *user = "root", *format = "qcow2", *rootfile = "root.qcow2";
 	int rc = -1;
 
-	snprintf(path, sizeof(path), "%s/image.json", outdir);
+	xsnprintf(path, sizeof(path), "%s/image.json", outdir);
 	j = json_load_file(path, 0, &je);
 	if (!j)
 		return err_set(e, 500, "recipe_failed", "%s: %s (line %d)", path, je.text, je.line);
@@ -72,7 +72,7 @@ static int read_manifest(const char *outdir, struct image *img, char *root,
 	snprintf(img->initrd, sizeof(img->initrd), "%s", initrd);
 	snprintf(img->cmdline, sizeof(img->cmdline), "%s", cmdline);
 	snprintf(img->user, sizeof(img->user), "%s", user);
-	snprintf(root, rootlen, "%s/%s", outdir, rootfile);
+	xsnprintf(root, rootlen, "%s/%s", outdir, rootfile);
 	snprintf(root_format, fmtlen, "%s", format);
 	rc = 0;
 out:

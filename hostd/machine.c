@@ -13,6 +13,7 @@
 #include "common/sshexec.h"
 #include "common/util.h"
 #include "hostd/machine_steps.h"
+#include "hostd/desktop.h"
 #include "hostd/egress.h"
 #include "hostd/memimage.h"
 #include "hostd/net.h"
@@ -852,6 +853,8 @@ int machine_delete(struct hostd *h, const char *owner, const char *name,
 		return -1;
 	/* A deleted machine has no sessions left. */
 	sessions_drop_machine(h->sessions, m.id);
+	/* Nor viewers: their grants end, and the bridge drops them. */
+	desktop_revoke(h->desktop, m.owner, m.name, 0, NULL, NULL);
 	log_info("deleted machine %s/%s", m.owner, m.name);
 	return 0;
 }

@@ -36,6 +36,7 @@
 #include <libssh/libssh.h>
 #include <libssh/server.h>
 
+#include "common/addrcount.h"
 #include "common/daemon.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -81,73 +82,15 @@ struct watch {
 static atomic_int active;
 static int max_sessions = 2000;
 
-/* Connections not yet authenticated, per source address: a client that
- * opens many and sends nothing cannot take the gateway's threads and
- * grace periods from everyone else.  A small table probed from the
- * address's hash; a slot whose count drops to 0 is free again. */
-#define UNAUTH_SLOTS 4096
-#define UNAUTH_PROBE 32
-static struct unauth {
-	char addr[64];
-	int n;
-} unauth[UNAUTH_SLOTS];
-static pthread_mutex_t unauth_mu = PTHREAD_MUTEX_INITIALIZER;
+/* Connections not yet authenticated, per source address. */
+static struct addrcount unauth = ADDRCOUNT_INIT;
 static int max_unauth_per_addr = 100;
-
-/* ADDR's slot (a free one for a new address when ADD), or NULL. */
-static struct unauth *unauth_slot(const char *addr, bool add)
-{
-	unsigned h = 5381;
-	struct unauth *free_slot = NULL;
-
-	for (const char *p = addr; *p; p++)
-		h = h * 33 + (unsigned char)*p;
-	for (int i = 0; i < UNAUTH_PROBE; i++) {
-		struct unauth *u = &unauth[(h + (unsigned)i) % UNAUTH_SLOTS];
-		if (u->n > 0 && !strcmp(u->addr, addr))
-			return u;
-		if (u->n == 0 && !free_slot)
-			free_slot = u;
-	}
-	if (add && free_slot)
-		snprintf(free_slot->addr, sizeof(free_slot->addr), "%s", addr);
-	return add ? free_slot : NULL;
-}
-
-/* Count a new connection from ADDR: false (not counted) when ADDR has
- * max_unauth_per_addr unauthenticated ones already, or the table is full
- * around its slot. */
-static bool unauth_enter(const char *addr)
-{
-	struct unauth *u;
-	bool ok = false;
-
-	pthread_mutex_lock(&unauth_mu);
-	u = unauth_slot(addr, true);
-	if (u && u->n < max_unauth_per_addr) {
-		u->n++;
-		ok = true;
-	}
-	pthread_mutex_unlock(&unauth_mu);
-	return ok;
-}
-
-static void unauth_leave(const char *addr)
-{
-	struct unauth *u;
-
-	pthread_mutex_lock(&unauth_mu);
-	u = unauth_slot(addr, false);
-	if (u && u->n > 0)
-		u->n--;
-	pthread_mutex_unlock(&unauth_mu);
-}
 
 /* struct gw's authenticated. */
 static void authenticated(const char *addr, void *data)
 {
 	(void)data;
-	unauth_leave(addr);
+	addrcount_leave(&unauth, addr);
 }
 
 static struct rate *rate_slot(struct watch *w, const char *addr)
@@ -205,7 +148,7 @@ static void *conn_main(void *arg)
 	struct job *j = arg;
 
 	if (!proxy_serve(j->g, j->fd, j->addr, j->port))
-		unauth_leave(j->addr);
+		addrcount_leave(&unauth, j->addr);
 	free(j);
 	atomic_fetch_sub(&active, 1);
 	return NULL;
@@ -490,7 +433,7 @@ int main(int argc, char **argv)
 			free(j);
 			continue;
 		}
-		if (!unauth_enter(j->addr)) {
+		if (!addrcount_enter(&unauth, j->addr, max_unauth_per_addr)) {
 			log_debug("refused a connection from %s:%d: %d of its connections are not "
 				  "authenticated yet (--max-unauth-per-addr)", j->addr, j->port,
 				  max_unauth_per_addr);
@@ -502,7 +445,7 @@ int main(int argc, char **argv)
 		if (pthread_create(&t, &attr, conn_main, j) != 0) {
 			log_error("cannot start a thread for %s:%d", j->addr, j->port);
 			atomic_fetch_sub(&active, 1);
-			unauth_leave(j->addr);
+			addrcount_leave(&unauth, j->addr);
 			close(fd);
 			free(j);
 		}

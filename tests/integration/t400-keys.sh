@@ -323,4 +323,13 @@ expect "its session went with it" 404 not_found -u "$DT" DELETE "/v1/gateway/ses
 check_eq "a new devbox has no sessions" 0 "$(berth create devbox --no-start --json | json sessions)"
 check_eq "rm it" "deleted devbox" "$(berth rm devbox)"
 check "hostd is still serving" berth info
+
+# One user for both gateways: hostd refuses to start.
+mkdir -p "$T/s2"
+printf 'sshgw_user = %s\ndesktop_user = %s\nguest_network = %s\n' "$GW" "$GW" "$GUEST_NET" \
+	>"$T/s2/berth.conf"
+out=$(timeout 30 "$BIN/berth-hostd" --state "$T/s2" 2>&1)
+check_eq "sshgw_user = desktop_user: hostd does not start" 1 "$?"
+check_match "  saying each gateway needs a user of its own" \
+	"sshgw_user and desktop_user are the same user \\(uid $(id -u "$GW")\\)" "$out"
 finish

@@ -2,8 +2,10 @@
 # berth-desktop under too many connections, no machine needed: at most 256
 # connections at once (the 257th is closed at once, and the bridge serves
 # again when some go), a connection that never sends its request is closed
-# after 10 s, and a bridge out of file descriptors (EMFILE on accept) backs
-# off instead of spinning, then serves again once descriptors are free.
+# after 10 s, at most --max-unauth-per-addr of those per source address (so
+# one address's silent connections leave the others served), and a bridge
+# out of file descriptors (EMFILE on accept) backs off instead of spinning,
+# then serves again once descriptors are free.
 . "$(dirname "$0")/../lib.sh"
 
 BR_PID=
@@ -15,12 +17,14 @@ t710_cleanup() {
 }
 trap t710_cleanup EXIT
 
-# start_bridge PORT LOG [PRLIMIT...]: berth-desktop on PORT, waits until it listens.
+# start_bridge PORT LOG [PRLIMIT...]: berth-desktop on PORT, waits until it
+# listens (BRIDGE_ARGS: more of its options).
 start_bridge() {
 	local port=$1 log=$2
 	shift 2
+	# shellcheck disable=SC2086
 	"$@" "$BIN/berth-desktop" --state "$STATE" --listen "127.0.0.1:$port" --user berth-desktop \
-		>>"$log" 2>&1 &
+		${BRIDGE_ARGS:-} >>"$log" 2>&1 &
 	LAST_PID=$!
 	for _ in $(seq 50); do
 		grep -q "listening on 127.0.0.1:$port" "$log" && return 0
@@ -29,7 +33,8 @@ start_bridge() {
 	return 1
 }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-page() { curl -s -m 10 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/page/desktop.css"; }
+# page PORT [FROM]: the status of a page request (from address FROM).
+page() { curl -s -m 10 ${2:+--interface "$2"} -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/page/desktop.css"; }
 
 mkdir -p "$STATE"
 start_hostd || { not_ok "hostd starts"; finish; }
@@ -39,13 +44,15 @@ start_bridge "$PORT" "$T/desktop.log" || { not_ok "berth-desktop listens"; cat "
 BR_PID=$LAST_PID
 check_eq "the page is served" 200 "$(page "$PORT")"
 
-# 256 connections that send nothing, then more.
+# 256 connections that send nothing (16 from each of 16 addresses: the
+# limit per address is 32), then more.
 python3 - "$PORT" >"$T/cap.out" 2>&1 <<'EOF' &
 import socket, sys, time
 port = int(sys.argv[1])
-idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(256)]
+idle = [socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.%d" % (1 + i % 16), 0))
+        for i in range(256)]
 time.sleep(1)  # all accepted and counted
-extra = socket.create_connection(("127.0.0.1", port))
+extra = socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.20", 0))
 extra.settimeout(3)
 t = time.monotonic()
 try:
@@ -64,7 +71,7 @@ EOF
 CAP_PID=$!
 for _ in $(seq 100); do grep -q "closed 64" "$T/cap.out" && break; sleep 0.1; done
 check_match "the 257th connection is closed at once" "^257th: closed [0-2]\." "$(head -1 "$T/cap.out")"
-check "the bridge says why" grep -q "256 connections at once, at most 256: 127.0.0.1:[0-9]* is turned away" "$T/desktop.log"
+check "the bridge says why" grep -q "256 connections at once, at most 256: 127.0.0.20:[0-9]* is turned away" "$T/desktop.log"
 sleep 0.5
 check_eq "with 64 of them gone, the page is served again" 200 "$(page "$PORT")"
 t0=$(date +%s)
@@ -80,9 +87,43 @@ kill "$CAP_PID" 2>/dev/null
 wait "$CAP_PID" 2>/dev/null
 check "the bridge lives on" kill -0 "$BR_PID"
 
-# Out of descriptors: a bridge allowed 48.
+# Silent connections from one address: --max-unauth-per-addr 8.
+PORT3=$(free_port)
+BRIDGE_ARGS="--max-unauth-per-addr 8" start_bridge "$PORT3" "$T/desktop3.log" ||
+	{ not_ok "berth-desktop --max-unauth-per-addr 8 listens"; finish; }
+BR3_PID=$LAST_PID
+PIDS+=("$BR3_PID")
+python3 - "$PORT3" >"$T/silent.out" <<'EOF' &
+import socket, sys, time
+port = int(sys.argv[1])
+socks = [socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.2", 0))
+         for _ in range(40)]
+time.sleep(1)
+def is_open(s):
+    s.settimeout(0.05)
+    try:
+        return s.recv(1, socket.MSG_PEEK) != b""
+    except socket.timeout:
+        return True
+    except OSError:
+        return False
+print(sum(is_open(s) for s in socks), flush=True)
+time.sleep(4)
+EOF
+SILENT=$!
+for _ in $(seq 100); do [ -s "$T/silent.out" ] && break; sleep 0.1; done
+check_eq "40 silent connections from 127.0.0.2 (--max-unauth-per-addr 8): 8 kept" 8 "$(cat "$T/silent.out")"
+check_eq "  meanwhile 127.0.0.1 is served" 200 "$(page "$PORT3" 127.0.0.1)"
+check_eq "  and 127.0.0.2 is not" 000 "$(page "$PORT3" 127.0.0.2)"
+wait "$SILENT" 2>/dev/null
+check_eq "  once they are gone, 127.0.0.2 is served" 200 "$(page "$PORT3" 127.0.0.2)"
+kill "$BR3_PID" 2>/dev/null; wait "$BR3_PID" 2>/dev/null
+
+# Out of descriptors: a bridge allowed 48 (and any number of connections
+# per address, so that it runs out of descriptors first).
 PORT2=$(free_port)
-start_bridge "$PORT2" "$T/desktop2.log" prlimit --nofile=48:48 -- ||
+BRIDGE_ARGS="--max-unauth-per-addr 256" start_bridge "$PORT2" "$T/desktop2.log" \
+	prlimit --nofile=48:48 -- ||
 	{ not_ok "berth-desktop listens with 48 descriptors"; cat "$T/desktop2.log"; finish; }
 BR2_PID=$LAST_PID
 check_eq "with 48 descriptors it serves the page" 200 "$(page "$PORT2")"

@@ -150,6 +150,9 @@ static void test_config_bad(void)
 	config_bad("log_level = verbose\n", 1, "verbose", "log_level not in the choices");
 	config_bad("storage = lvm\n", 1, "lvm", "storage not in the choices");
 	config_bad("storage qcow2\n", 1, "storage qcow2", "line without '='");
+	config_bad("gateway_user = berth-gw\n", 1, "sshgw_user (default berth-sshgw) and desktop_user",
+		   "the old single gateway_user, naming the two keys that replace it");
+	config_bad("max_machines = -1\n", 1, "-1", "a negative quota");
 
 	/* A value longer than its field. */
 	memset(longval, 'n', 80);

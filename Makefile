@@ -1,7 +1,9 @@
 # berth: one non-recursive build.  `make` builds bin/, `make test` runs every
 # test, `make run` starts the embedded default, `make asan` builds with
 # AddressSanitizer/UBSan into build/asan/bin (`make test-asan` runs the suite
-# on those binaries).  Quiet unless V=1.
+# on those binaries).  `make install` puts berth in PREFIX (default
+# /usr/local; DESTDIR honoured), `make uninstall` takes it out again,
+# `make verify-units` checks the systemd units.  Quiet unless V=1.
 
 CC      ?= cc
 PKGS    := libvirt sqlite3 libmicrohttpd jansson libssh libcurl libzstd libcrypto libnbd \
@@ -60,6 +62,9 @@ BENCHES := $(OUT)/bench/ledger_bench
 
 all: $(PROGS) $(UNITS) $(BENCHES)
 
+# The programs alone (deploy/install.sh builds these).
+progs: $(PROGS)
+
 $(OUT)/obj/%.o: %.c
 	$(call quiet,CC,$<)
 	@mkdir -p $(dir $@)
@@ -101,6 +106,73 @@ $(OUT)/tests/%: $(call obj,tests/unit/%.c $(LIB_SRC))
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# ---- install ---------------------------------------------------------------
+# PREFIX/bin: the four programs.  PREFIX/lib/berth/recipes: the image
+# recipes; PREFIX/share/berth/{web,desktop,novnc}: the dashboard, the
+# desktop page and noVNC; PREFIX/share/doc/berth: README and docs/.  The
+# programs find these beside themselves (BIN/../lib/berth/recipes,
+# BIN/../share/berth/...), so any PREFIX works without configuration.
+# UNITDIR: the systemd units, their paths rewritten for PREFIX and
+# SYSCONFDIR.  SYSCONFDIR/berth/berth.conf: deploy/berth.conf when there is
+# none (never overwritten).  Nothing goes in /var/lib/berth (hostd makes
+# it) and uninstall never touches it: machines' disks and the database.
+PREFIX     ?= /usr/local
+SYSCONFDIR ?= /etc
+UNITDIR    ?= /etc/systemd/system
+NOVNC      ?= build/node/node_modules/@novnc/novnc
+BINDIR      = $(PREFIX)/bin
+RECIPEDIR   = $(PREFIX)/lib/berth/recipes
+SHAREDIR    = $(PREFIX)/share/berth
+DOCDIR      = $(PREFIX)/share/doc/berth
+UNIT_FILES := $(wildcard deploy/systemd/*.service)
+UNIT_NAMES := $(notdir $(UNIT_FILES))
+D           = $(DESTDIR)
+
+install: $(PROGS)
+	$(Q)test -f $(NOVNC)/core/rfb.js || { echo "make install: no noVNC in $(NOVNC)" \
+		"(deploy/install-deps.sh run fetches it; or NOVNC=DIR)" >&2; exit 1; }
+	$(call quiet,INSTALL,$(D)$(PREFIX))
+	$(Q)install -d $(D)$(BINDIR) $(D)$(RECIPEDIR) $(D)$(SHAREDIR)/web \
+		$(D)$(SHAREDIR)/desktop $(D)$(DOCDIR) $(D)$(UNITDIR) $(D)$(SYSCONFDIR)/berth
+	$(Q)install -m 0755 $(PROGS) $(D)$(BINDIR)/
+	$(Q)rm -rf $(D)$(RECIPEDIR) $(D)$(SHAREDIR)/novnc
+	$(Q)cp -R images/recipes $(D)$(RECIPEDIR)
+	$(Q)cp -R $(NOVNC) $(D)$(SHAREDIR)/novnc
+	$(Q)chmod -R u=rwX,go=rX $(D)$(RECIPEDIR) $(D)$(SHAREDIR)/novnc
+	$(Q)install -m 0644 web/index.html web/app.js web/style.css $(D)$(SHAREDIR)/web/
+	$(Q)install -m 0644 desktop/page/* $(D)$(SHAREDIR)/desktop/
+	$(Q)install -m 0644 README.md docs/*.md $(D)$(DOCDIR)/
+	$(Q)for u in $(UNIT_NAMES); do \
+		sed -e 's|/usr/local/|$(PREFIX)/|g' -e 's|/etc/berth/|$(SYSCONFDIR)/berth/|g' \
+			deploy/systemd/$$u > $(D)$(UNITDIR)/$$u.tmp && \
+		chmod 0644 $(D)$(UNITDIR)/$$u.tmp && mv $(D)$(UNITDIR)/$$u.tmp $(D)$(UNITDIR)/$$u || exit 1; \
+	done
+	$(Q)test -e $(D)$(SYSCONFDIR)/berth/berth.conf || \
+		install -m 0644 deploy/berth.conf $(D)$(SYSCONFDIR)/berth/berth.conf
+
+# What install put there.  The units are stopped and disabled first when
+# systemd runs this host (no DESTDIR); berth.conf goes only when it is
+# still deploy/berth.conf.
+uninstall:
+	$(Q)if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then \
+		systemctl disable --now $(UNIT_NAMES) 2>/dev/null; systemctl daemon-reload; fi; true
+	$(call quiet,RM,$(D)$(PREFIX))
+	$(Q)rm -f $(addprefix $(D)$(BINDIR)/,$(notdir $(PROGS))) $(addprefix $(D)$(UNITDIR)/,$(UNIT_NAMES))
+	$(Q)rm -rf $(D)$(PREFIX)/lib/berth $(D)$(SHAREDIR) $(D)$(DOCDIR)
+	$(Q)if cmp -s deploy/berth.conf $(D)$(SYSCONFDIR)/berth/berth.conf; then \
+		rm -f $(D)$(SYSCONFDIR)/berth/berth.conf; \
+		rmdir $(D)$(SYSCONFDIR)/berth 2>/dev/null; \
+	elif [ -e $(D)$(SYSCONFDIR)/berth/berth.conf ]; then \
+		echo "make uninstall: kept $(D)$(SYSCONFDIR)/berth/berth.conf (changed)"; fi; true
+
+# systemd-analyze verify on every unit as installed: into a scratch root
+# (DESTDIR, default PREFIX) that also holds the host's own units, since
+# verify --root looks up sysinit.target and the rest there, and the
+# binaries at their ExecStart paths.  Any message fails: verify exits 0
+# on unknown keys and bad values, which it only prints.
+verify-units: $(PROGS)
+	$(Q)bash tests/verify-units.sh
+
 deps:
 	$(Q)sh deploy/install-deps.sh test
 
@@ -126,7 +198,7 @@ bench: deps
 clean:
 	rm -rf bin build
 
-.PHONY: all deps run test asan test-asan bench clean
+.PHONY: all progs deps run test asan test-asan bench clean install uninstall verify-units
 .SECONDARY:
 
 -include $(shell find build -name '*.d' 2>/dev/null)

@@ -447,9 +447,11 @@ static void peer_name(const struct sockaddr_storage *ss, char *out, size_t outle
 		snprintf(host_out, 48, "%s", host);
 }
 
-/* REL next to the binary: BIN/../REL (bin/), else BIN/../../../REL
- * (build/asan/bin/); the first that exists, else the first. */
-static void beside_exe(const char *rel, char *out, size_t outlen)
+/* REL of the source tree next to the binary: BIN/../REL (bin/), else
+ * BIN/../../../REL (build/asan/bin/), else INSTALLED under PREFIX when
+ * `make install` put the binary in PREFIX/bin: BIN/../INSTALLED; the
+ * first that exists, else the first. */
+static void beside_exe(const char *rel, const char *installed, char *out, size_t outlen)
 {
 	static const char *const up[] = { "..", "../../..", NULL };
 	char dir[PATH_MAX];
@@ -462,6 +464,9 @@ static void beside_exe(const char *rel, char *out, size_t outlen)
 		if (access(out, F_OK) == 0)
 			return;
 	}
+	xsnprintf(out, outlen, "%s/../%s", dir, installed);
+	if (access(out, F_OK) == 0)
+		return;
 	xsnprintf(out, outlen, "%s/../%s", dir, rel);
 }
 
@@ -519,8 +524,9 @@ int main(int argc, char **argv)
 	char *end;
 
 	log_init("berth-desktop");
-	beside_exe("desktop/page", page_dir, sizeof(page_dir));
-	beside_exe("build/node/node_modules/@novnc/novnc", novnc_dir, sizeof(novnc_dir));
+	beside_exe("desktop/page", "share/berth/desktop", page_dir, sizeof(page_dir));
+	beside_exe("build/node/node_modules/@novnc/novnc", "share/berth/novnc", novnc_dir,
+		   sizeof(novnc_dir));
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': state = optarg; break;

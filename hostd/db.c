@@ -17,6 +17,8 @@ struct db {
 	pthread_mutex_t lock;
 };
 
+/* Migration 1: every table, made when missing (columns added later are
+ * migrations of their own, below).  Never edit it: append a migration. */
 static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS meta("
 	"  key TEXT PRIMARY KEY, value TEXT NOT NULL);"
@@ -73,7 +75,8 @@ static int sql_err(struct db *db, struct err *e, const char *what)
 	return err_set(e, 500, "internal", "database: %s: %s", what, sqlite3_errmsg(db->h));
 }
 
-/* Add COLUMN to TABLE of a database made before it existed. */
+/* Add COLUMN to TABLE unless it has it already (a database made by a
+ * berth from before schema versions may have any of the columns). */
 static int add_column(struct db *db, const char *table, const char *column,
 		      const char *decl, char **msg)
 {
@@ -99,8 +102,112 @@ fail:
 	return -1;
 }
 
-static int transaction(struct db *db, int (*fn)(struct db *, void *, struct err *),
-		       void *data, struct err *e);
+/* The schema's history.  Migration N (counting from 1) takes a database
+ * at version N-1 (PRAGMA user_version) to N: either SQL to run or a
+ * column to add.  Append only: never edit, reorder or remove an entry,
+ * since databases out there are at every version.  Each entry must also
+ * be harmless on a database that already has what it makes (IF NOT
+ * EXISTS, add_column's check): databases made before versions existed
+ * are at version 0 whatever columns they have. */
+struct migration {
+	const char *sql;                      /* or NULL, and a column: */
+	const char *table, *column, *decl;
+};
+
+#define COLUMN(t, c, d) { NULL, t, c, d }
+
+static const struct migration migrations[] = {
+	{ schema, NULL, NULL, NULL },                                         /* 1 */
+	COLUMN("images", "source", "TEXT NOT NULL DEFAULT ''"),               /* 2 */
+	COLUMN("images", "source_size", "INTEGER NOT NULL DEFAULT 0"),        /* 3 */
+	COLUMN("machines", "idle_timeout", "INTEGER NOT NULL DEFAULT 0"),     /* 4 */
+	COLUMN("machines", "host_key", "TEXT NOT NULL DEFAULT ''"),           /* 5 */
+	COLUMN("machines", "host_key_state", "TEXT NOT NULL DEFAULT 'none'"), /* 6 */
+	COLUMN("machines", "host_key_next", "TEXT NOT NULL DEFAULT ''"),      /* 7 */
+	COLUMN("machines", "net_index", "INTEGER NOT NULL DEFAULT 0"),        /* 8 */
+	COLUMN("machines", "net_alias", "TEXT NOT NULL DEFAULT ''"),          /* 9 */
+	COLUMN("machines", "egress", "TEXT NOT NULL DEFAULT ''"),             /* 10 */
+	COLUMN("machines", "qemu_index", "INTEGER NOT NULL DEFAULT 0"),       /* 11 */
+	COLUMN("keys", "first_used", "INTEGER NOT NULL DEFAULT 0"),           /* 12 */
+	COLUMN("images", "owner", "TEXT NOT NULL DEFAULT ''"),                /* 13 */
+	COLUMN("images", "public", "INTEGER NOT NULL DEFAULT 1"),             /* 14 */
+};
+
+#define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
+
+int db_schema_version(void)
+{
+	return SCHEMA_VERSION;
+}
+
+static int user_version(struct db *db, int *out, char **msg)
+{
+	sqlite3_stmt *st;
+	int rc;
+
+	if (sqlite3_prepare_v2(db->h, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK) {
+		*msg = sqlite3_mprintf("%s", sqlite3_errmsg(db->h));
+		return -1;
+	}
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW)
+		*out = sqlite3_column_int(st, 0);
+	else
+		*msg = sqlite3_mprintf("read user_version: %s", sqlite3_errmsg(db->h));
+	sqlite3_finalize(st);
+	return rc == SQLITE_ROW ? 0 : -1;
+}
+
+/* Migration N (1-based) and its version stamp, in one transaction: a
+ * database is at N-1 or at N, never in between.  -1 with *MSG set. */
+static int migrate_one(struct db *db, int n, char **msg)
+{
+	const struct migration *m = &migrations[n - 1];
+	char stamp[64];
+	int rc;
+
+	if (sqlite3_exec(db->h, "BEGIN IMMEDIATE", NULL, NULL, msg) != SQLITE_OK)
+		return -1;
+	snprintf(stamp, sizeof(stamp), "PRAGMA user_version = %d", n);
+	rc = m->sql ? (sqlite3_exec(db->h, m->sql, NULL, NULL, msg) == SQLITE_OK ? 0 : -1)
+		    : add_column(db, m->table, m->column, m->decl, msg);
+	if (rc == 0 && (sqlite3_exec(db->h, stamp, NULL, NULL, msg) != SQLITE_OK ||
+			sqlite3_exec(db->h, "COMMIT", NULL, NULL, msg) != SQLITE_OK))
+		rc = -1;
+	if (rc < 0) {
+		sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
+		char *why = *msg;
+		*msg = sqlite3_mprintf("schema migration %d of %d: %s", n, SCHEMA_VERSION,
+				       why ? why : "?");
+		sqlite3_free(why);
+	}
+	return rc;
+}
+
+/* Bring the database to SCHEMA_VERSION, refusing one made by a newer
+ * berth (its columns and meanings are unknown here). */
+static int migrate(struct db *db, const char *path, struct err *e)
+{
+	char *msg = NULL;
+	int have = 0;
+
+	if (user_version(db, &have, &msg) < 0)
+		goto fail;
+	if (have > SCHEMA_VERSION)
+		return err_set(e, 500, "internal", "database %s is at schema version %d, newer than "
+			       "this berth-hostd knows (version %d): run the berth that made it, or "
+			       "a newer one", path, have, SCHEMA_VERSION);
+	if (have < SCHEMA_VERSION)
+		log_info("database %s: schema version %d -> %d", path, have, SCHEMA_VERSION);
+	for (int n = have + 1; n <= SCHEMA_VERSION; n++)
+		if (migrate_one(db, n, &msg) < 0)
+			goto fail;
+	return 0;
+fail:
+	err_set(e, 500, "internal", "database %s: %s", path, msg ? msg : "?");
+	sqlite3_free(msg);
+	return -1;
+}
 
 static int transaction(struct db *db, int (*fn)(struct db *, void *, struct err *),
 		       void *data, struct err *e);
@@ -122,26 +229,13 @@ struct db *db_open(const char *path, struct err *e)
 	}
 	sqlite3_busy_timeout(db->h, 5000);
 	if (sqlite3_exec(db->h, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
-			 "PRAGMA foreign_keys=ON;", NULL, NULL, &msg) != SQLITE_OK ||
-	    sqlite3_exec(db->h, schema, NULL, NULL, &msg) != SQLITE_OK ||
-	    add_column(db, "images", "source", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
-	    add_column(db, "images", "source_size", "INTEGER NOT NULL DEFAULT 0", &msg) < 0 ||
-	    add_column(db, "machines", "idle_timeout", "INTEGER NOT NULL DEFAULT 0", &msg) < 0 ||
-	    add_column(db, "machines", "host_key", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
-	    add_column(db, "machines", "host_key_state", "TEXT NOT NULL DEFAULT 'none'",
-		       &msg) < 0 ||
-	    add_column(db, "machines", "host_key_next", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
-	    add_column(db, "machines", "net_index", "INTEGER NOT NULL DEFAULT 0", &msg) < 0 ||
-	    add_column(db, "machines", "net_alias", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
-	    add_column(db, "machines", "egress", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
-	    add_column(db, "machines", "qemu_index", "INTEGER NOT NULL DEFAULT 0", &msg) < 0 ||
-	    add_column(db, "keys", "first_used", "INTEGER NOT NULL DEFAULT 0", &msg) < 0 ||
-	    add_column(db, "images", "owner", "TEXT NOT NULL DEFAULT ''", &msg) < 0 ||
-	    add_column(db, "images", "public", "INTEGER NOT NULL DEFAULT 1", &msg) < 0) {
+			 "PRAGMA foreign_keys=ON;", NULL, NULL, &msg) != SQLITE_OK) {
 		err_set(e, 500, "internal", "database %s: %s", path, msg ? msg : "?");
 		sqlite3_free(msg);
 		goto fail;
 	}
+	if (migrate(db, path, e) < 0)
+		goto fail;
 	/* Machines made before they had one get their QEMU's number now. */
 	if (transaction(db, assign_qemu_indexes_tx, NULL, e) < 0)
 		goto fail;

@@ -111,8 +111,15 @@ struct image {
  * is public. */
 bool image_visible(const struct image *img, const char *user);
 
-/* Open (creating) the database at PATH.  NULL with E set on failure. */
+/* Open (creating) the database at PATH and bring its schema to
+ * db_schema_version(): the migrations it lacks, each in a transaction of
+ * its own with its version (PRAGMA user_version).  NULL with E set on
+ * failure, also for a database at a version newer than this binary knows
+ * (the message names both). */
 struct db *db_open(const char *path, struct err *e);
+
+/* The schema version this binary makes: the number of its migrations. */
+int db_schema_version(void);
 void db_close(struct db *db);
 
 /* Meta values (e.g. "instance").  get returns 0 and fills OUT, 1 when

@@ -73,7 +73,8 @@ bad:
 }
 
 /* The dashboard's files: web_dir, else web/ of the source tree bin/ is in,
- * else the installed copy. */
+ * else the copy `make install` put in PREFIX/share/berth/web (the binary
+ * in PREFIX/bin), else /usr/share/berth/web. */
 static void resolve_web(struct http *x)
 {
 	char dir[PATH_MAX], probe[PATH_MAX + 16];
@@ -82,12 +83,14 @@ static void resolve_web(struct http *x)
 		snprintf(x->web, sizeof(x->web), "%s", x->h->cfg.web_dir);
 	} else {
 		snprintf(x->web, sizeof(x->web), "/usr/share/berth/web");
-		/* bin/ of a source tree, or build/asan/bin/ (make asan). */
-		static const char *const up[] = { "..", "../../..", NULL };
-		for (int i = 0; up[i] && exe_dir(dir, sizeof(dir)) == 0; i++) {
-			xsnprintf(probe, sizeof(probe), "%s/%s/web/index.html", dir, up[i]);
+		/* bin/ of a source tree, build/asan/bin/ (make asan), or an
+		 * installed PREFIX/bin/. */
+		static const char *const rel[] = { "../web", "../../../web", "../share/berth/web",
+						   NULL };
+		for (int i = 0; rel[i] && exe_dir(dir, sizeof(dir)) == 0; i++) {
+			xsnprintf(probe, sizeof(probe), "%s/%s/index.html", dir, rel[i]);
 			if (access(probe, R_OK) == 0) {
-				xsnprintf(x->web, sizeof(x->web), "%s/%s/web", dir, up[i]);
+				xsnprintf(x->web, sizeof(x->web), "%s/%s", dir, rel[i]);
 				break;
 			}
 		}

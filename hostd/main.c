@@ -71,15 +71,18 @@ static void resolve_recipes(struct hostd *h)
 		snprintf(h->recipes_dir, sizeof(h->recipes_dir), "%s", h->cfg.recipes_dir);
 		return;
 	}
-	/* bin/berth-hostd in a source tree: recipes are in ../images/recipes;
-	 * an installed hostd finds them in /usr/lib/berth/recipes. */
+	/* bin/berth-hostd in a source tree: recipes are in ../images/recipes
+	 * (build/asan/bin: ../../../images/recipes); one that `make install`
+	 * put in PREFIX/bin finds them in PREFIX/lib/berth/recipes; else
+	 * /usr/lib/berth/recipes. */
 	if (exe_dir(dir, sizeof(dir)) == 0) {
-		xsnprintf(h->recipes_dir, sizeof(h->recipes_dir), "%s/../images/recipes", dir);
-		if (access(h->recipes_dir, R_OK) == 0)
-			return;
-		xsnprintf(h->recipes_dir, sizeof(h->recipes_dir), "%s/../../../images/recipes", dir);
-		if (access(h->recipes_dir, R_OK) == 0)
-			return;
+		static const char *const rel[] = { "../images/recipes", "../../../images/recipes",
+						   "../lib/berth/recipes", NULL };
+		for (int i = 0; rel[i]; i++) {
+			xsnprintf(h->recipes_dir, sizeof(h->recipes_dir), "%s/%s", dir, rel[i]);
+			if (access(h->recipes_dir, R_OK) == 0)
+				return;
+		}
 	}
 	snprintf(h->recipes_dir, sizeof(h->recipes_dir), "/usr/lib/berth/recipes");
 }

@@ -4,12 +4,18 @@
  * lookups, state changes), the usage ledger those changes write (one row
  * per state interval, contiguous, only the last open), images, and that
  * everything is still there after closing and reopening the database.
+ * Schema versions: a database made by the berth-hostd of commit 5645291
+ * (tests/unit/data/db-5645291.sql, dumped with sqlite3 .dump) opens with
+ * its rows intact and the columns added since, at their defaults; a
+ * database newer than this binary is refused, naming both versions; a
+ * migration that fails leaves the version it started from.
  *
  * Built by the Makefile as build/default/tests/test_db.  Prints TAP lines
  * and a closing count; exits 1 when a test failed.
  */
 #include "hostd/db.h"
 
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -459,6 +465,199 @@ static void test_reopen(void)
 	db_close(db);
 }
 
+/* ---- schema versions ------------------------------------------------------------ */
+
+/* Run SQL on the database at PATH with sqlite itself (not hostd/db.c). */
+static bool raw_exec(const char *path, const char *sql)
+{
+	sqlite3 *h = NULL;
+	char *msg = NULL;
+	bool ok = sqlite3_open(path, &h) == SQLITE_OK &&
+		  sqlite3_exec(h, sql, NULL, NULL, &msg) == SQLITE_OK;
+
+	if (!ok)
+		diag("sqlite3 %s: %s", path, msg ? msg : h ? sqlite3_errmsg(h) : "?");
+	sqlite3_free(msg);
+	sqlite3_close(h);
+	return ok;
+}
+
+/* The first column of SQL's first row as text into OUT ("" when none);
+ * false when the query fails. */
+static bool raw_text(const char *path, const char *sql, char *out, size_t outlen)
+{
+	sqlite3 *h = NULL;
+	sqlite3_stmt *st = NULL;
+	bool ok = false;
+
+	out[0] = '\0';
+	if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+	    sqlite3_prepare_v2(h, sql, -1, &st, NULL) == SQLITE_OK) {
+		int rc = sqlite3_step(st);
+		if (rc == SQLITE_ROW && sqlite3_column_text(st, 0))
+			snprintf(out, outlen, "%s", (const char *)sqlite3_column_text(st, 0));
+		ok = rc == SQLITE_ROW || rc == SQLITE_DONE;
+	}
+	if (!ok)
+		diag("sqlite3 %s: %s: %s", path, sql, h ? sqlite3_errmsg(h) : "?");
+	sqlite3_finalize(st);
+	sqlite3_close(h);
+	return ok;
+}
+
+static int raw_version(const char *path)
+{
+	char v[32];
+
+	return raw_text(path, "PRAGMA user_version", v, sizeof(v)) ? atoi(v) : -1;
+}
+
+/* The declared default of TABLE.COLUMN ("" when the column is missing). */
+static void column_default(const char *path, const char *table, const char *column,
+			   char *out, size_t outlen)
+{
+	char sql[160];
+
+	snprintf(sql, sizeof(sql), "SELECT coalesce(dflt_value, 'NULL') FROM "
+		 "pragma_table_info('%s') WHERE name = '%s'", table, column);
+	raw_text(path, sql, out, outlen);
+}
+
+#define OLD_ID "e92cd413-db27-4e12-ac68-5f2463587bf0"
+
+static void test_from_5645291(void)
+{
+	char p[160], v[64], *dump;
+	struct machine m;
+	struct image img;
+	struct checkpoint ck;
+	struct userkey *keys = NULL;
+	struct token *toks = NULL;
+	struct rows rs;
+	struct err e;
+	struct db *db;
+	size_t nk = 0, nt = 0;
+	int64_t kid;
+
+	snprintf(p, sizeof(p), "%s/old.db", dir);
+	dump = file_read("tests/unit/data/db-5645291.sql", 1 << 20, NULL);
+	if (!check(dump && raw_exec(p, dump), "5645291: its dump loads into a database")) {
+		free(dump);
+		return;
+	}
+	free(dump);
+	/* What the old hostd made: no version, none of the newer columns. */
+	column_default(p, "keys", "first_used", v, sizeof(v));
+	check(raw_version(p) == 0 && !v[0], "5645291: version 0, no keys.first_used yet");
+
+	err_clear(&e);
+	db = db_open(p, &e);
+	if (!check(db != NULL, "5645291: db_open migrates it")) {
+		diag("%s", e.msg);
+		return;
+	}
+	check(db_meta_get(db, "instance", v, sizeof(v), &e) == 0 && !strcmp(v, "bdca183b"),
+	      "5645291: meta instance kept");
+	check(db_machine_get(db, "root", "x", &m, &e) == 0 && !strcmp(m.id, OLD_ID) &&
+	      !strcmp(m.image, "tiny") && m.vcpus == 1 && m.memory == 512 * MIB &&
+	      m.disk == 256 * MIB && m.state == MS_STOPPED && m.net_index == 1 &&
+	      m.qemu_index == 1 && m.host_key_state == HK_SEED &&
+	      !strncmp(m.host_key, "ssh-ed25519 ", 12) && !strcmp(m.mac, "52:54:00:e4:43:41"),
+	      "5645291: machine x with its fields");
+	walk(db, OLD_ID, &rs);
+	check(rs.n == 2 && contiguous(&rs, OLD_ID, true), "5645291: its ledger, two rows, open");
+	check(db_image_get(db, "tiny", &img, &e) == 0 && !strcmp(img.volume, "base-tiny") &&
+	      img.virtual_size == 256 * MIB && !strcmp(img.source, "qcow2") &&
+	      img.source_size == 16056320 && !strcmp(img.owner, "") && img.public_,
+	      "5645291: image tiny, root's and public (the new columns' defaults)");
+	check(db_ckpt_get(db, OLD_ID, "first", &ck, &e) == 0 && !strcmp(ck.memory, ""),
+	      "5645291: checkpoint first kept");
+	check(db_key_list(db, "root", &keys, &nk, &e) == 0 && nk == 1 &&
+	      !strcmp(keys[0].comment, "old-key") && !strcmp(keys[0].type, "ssh-ed25519"),
+	      "5645291: root's key kept");
+	check(db_token_list(db, "root", &toks, &nt, &e) == 0 && nt == 1 &&
+	      !strcmp(toks[0].name, "old-token") && toks[0].last_used == 0,
+	      "5645291: root's token kept");
+	kid = nk == 1 ? keys[0].id : -1;
+	free(keys);
+	free(toks);
+	{
+		bool first = false;
+		check(kid > 0 && db_key_used(db, kid, &first, &e) == 0 && first,
+		      "5645291: the key's first use is its first (keys.first_used was 0)");
+	}
+	db_close(db);
+
+	check(raw_version(p) == db_schema_version() && db_schema_version() >= 14,
+	      "5645291: now at version %d", db_schema_version());
+	column_default(p, "keys", "first_used", v, sizeof(v));
+	check_str(v, "0", "5645291: keys.first_used exists, default 0");
+	column_default(p, "images", "owner", v, sizeof(v));
+	check_str(v, "''", "5645291: images.owner exists, default ''");
+	column_default(p, "images", "public", v, sizeof(v));
+	check_str(v, "1", "5645291: images.public exists, default 1");
+	raw_text(p, "SELECT count(*) FROM machines", v, sizeof(v));
+	check_str(v, "1", "5645291: one machine, not two");
+
+	err_clear(&e);
+	db = db_open(p, &e);
+	check(db != NULL && raw_version(p) == db_schema_version(),
+	      "5645291: opens again at the same version");
+	db_close(db);
+}
+
+static void test_versions(void)
+{
+	char p[160], sql[64], want[64];
+	struct err e;
+	struct db *db;
+	int v = db_schema_version();
+
+	snprintf(p, sizeof(p), "%s/versions.db", dir);
+	err_clear(&e);
+	db = db_open(p, &e);
+	db_close(db);
+	check(db != NULL && raw_version(p) == v, "versions: a new database is at version %d", v);
+
+	/* Made by a berth just before versions (a0f3316): every column
+	 * there, version 0.  Each migration finds its change made. */
+	check(raw_exec(p, "PRAGMA user_version = 0"), "versions: a database with every column at 0");
+	err_clear(&e);
+	db = db_open(p, &e);
+	if (!check(db != NULL && raw_version(p) == v, "versions: it opens, now at %d", v))
+		diag("%s", e.msg);
+	db_close(db);
+
+	/* Made by a newer berth: refused, untouched. */
+	snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", v + 1);
+	raw_exec(p, sql);
+	err_clear(&e);
+	db = db_open(p, &e);
+	snprintf(want, sizeof(want), "schema version %d", v + 1);
+	check(db == NULL && strstr(e.msg, p) && strstr(e.msg, want),
+	      "versions: a database at %d is refused, naming it and its version", v + 1);
+	snprintf(want, sizeof(want), "(version %d)", v);
+	if (!check_has(e.msg, want, "versions: the message names this binary's version"))
+		diag("%s", e.msg);
+	db_close(db);
+	check(raw_version(p) == v + 1, "versions: the newer database is left at %d", v + 1);
+
+	/* Migration 12 (keys.first_used) cannot run: no keys table.  The
+	 * database stays at 11, and 13 (images.owner) is not applied. */
+	snprintf(sql, sizeof(sql), "PRAGMA user_version = 11");
+	check(raw_exec(p, "DROP TABLE keys; ALTER TABLE images DROP COLUMN public;"
+		       "ALTER TABLE images DROP COLUMN owner;") && raw_exec(p, sql),
+	      "versions: a database at 11 without a keys table");
+	err_clear(&e);
+	db = db_open(p, &e);
+	if (!check(db == NULL && strstr(e.msg, "schema migration 12") && strstr(e.msg, "keys"),
+		   "versions: migration 12 fails, named"))
+		diag("%s", e.msg);
+	db_close(db);
+	column_default(p, "images", "owner", want, sizeof(want));
+	check(raw_version(p) == 11 && !want[0], "versions: still at 11, images.owner not added");
+}
+
 int main(void)
 {
 	struct db *db;
@@ -483,6 +682,8 @@ int main(void)
 	} else {
 		diag("%s", e.msg);
 	}
+	test_from_5645291();
+	test_versions();
 	rc = tap_done("test_db");
 	tmpdir_remove(dir);
 	return rc;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/util.h"
@@ -216,14 +217,22 @@ static char *trim(char *s)
 
 int config_load(struct config *c, const char *file, int required, struct err *e)
 {
-	FILE *f = fopen(file, "re");
+	struct err oe = { 0 };
+	int fd = file_open_trusted(file, &oe);
+	FILE *f = NULL;
 	char *line = NULL, where[PATH_MAX + 32];
 	size_t cap = 0;
 	int lineno = 0, rc = 0;
 
-	if (!f) {
+	/* Not through a link, root's (or this daemon user's), writable by no
+	 * one else: whoever can change it runs hostd's storage and network. */
+	if (fd < 0) {
 		if (errno == ENOENT && !required)
 			return 0;
+		return err_set(e, 400, "invalid_config", "config %s", oe.msg);
+	}
+	if (!(f = fdopen(fd, "re"))) {
+		close(fd);
 		return err_errno(e, errno, "config %s", file);
 	}
 	while (getline(&line, &cap, f) >= 0) {

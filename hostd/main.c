@@ -6,7 +6,11 @@
  *
  * Every file it makes is private (umask 077).  The state directory is 0711
  * and the socket 0666: any local user may call the API, as themselves
- * (hostd reads the peer's credentials), without listing the directory. */
+ * (hostd reads the peer's credentials), without listing the directory.
+ * It refuses a state directory that it or a directory above it is not
+ * root's or is writable by group or others (a sticky /tmp above a trusted
+ * one excepted), and berth.conf or a key that is a symbolic link, someone
+ * else's, or writable by group or others (common/util.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -220,6 +224,10 @@ int main(int argc, char **argv)
 	}
 	h.started_ms = mono_ms();
 	h.busy = busy_new();
+	/* Whoever may write in the state directory or above it may replace
+	 * berth.conf, the keys or the database: refused before reading any. */
+	if (dir_check_trusted(state, "state directory", &e) < 0)
+		goto fail;
 	config_defaults(&h.cfg, state);
 	snprintf(path, sizeof(path), "%s/berth.conf", state);
 	if (config_load(&h.cfg, config ? config : path, config != NULL, &e) < 0)
@@ -244,6 +252,8 @@ int main(int argc, char **argv)
 		err_errno(&e, errno, "create state directory %s", state);
 		goto fail;
 	}
+	if (dir_check_trusted(state, "state directory", &e) < 0)
+		goto fail;
 	check_reachable(state);
 	if (lookup_gateway(&h, &e) < 0 || lookup_qemu_group(&h, &e) < 0)
 		goto fail;

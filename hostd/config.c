@@ -62,6 +62,10 @@ static const struct copt options[] = {
 	SIZE("max_memory", max_memory),
 	SIZE("max_disk", max_disk),
 	SIZE("max_body", max_body),
+	INT("api_max_connections", api_max_connections, 16, 65536),
+	INT("api_max_connections_per_user", api_max_connections_per_user, 1, 65536),
+	INT("api_reserved_connections", api_reserved_connections, 1, 65535),
+	DUR("api_head_timeout", api_head_timeout_s, 1, 3600),
 	BOOL("suspend_compress", suspend_compress),
 	INT("suspend_compress_level", suspend_compress_level, -10, 19),
 	DUR("idle_timeout", idle_timeout_s, -1, 366L * 86400),
@@ -116,6 +120,12 @@ void config_defaults(struct config *c, const char *state_dir)
 	c->max_memory = 256ULL << 30;
 	c->max_disk = 16ULL << 40;
 	c->max_body = 64 << 10;
+	/* A thread each (1 MiB of stack reserved, little used); a user's 32
+	 * are many CLIs at once; the gateways open one per login. */
+	c->api_max_connections = 1024;
+	c->api_max_connections_per_user = 32;
+	c->api_reserved_connections = 128;
+	c->api_head_timeout_s = 10;
 	c->max_fill = 90;
 	c->suspend_compress = true;
 	/* zstd --fast=1: decompresses about twice as fast as level 1 (the

@@ -45,6 +45,12 @@ struct config {
 	uint64_t min_memory, max_memory; /* bytes */
 	uint64_t max_disk;             /* bytes */
 	uint64_t max_body;             /* largest API request body, bytes */
+	int api_max_connections;       /* the socket's connections at once, everyone's */
+	int api_max_connections_per_user; /* a user's (not root's or the gateway's) */
+	int api_reserved_connections;  /* of api_max_connections, kept for root and the
+					  gateway user */
+	int64_t api_head_timeout_s;    /* a connection's request head must be complete
+					  this long after its accept or last answer */
 	bool suspend_compress;         /* suspend: hostd stores the memory zstd-compressed
 					  (else libvirt's raw managed save) */
 	int suspend_compress_level;    /* its zstd level: -10 (zstd --fast=10) to 19 */

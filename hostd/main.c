@@ -23,6 +23,7 @@
 #include <pwd.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -158,6 +159,41 @@ static int check_qemu_reachable(const char *path, unsigned gid, struct err *e)
 	return 0;
 }
 
+/* Descriptors: the API holds one per connection (api_max_connections),
+ * libvirt, machines' consoles and transfers more.  The soft limit is
+ * raised to the hard one, and both to at least NOFILE_WANT where allowed
+ * (root may raise the hard limit). */
+#define NOFILE_WANT 8192
+
+static void raise_nofile(const struct config *cfg)
+{
+	struct rlimit rl;
+	rlim_t before;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	before = rl.rlim_cur;
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < NOFILE_WANT) {
+		struct rlimit want = { NOFILE_WANT, NOFILE_WANT };
+		if (setrlimit(RLIMIT_NOFILE, &want) == 0)
+			rl = want;
+	}
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || getrlimit(RLIMIT_NOFILE, &rl) < 0) {
+		log_warn("cannot raise the limit of open files (%llu): %s",
+			 (unsigned long long)before, strerror(errno));
+		return;
+	}
+	if (rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur < (rlim_t)cfg->api_max_connections + 256)
+		log_warn("open files limited to %llu: api_max_connections = %d may not fit "
+			 "(raise the hard limit, LimitNOFILE= under systemd)",
+			 (unsigned long long)rl.rlim_cur, cfg->api_max_connections);
+	else
+		log_info("open files: up to %llu (was %llu)", (unsigned long long)rl.rlim_cur,
+			 (unsigned long long)before);
+}
+
 /* Other users reach the socket only through directories they may
  * traverse: say so when one above STATE is closed to them. */
 static void check_reachable(const char *state)
@@ -240,6 +276,7 @@ int main(int argc, char **argv)
 		goto fail;
 	if (log_level_parse(h.cfg.log_level, &lvl) == 0)
 		log_threshold = lvl;
+	raise_nofile(&h.cfg);
 
 	/* Block the signals we wait for before any thread starts. */
 	sigemptyset(&sigs);

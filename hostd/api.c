@@ -1553,11 +1553,19 @@ none:
 	return NULL;
 }
 
-static enum MHD_Result send_reply(struct MHD_Connection *c, struct reply r, int64_t t0,
-				  bool http)
+static enum MHD_Result send_reply(const struct api *a, struct MHD_Connection *c,
+				  struct reply r, int64_t t0)
 {
+	bool http = a->http;
+
 	prom_api(r.status);
 	if (r.stream) {
+		/* A streamed body (an export) holds its machine: a client that
+		 * reads nothing for api_send_timeout is dropped, which ends the
+		 * stream and releases it.  libmicrohttpd's timeout counts time
+		 * without progress, so a slow reader that reads goes on. */
+		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT,
+					  (unsigned)a->h->cfg.api_send_timeout_s);
 		enum MHD_Result sret = MHD_queue_response(c, (unsigned)r.status, r.stream);
 		MHD_destroy_response(r.stream);
 		return sret;
@@ -1937,7 +1945,7 @@ enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url
 		 * answer goes now. */
 		if (a->http && r->has_early) {
 			r->has_early = false;
-			return send_reply(c, r->early, r->t0, a->http);
+			return send_reply(a, c, r->early, r->t0);
 		}
 		return MHD_YES;
 	}
@@ -1973,7 +1981,7 @@ enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url
 							   "message")));
 	else
 		log_debug("%s %s: %d", method, url, rep.status);
-	return send_reply(c, rep, r->t0, a->http);
+	return send_reply(a, c, rep, r->t0);
 }
 
 void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,

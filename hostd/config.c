@@ -66,6 +66,8 @@ static const struct copt options[] = {
 	INT("api_max_connections_per_user", api_max_connections_per_user, 1, 65536),
 	INT("api_reserved_connections", api_reserved_connections, 1, 65535),
 	DUR("api_head_timeout", api_head_timeout_s, 1, 3600),
+	DUR("api_send_timeout", api_send_timeout_s, 1, 86400),
+	INT("max_exports", max_exports, 1, 1024),
 	BOOL("suspend_compress", suspend_compress),
 	INT("suspend_compress_level", suspend_compress_level, -10, 19),
 	DUR("idle_timeout", idle_timeout_s, -1, 366L * 86400),
@@ -126,6 +128,8 @@ void config_defaults(struct config *c, const char *state_dir)
 	c->api_max_connections_per_user = 32;
 	c->api_reserved_connections = 128;
 	c->api_head_timeout_s = 10;
+	c->api_send_timeout_s = 60;
+	c->max_exports = 2;
 	c->max_fill = 90;
 	c->suspend_compress = true;
 	/* zstd --fast=1: decompresses about twice as fast as level 1 (the

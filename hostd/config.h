@@ -51,6 +51,9 @@ struct config {
 					  gateway user */
 	int64_t api_head_timeout_s;    /* a connection's request head must be complete
 					  this long after its accept or last answer */
+	int64_t api_send_timeout_s;    /* a streamed answer (an export) whose client reads
+					  nothing this long is dropped */
+	int max_exports;               /* exports at once (each compresses on every CPU) */
 	bool suspend_compress;         /* suspend: hostd stores the memory zstd-compressed
 					  (else libvirt's raw managed save) */
 	int suspend_compress_level;    /* its zstd level: -10 (zstd --fast=10) to 19 */

@@ -47,10 +47,11 @@ struct conn {
 	int64_t head_deadline_ms;
 };
 
-/* Connections on the socket per uid (admitted ones). */
+/* Connections on the socket per uid. */
 struct uid_count {
 	uid_t uid;
-	unsigned n;
+	unsigned n;             /* admitted */
+	unsigned refused;       /* refused, not closed yet */
 };
 
 struct api {
@@ -1681,8 +1682,11 @@ static void begin_request(struct api *a, struct req *r, struct MHD_Connection *c
  * counts idle time, which a client sending a byte a second never reaches
  * (and long requests, start --wait or an export, must not time out). */
 
-/* A refused connection's reading side ends this long after its 503. */
+/* A refused connection's reading side ends this long after its 503; past
+ * REFUSED_COURTESY of a uid's in flight, at once (a flood of connections
+ * would otherwise hold libmicrohttpd's slots, which root's need too). */
 #define REFUSED_LINGER_MS 200
+#define REFUSED_COURTESY 8
 /* libmicrohttpd's own limit is api_max_connections plus this much room for
  * refused connections until they are closed (well under a second each). */
 #define CONN_LIMIT_SLACK(max) ((max) > 1024 ? (max) : 1024)
@@ -1738,7 +1742,7 @@ static struct uid_count *uid_slot(struct api *a, uid_t uid, bool add)
 		if (!a->uids)
 			abort();
 	}
-	a->uids[a->nuids] = (struct uid_count){ .uid = uid, .n = 0 };
+	a->uids[a->nuids] = (struct uid_count){ .uid = uid };
 	return &a->uids[a->nuids++];
 }
 
@@ -1762,10 +1766,13 @@ static const char *conn_refusal(struct api *a, uid_t uid)
 	return NULL;
 }
 
-/* List K (for the reaper) and count it when ADMITTED. */
-static void conn_add(struct api *a, struct conn *k, bool admitted)
+/* List K (for the reaper) and count it, admitted or refused.  Refused:
+ * whether it may linger for its 503 to be read (else it is to be shut
+ * down at once). */
+static bool conn_add(struct api *a, struct conn *k, bool admitted)
 {
 	enum api_caller who = caller_class(a, k->uid);
+	struct uid_count *u = uid_slot(a, k->uid, true);
 
 	k->next = a->conns;
 	if (a->conns)
@@ -1774,13 +1781,16 @@ static void conn_add(struct api *a, struct conn *k, bool admitted)
 	k->admitted = admitted;
 	if (!admitted) {
 		k->head_deadline_ms = mono_ms() + REFUSED_LINGER_MS;
-		return;
+		k->cut = u->refused >= REFUSED_COURTESY;
+		u->refused++;
+		return !k->cut;
 	}
 	k->head_deadline_ms = mono_ms() + a->h->cfg.api_head_timeout_s * 1000;
 	a->total++;
 	if (who != CALLER_ROOT && who != CALLER_GATEWAY)
 		a->users++;
-	uid_slot(a, k->uid, true)->n++;
+	u->n++;
+	return true;
 }
 
 static void conn_release(struct api *a, struct conn *k)
@@ -1794,12 +1804,17 @@ static void conn_release(struct api *a, struct conn *k)
 		a->conns = k->next;
 	if (k->next)
 		k->next->prev = k->prev;
-	if (!k->admitted)
-		return;
-	a->total--;
-	if (who != CALLER_ROOT && who != CALLER_GATEWAY)
-		a->users--;
-	if (u && --u->n == 0)
+	if (!u)
+		return;  /* not reached: conn_add made it */
+	if (!k->admitted) {
+		u->refused--;
+	} else {
+		a->total--;
+		if (who != CALLER_ROOT && who != CALLER_GATEWAY)
+			a->users--;
+		u->n--;
+	}
+	if (u->n == 0 && u->refused == 0)
 		*u = a->uids[--a->nuids];
 }
 
@@ -1813,7 +1828,7 @@ static void conn_notify(void *cls, struct MHD_Connection *c, void **socket_conte
 	socklen_t len = sizeof(cred);
 	const char *why = "cannot read the peer's credentials";
 	unsigned unlogged = 0;
-	bool log_now = false;
+	bool log_now = false, linger = true;
 
 	if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
 		if (!k)
@@ -1834,13 +1849,14 @@ static void conn_notify(void *cls, struct MHD_Connection *c, void **socket_conte
 	if (!k)
 		abort();
 	k->fd = ci->connect_fd;
+	k->uid = (uid_t)-1;
 	*socket_context = k;
 	pthread_mutex_lock(&a->lock);
 	if (getsockopt(k->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
 		k->uid = cred.uid;
 		why = conn_refusal(a, k->uid);
 	}
-	conn_add(a, k, !why);
+	linger = conn_add(a, k, !why);
 	if (why) {
 		/* One line a second at most: a flood would fill the log. */
 		int64_t now = mono_ms();
@@ -1870,7 +1886,7 @@ static void conn_notify(void *cls, struct MHD_Connection *c, void **socket_conte
 		}
 		/* The descriptor is open: CLOSED unlists K first, under the
 		 * lock the reaper takes. */
-		shutdown(k->fd, SHUT_WR);
+		shutdown(k->fd, linger ? SHUT_WR : SHUT_RDWR);
 		if (log_now)
 			log_warn("refused a connection from uid %u: %s (%u more refused in "
 				 "the last second)", (unsigned)k->uid, why, unlogged);

@@ -303,17 +303,11 @@ out:
 	return rc;
 }
 
-char *file_read(const char *path, size_t max, struct err *e)
+/* The whole of FD (PATH names it in errors), closed here. */
+static char *fd_read_all(int fd, const char *path, size_t max, struct err *e)
 {
 	struct buf_local { char *p; size_t len, cap; } b = { NULL, 0, 0 };
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
-	if (fd < 0) {
-		int saved = errno;
-		err_errno(e, errno, "open %s", path);
-		errno = saved;
-		return NULL;
-	}
 	for (;;) {
 		if (b.cap - b.len < 4096) {
 			b.cap = b.cap ? b.cap * 2 : 8192;
@@ -349,6 +343,124 @@ char *file_read(const char *path, size_t max, struct err *e)
 	}
 	b.p[b.len] = '\0';
 	return b.p;
+}
+
+char *file_read(const char *path, size_t max, struct err *e)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0) {
+		int saved = errno;
+		err_errno(e, errno, "open %s", path);
+		errno = saved;
+		return NULL;
+	}
+	return fd_read_all(fd, path, max, e);
+}
+
+/* Who may own what a daemon trusts: root, or the daemon's own user. */
+static bool owner_trusted(uid_t uid)
+{
+	return uid == 0 || uid == geteuid();
+}
+
+int file_open_trusted(const char *path, struct err *e)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+
+	if (fd < 0) {
+		int saved = errno;
+		if (errno == ELOOP)
+			err_set(e, 400, "untrusted_file", "%s is a symbolic link: refused (a "
+				"daemon's configuration and keys must be the file itself; "
+				"replace the link with the file)", path);
+		else
+			err_errno(e, errno, "open %s", path);
+		errno = saved;
+		return -1;
+	}
+	if (fstat(fd, &st) < 0) {
+		int saved = errno;
+		err_errno(e, errno, "stat %s", path);
+		close(fd);
+		errno = saved;
+		return -1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		err_set(e, 400, "untrusted_file", "%s is not a regular file (mode %06o): refused",
+			path, (unsigned)st.st_mode);
+		goto refused;
+	}
+	if (!owner_trusted(st.st_uid)) {
+		err_set(e, 400, "untrusted_file", "%s is owned by uid %u, mode %04o: refused (it "
+			"must belong to root%s: chown root %s)", path, (unsigned)st.st_uid,
+			(unsigned)(st.st_mode & 07777), geteuid() ? " or this daemon's user" : "",
+			path);
+		goto refused;
+	}
+	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		err_set(e, 400, "untrusted_file", "%s (owner uid %u) is mode %04o, writable by "
+			"%s: refused (chmod go-w %s)", path, (unsigned)st.st_uid,
+			(unsigned)(st.st_mode & 07777),
+			st.st_mode & S_IWOTH ? "every user" : "its group", path);
+		goto refused;
+	}
+	/* Reads block from here (O_NONBLOCK was for a FIFO planted there). */
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+	return fd;
+refused:
+	close(fd);
+	errno = EPERM;
+	return -1;
+}
+
+char *file_read_trusted(const char *path, size_t max, struct err *e)
+{
+	int fd = file_open_trusted(path, e);
+
+	return fd < 0 ? NULL : fd_read_all(fd, path, max, e);
+}
+
+int dir_check_trusted(const char *dir, const char *what, struct err *e)
+{
+	char real[PATH_MAX], *slash;
+	struct stat st;
+	bool leaf = true, below_writable = false;
+
+	if (!realpath(dir, real)) {
+		if (errno == ENOENT)
+			return 0;
+		return err_errno(e, errno, "%s %s", what, dir);
+	}
+	/* From DIR itself up to "/": each one's owner and mode. */
+	for (;;) {
+		const char *p = real[0] ? real : "/";
+		if (stat(p, &st) < 0)
+			return err_errno(e, errno, "%s %s: stat %s", what, dir, p);
+		if (!S_ISDIR(st.st_mode))
+			return err_set(e, 400, "untrusted_dir", "%s %s: %s is not a directory",
+				       what, dir, p);
+		/* A sticky directory (/tmp) lets no one replace what others own
+		 * in it: fine above a component that is trusted itself (owned
+		 * as checked, and not writable by group or others). */
+		bool writable = st.st_mode & (S_IWGRP | S_IWOTH);
+		bool sticky_ok = !leaf && (st.st_mode & S_ISVTX) && !below_writable;
+		if (!owner_trusted(st.st_uid) || (writable && !sticky_ok))
+			return err_set(e, 400, "untrusted_dir", "%s %s: %s is owned by uid %u, "
+				       "mode %04o: refused, since whoever can write there can "
+				       "replace berth's files (every directory up to / must "
+				       "belong to root and not be writable by group or others, "
+				       "like sshd's StrictModes: chown root %s; chmod go-w %s)",
+				       what, dir, p, (unsigned)st.st_uid,
+				       (unsigned)(st.st_mode & 07777), p, p);
+		if (!real[0] || !strcmp(real, "/"))
+			return 0;
+		slash = strrchr(real, '/');
+		*slash = '\0';
+		leaf = false;
+		below_writable = writable;
+	}
 }
 
 int remove_tree(const char *path, struct err *e)

@@ -55,6 +55,21 @@ int file_write_atomic(const char *path, const void *data, size_t len,
 /* Read a whole (small) file into a NUL-terminated malloc'd string.
  * Returns NULL with E set (errno kept) on failure. */
 char *file_read(const char *path, size_t max, struct err *e);
+/* PATH opened for reading the way a daemon must open its configuration
+ * and keys: not through a symbolic link (O_NOFOLLOW), a regular file owned
+ * by root or by the calling process's user, not writable by group or
+ * others.  A descriptor (O_CLOEXEC) or -1 with E naming the path, its owner
+ * and mode and what to do (400 "untrusted_file"; errno EPERM, ELOOP or
+ * open's). */
+int file_open_trusted(const char *path, struct err *e);
+/* file_read through file_open_trusted. */
+char *file_read_trusted(const char *path, size_t max, struct err *e);
+/* DIR (resolved) and every directory above it up to / belong to root (or
+ * the calling process's user) and are not writable by group or others; a
+ * sticky directory above it (/tmp) may be.  0 (also when DIR does not
+ * exist yet), or -1 with E naming WHAT and DIR, the directory at fault,
+ * its owner and mode and the fix (400 "untrusted_dir"). */
+int dir_check_trusted(const char *dir, const char *what, struct err *e);
 /* Remove PATH (a file) or a directory and the plain files in it (one level).
  * A missing PATH is success.  0 or -1 with E set. */
 int remove_tree(const char *path, struct err *e);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -35,12 +36,44 @@
 
 #define VERSION "0.1.0"
 
+/* A connection on the UNIX socket (the HTTP listener's have none): whose
+ * it is and the deadline of the request head it owes (api_start's comment
+ * says why). */
+struct conn {
+	struct conn *prev, *next;
+	int fd;
+	uid_t uid;
+	bool admitted;          /* counted; false: refused, closing */
+	bool in_request;        /* its head arrived, the request is served */
+	bool cut;               /* shut down at its head deadline */
+	int64_t head_deadline_ms;
+};
+
+/* Connections on the socket per uid. */
+struct uid_count {
+	uid_t uid;
+	unsigned n;             /* admitted */
+	unsigned refused;       /* refused, not closed yet */
+};
+
 struct api {
 	struct hostd *h;
 	struct MHD_Daemon *d;
 	int fd;
 	char path[108];
 	bool http;      /* the HTTP listener's: callers are bearer tokens */
+	/* The socket's connections (conn_*), under LOCK. */
+	pthread_mutex_t lock;
+	pthread_cond_t wake;    /* the reaper's sleep; signalled at stop */
+	bool stopping;
+	pthread_t reaper;
+	bool has_reaper;
+	struct conn *conns;
+	struct uid_count *uids;
+	size_t nuids, uids_cap;
+	unsigned total, users;  /* admitted: all, and those of neither root nor gateway */
+	int64_t refusal_logged_ms;
+	unsigned refusals_unlogged;
 };
 
 /* The uid of every caller over HTTP: no one's, so neither root's routes
@@ -1753,11 +1786,19 @@ none:
 	return NULL;
 }
 
-static enum MHD_Result send_reply(struct MHD_Connection *c, struct reply r, int64_t t0,
-				  bool http)
+static enum MHD_Result send_reply(const struct api *a, struct MHD_Connection *c,
+				  struct reply r, int64_t t0)
 {
+	bool http = a->http;
+
 	prom_api(r.status);
 	if (r.stream) {
+		/* A streamed body (an export) holds its machine: a client that
+		 * reads nothing for api_send_timeout is dropped, which ends the
+		 * stream and releases it.  libmicrohttpd's timeout counts time
+		 * without progress, so a slow reader that reads goes on. */
+		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT,
+					  (unsigned)a->h->cfg.api_send_timeout_s);
 		enum MHD_Result sret = MHD_queue_response(c, (unsigned)r.status, r.stream);
 		MHD_destroy_response(r.stream);
 		return sret;
@@ -1876,6 +1917,279 @@ static void begin_request(struct api *a, struct req *r, struct MHD_Connection *c
 	}
 }
 
+/* ---- connections on the socket ------------------------------------------------
+ *
+ * Any local user may connect, so no user may take all of hostd's
+ * connections (one thread each) or hold one without asking anything.  At
+ * accept (conn_notify, MHD_CONNECTION_NOTIFY_STARTED) the peer's uid is
+ * read (SO_PEERCRED) and the connection admitted or refused at once (a
+ * 503 saying why, then the end of what hostd sends, and the end of what it
+ * reads at the reaper's next look, REFUSED_LINGER_MS: a client that hung
+ * up on both at once would see no answer, only a failed connect):
+ * a user other than root and the gateway user has at most
+ * api_max_connections_per_user, users together at most
+ * api_max_connections less api_reserved_connections (the rest is kept for
+ * root and the gateways, whom a flood must not lock out), everyone at most
+ * api_max_connections.  A connection must send a complete request head
+ * within api_head_timeout of its accept or of its previous answer, or
+ * the reaper thread shuts it down: libmicrohttpd's connection timeout
+ * counts idle time, which a client sending a byte a second never reaches
+ * (and long requests, start --wait or an export, must not time out). */
+
+/* A refused connection's reading side ends this long after its 503; past
+ * REFUSED_COURTESY of a uid's in flight, at once (a flood of connections
+ * would otherwise hold libmicrohttpd's slots, which root's need too). */
+#define REFUSED_LINGER_MS 200
+#define REFUSED_COURTESY 8
+/* libmicrohttpd's own limit is api_max_connections plus this much room for
+ * refused connections until they are closed (well under a second each). */
+#define CONN_LIMIT_SLACK(max) ((max) > 1024 ? (max) : 1024)
+
+static struct conn *conn_of(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	return ci ? ci->socket_context : NULL;
+}
+
+/* A request head arrived on C: false when its connection was refused or
+ * cut (its head may have been read before the shutdown): no answer then. */
+static bool conn_head_arrived(struct api *a, struct MHD_Connection *c)
+{
+	struct conn *k;
+	bool ok;
+
+	if (a->http)
+		return true;
+	if (!(k = conn_of(c)))
+		return false;
+	pthread_mutex_lock(&a->lock);
+	ok = k->admitted && !k->cut;
+	k->in_request = ok;
+	pthread_mutex_unlock(&a->lock);
+	return ok;
+}
+
+static void conn_request_done(struct api *a, struct MHD_Connection *c)
+{
+	struct conn *k;
+
+	if (!a || a->http || !(k = conn_of(c)))
+		return;
+	pthread_mutex_lock(&a->lock);
+	k->in_request = false;
+	k->head_deadline_ms = mono_ms() + a->h->cfg.api_head_timeout_s * 1000;
+	pthread_mutex_unlock(&a->lock);
+}
+
+static struct uid_count *uid_slot(struct api *a, uid_t uid, bool add)
+{
+	for (size_t i = 0; i < a->nuids; i++)
+		if (a->uids[i].uid == uid)
+			return &a->uids[i];
+	if (!add)
+		return NULL;
+	if (a->nuids == a->uids_cap) {
+		a->uids_cap = a->uids_cap ? a->uids_cap * 2 : 16;
+		a->uids = realloc(a->uids, a->uids_cap * sizeof(*a->uids));
+		if (!a->uids)
+			abort();
+	}
+	a->uids[a->nuids] = (struct uid_count){ .uid = uid };
+	return &a->uids[a->nuids++];
+}
+
+/* May UID have one more connection?  NULL, or why not (under LOCK). */
+static const char *conn_refusal(struct api *a, uid_t uid)
+{
+	const struct config *cfg = &a->h->cfg;
+	enum api_caller who = caller_class(a, uid);
+	struct uid_count *u;
+
+	if (a->total >= (unsigned)cfg->api_max_connections)
+		return "api_max_connections reached (every connection hostd takes is open)";
+	if (who == CALLER_ROOT || (who & CALLER_GATEWAYS))
+		return NULL;
+	if (a->users >= (unsigned)(cfg->api_max_connections - cfg->api_reserved_connections))
+		return "users' share of api_max_connections reached (the rest is kept for "
+		       "root and the gateways)";
+	u = uid_slot(a, uid, false);
+	if (u && u->n >= (unsigned)cfg->api_max_connections_per_user)
+		return "api_max_connections_per_user reached (this user has that many open)";
+	return NULL;
+}
+
+/* List K (for the reaper) and count it, admitted or refused.  Refused:
+ * whether it may linger for its 503 to be read (else it is to be shut
+ * down at once). */
+static bool conn_add(struct api *a, struct conn *k, bool admitted)
+{
+	enum api_caller who = caller_class(a, k->uid);
+	struct uid_count *u = uid_slot(a, k->uid, true);
+
+	k->next = a->conns;
+	if (a->conns)
+		a->conns->prev = k;
+	a->conns = k;
+	k->admitted = admitted;
+	if (!admitted) {
+		k->head_deadline_ms = mono_ms() + REFUSED_LINGER_MS;
+		k->cut = u->refused >= REFUSED_COURTESY;
+		u->refused++;
+		return !k->cut;
+	}
+	k->head_deadline_ms = mono_ms() + a->h->cfg.api_head_timeout_s * 1000;
+	a->total++;
+	if (who != CALLER_ROOT && !(who & CALLER_GATEWAYS))
+		a->users++;
+	u->n++;
+	return true;
+}
+
+static void conn_release(struct api *a, struct conn *k)
+{
+	enum api_caller who = caller_class(a, k->uid);
+	struct uid_count *u = uid_slot(a, k->uid, false);
+
+	if (k->prev)
+		k->prev->next = k->next;
+	else
+		a->conns = k->next;
+	if (k->next)
+		k->next->prev = k->prev;
+	if (!u)
+		return;  /* not reached: conn_add made it */
+	if (!k->admitted) {
+		u->refused--;
+	} else {
+		a->total--;
+		if (who != CALLER_ROOT && !(who & CALLER_GATEWAYS))
+			a->users--;
+		u->n--;
+	}
+	if (u->n == 0 && u->refused == 0)
+		*u = a->uids[--a->nuids];
+}
+
+static void conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+			enum MHD_ConnectionNotificationCode code)
+{
+	struct api *a = cls;
+	struct conn *k = *socket_context;
+	const union MHD_ConnectionInfo *ci;
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	const char *why = "cannot read the peer's credentials";
+	unsigned unlogged = 0;
+	bool log_now = false, linger = true;
+
+	if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+		if (!k)
+			return;
+		pthread_mutex_lock(&a->lock);
+		conn_release(a, k);
+		pthread_mutex_unlock(&a->lock);
+		free(k);
+		*socket_context = NULL;
+		return;
+	}
+	if (code != MHD_CONNECTION_NOTIFY_STARTED)
+		return;
+	ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (!ci)
+		return;
+	k = calloc(1, sizeof(*k));
+	if (!k)
+		abort();
+	k->fd = ci->connect_fd;
+	k->uid = (uid_t)-1;
+	*socket_context = k;
+	pthread_mutex_lock(&a->lock);
+	if (getsockopt(k->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+		k->uid = cred.uid;
+		why = conn_refusal(a, k->uid);
+	}
+	linger = conn_add(a, k, !why);
+	if (why) {
+		/* One line a second at most: a flood would fill the log. */
+		int64_t now = mono_ms();
+		if (now - a->refusal_logged_ms >= 1000) {
+			a->refusal_logged_ms = now;
+			unlogged = a->refusals_unlogged;
+			a->refusals_unlogged = 0;
+			log_now = true;
+		} else {
+			a->refusals_unlogged++;
+		}
+	}
+	pthread_mutex_unlock(&a->lock);
+	if (why) {
+		/* A 503 the client reads whenever it looks (never waited
+		 * for); its request, if it comes, is dropped (api_handler);
+		 * libmicrohttpd's thread closes the descriptor, which stays
+		 * its own, when the reaper ends the reading side. */
+		char resp[512], body[320];
+		int bn = snprintf(body, sizeof(body), "{\"error\":{\"code\":\"too_many_connections\","
+				  "\"message\":\"berth-hostd refused the connection: %s\"}}\n", why);
+		int n = snprintf(resp, sizeof(resp), "HTTP/1.1 503 Service Unavailable\r\n"
+				 "Content-Type: application/json\r\nConnection: close\r\n"
+				 "Content-Length: %d\r\n\r\n%s", bn, body);
+		if (send(k->fd, resp, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+			/* nothing to do: it is closed anyway */
+		}
+		/* The descriptor is open: CLOSED unlists K first, under the
+		 * lock the reaper takes. */
+		shutdown(k->fd, linger ? SHUT_WR : SHUT_RDWR);
+		if (log_now)
+			log_warn("refused a connection from uid %u: %s (%u more refused in "
+				 "the last second)", (unsigned)k->uid, why, unlogged);
+	}
+}
+
+/* Shut down every connection past its head deadline (a refused one past
+ * its linger), every 250 ms. */
+static void *conn_reaper(void *arg)
+{
+	struct api *a = arg;
+
+	pthread_mutex_lock(&a->lock);
+	while (!a->stopping) {
+		struct timespec ts;
+		unsigned cut = 0;
+		uid_t last = 0;
+		int64_t now = mono_ms();
+
+		for (struct conn *k = a->conns; k; k = k->next) {
+			if (k->in_request || k->cut || now < k->head_deadline_ms)
+				continue;
+			/* The descriptor is open: CLOSED unlists it first. */
+			shutdown(k->fd, SHUT_RDWR);
+			k->cut = true;
+			if (k->admitted) {
+				last = k->uid;
+				cut++;
+			}
+		}
+		if (cut) {
+			pthread_mutex_unlock(&a->lock);
+			log_info("closed %u connection%s (the last of uid %u) that sent no "
+				 "complete request head within %llds", cut, cut == 1 ? "" : "s",
+				 (unsigned)last, (long long)a->h->cfg.api_head_timeout_s);
+			pthread_mutex_lock(&a->lock);
+		}
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 250 * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&a->wake, &a->lock, &ts);
+	}
+	pthread_mutex_unlock(&a->lock);
+	return NULL;
+}
+
 enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url,
 			    const char *method, const char *version,
 			    const char *upload_data, size_t *upload_data_size,
@@ -1887,6 +2201,9 @@ enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url
 
 	(void)version;
 	if (!r) {
+		/* A head arrived: its connection's deadline is met. */
+		if (!conn_head_arrived(a, c))
+			return MHD_NO;
 		r = calloc(1, sizeof(*r));
 		if (!r)
 			return MHD_NO;
@@ -1898,7 +2215,7 @@ enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url
 		 * answer goes now. */
 		if (a->http && r->has_early) {
 			r->has_early = false;
-			return send_reply(c, r->early, r->t0, a->http);
+			return send_reply(a, c, r->early, r->t0);
 		}
 		return MHD_YES;
 	}
@@ -1935,7 +2252,7 @@ enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url
 							   "message")));
 	else
 		log_debug("%s %s: %d", method, url, rep.status);
-	return send_reply(c, rep, r->t0, a->http);
+	return send_reply(a, c, rep, r->t0);
 }
 
 void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -1943,9 +2260,9 @@ void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 {
 	struct req *r = *con_cls;
 
-	(void)cls;
-	(void)c;
 	(void)toe;
+	/* Keep-alive: the next request's head is owed within the timeout. */
+	conn_request_done(cls, c);
 	if (r) {
 		/* The client went away during an import. */
 		import_abort(r->import);
@@ -1957,15 +2274,47 @@ void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	}
 }
 
-struct api *api_start(struct hostd *h, const char *path, struct err *e)
+
+static struct api *api_new(struct hostd *h)
 {
 	struct api *a = calloc(1, sizeof(*a));
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 
 	if (!a)
 		abort();
 	a->h = h;
 	a->fd = -1;
+	pthread_mutex_init(&a->lock, NULL);
+	pthread_cond_init(&a->wake, NULL);
+	return a;
+}
+
+/* Ends the reaper; the daemon is stopped (every connection closed). */
+static void api_free(struct api *a)
+{
+	if (a->has_reaper) {
+		pthread_mutex_lock(&a->lock);
+		a->stopping = true;
+		pthread_cond_signal(&a->wake);
+		pthread_mutex_unlock(&a->lock);
+		pthread_join(a->reaper, NULL);
+	}
+	pthread_mutex_destroy(&a->lock);
+	pthread_cond_destroy(&a->wake);
+	free(a->uids);
+	free(a);
+}
+
+struct api *api_start(struct hostd *h, const char *path, struct err *e)
+{
+	struct api *a = api_new(h);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	if (h->cfg.api_reserved_connections >= h->cfg.api_max_connections) {
+		err_set(e, 400, "invalid_config", "api_reserved_connections = %d must be below "
+			"api_max_connections = %d (users need some)", h->cfg.api_reserved_connections,
+			h->cfg.api_max_connections);
+		goto fail;
+	}
 	if (strlen(path) >= sizeof(sa.sun_path)) {
 		err_set(e, 400, "invalid_config", "socket path too long (%zu > %zu): %s",
 			strlen(path), sizeof(sa.sun_path) - 1, path);
@@ -1988,16 +2337,27 @@ struct api *api_start(struct hostd *h, const char *path, struct err *e)
 	unlink(path);
 	/* Any local user may call (as themselves: peer_owner); hostd's umask
 	 * keeps the socket private until the chmod. */
+	/* The backlog: a burst of connections waits for accept (which
+	 * refuses the excess at once) instead of being refused by the kernel
+	 * before root's. */
 	if (bind(a->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(path, 0666) < 0 ||
-	    listen(a->fd, 128) < 0) {
+	    listen(a->fd, SOMAXCONN) < 0) {
 		err_errno(e, errno, "listen on %s", path);
 		goto fail;
 	}
-	a->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+	/* Connections are counted and refused by conn_notify, and their heads
+	 * timed by conn_reaper (above).  libmicrohttpd's own limit is higher,
+	 * for the refused ones still closing; poll, not select, in each
+	 * connection's thread, since descriptors pass FD_SETSIZE. */
+	a->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD |
 				MHD_USE_ERROR_LOG,
 				0, NULL, NULL, api_handler, a,
 				MHD_OPTION_LISTEN_SOCKET, a->fd,
 				MHD_OPTION_NOTIFY_COMPLETED, api_completed, a,
+				MHD_OPTION_NOTIFY_CONNECTION, conn_notify, a,
+				MHD_OPTION_CONNECTION_LIMIT,
+				(unsigned)(h->cfg.api_max_connections +
+					   CONN_LIMIT_SLACK(h->cfg.api_max_connections)),
 				MHD_OPTION_CONNECTION_TIMEOUT, 0u,
 				MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1 << 20),
 				/* Room for large reads of an image upload. */
@@ -2007,12 +2367,24 @@ struct api *api_start(struct hostd *h, const char *path, struct err *e)
 		err_set(e, 500, "internal", "cannot start the HTTP server on %s", path);
 		goto fail;
 	}
-	log_info("API listening on %s", path);
+	/* libmicrohttpd owns the listening socket now. */
+	a->fd = -1;
+	if (pthread_create(&a->reaper, NULL, conn_reaper, a) != 0) {
+		err_set(e, 500, "internal", "cannot start the connection reaper");
+		goto fail;
+	}
+	a->has_reaper = true;
+	log_info("API listening on %s (connections: %d, %d per user, %d kept for root and "
+		 "the gateways; request heads within %llds)", path, h->cfg.api_max_connections,
+		 h->cfg.api_max_connections_per_user, h->cfg.api_reserved_connections,
+		 (long long)h->cfg.api_head_timeout_s);
 	return a;
 fail:
+	if (a->d)
+		MHD_stop_daemon(a->d);
 	if (a->fd >= 0)
 		close(a->fd);
-	free(a);
+	api_free(a);
 	return NULL;
 }
 
@@ -2023,22 +2395,19 @@ void api_stop(struct api *a)
 	/* libmicrohttpd closes the listening socket it was given. */
 	MHD_stop_daemon(a->d);
 	unlink(a->path);
-	free(a);
+	api_free(a);
 }
 
 struct api *api_http_new(struct hostd *h)
 {
-	struct api *a = calloc(1, sizeof(*a));
+	struct api *a = api_new(h);
 
-	if (!a)
-		abort();
-	a->h = h;
-	a->fd = -1;
 	a->http = true;
 	return a;
 }
 
 void api_http_free(struct api *a)
 {
-	free(a);
+	if (a)
+		api_free(a);
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/util.h"
@@ -70,6 +71,12 @@ static const struct copt options[] = {
 	INT("max_operations", max_operations, 0, 10000),
 	INT("max_exports", max_exports, 0, 10000),
 	SIZE("max_body", max_body),
+	INT("api_max_connections", api_max_connections, 16, 65536),
+	INT("api_max_connections_per_user", api_max_connections_per_user, 1, 65536),
+	INT("api_reserved_connections", api_reserved_connections, 1, 65535),
+	DUR("api_head_timeout", api_head_timeout_s, 1, 3600),
+	DUR("api_send_timeout", api_send_timeout_s, 1, 86400),
+	INT("max_host_exports", max_host_exports, 1, 1024),
 	BOOL("suspend_compress", suspend_compress),
 	INT("suspend_compress_level", suspend_compress_level, -10, 19),
 	DUR("idle_timeout", idle_timeout_s, -1, 366L * 86400),
@@ -135,6 +142,14 @@ void config_defaults(struct config *c, const char *state_dir)
 	c->max_operations = 8;
 	c->max_exports = 2;
 	c->max_body = 64 << 10;
+	/* A thread each (1 MiB of stack reserved, little used); a user's 32
+	 * are many CLIs at once; the gateways open one per login. */
+	c->api_max_connections = 1024;
+	c->api_max_connections_per_user = 32;
+	c->api_reserved_connections = 128;
+	c->api_head_timeout_s = 10;
+	c->api_send_timeout_s = 60;
+	c->max_host_exports = 2;
 	c->max_fill = 90;
 	c->suspend_compress = true;
 	/* zstd --fast=1: decompresses about twice as fast as level 1 (the
@@ -241,14 +256,22 @@ static char *trim(char *s)
 
 int config_load(struct config *c, const char *file, int required, struct err *e)
 {
-	FILE *f = fopen(file, "re");
+	struct err oe = { 0 };
+	int fd = file_open_trusted(file, &oe);
+	FILE *f = NULL;
 	char *line = NULL, where[PATH_MAX + 32];
 	size_t cap = 0;
 	int lineno = 0, rc = 0;
 
-	if (!f) {
+	/* Not through a link, root's (or this daemon user's), writable by no
+	 * one else: whoever can change it runs hostd's storage and network. */
+	if (fd < 0) {
 		if (errno == ENOENT && !required)
 			return 0;
+		return err_set(e, 400, "invalid_config", "config %s", oe.msg);
+	}
+	if (!(f = fdopen(fd, "re"))) {
+		close(fd);
 		return err_errno(e, errno, "config %s", file);
 	}
 	while (getline(&line, &cap, f) >= 0) {

@@ -55,6 +55,15 @@ struct config {
 	int max_operations;            /* requests changing machines at once */
 	int max_exports;               /* exports at once */
 	uint64_t max_body;             /* largest API request body, bytes */
+	int api_max_connections;       /* the socket's connections at once, everyone's */
+	int api_max_connections_per_user; /* a user's (not root's or the gateway's) */
+	int api_reserved_connections;  /* of api_max_connections, kept for root and the
+					  gateway user */
+	int64_t api_head_timeout_s;    /* a connection's request head must be complete
+					  this long after its accept or last answer */
+	int64_t api_send_timeout_s;    /* a streamed answer (an export) whose client reads
+					  nothing this long is dropped */
+	int max_host_exports;          /* exports at once, all users (each compresses on every CPU) */
 	bool suspend_compress;         /* suspend: hostd stores the memory zstd-compressed
 					  (else libvirt's raw managed save) */
 	int suspend_compress_level;    /* its zstd level: -10 (zstd --fast=10) to 19 */

@@ -97,8 +97,8 @@ int gwkey_load_or_create(const char *dir, struct gateway_key *k, struct err *e)
 		/* Never a new private key: every machine's seed trusts this one. */
 		return -1;
 	}
-	k->private_pem = file_read(priv, 65536, e);
-	k->public_line = file_read(pub, 65536, e);
+	k->private_pem = file_read_trusted(priv, 65536, e);
+	k->public_line = k->private_pem ? file_read_trusted(pub, 65536, e) : NULL;
 	if (!k->private_pem || !k->public_line) {
 		gwkey_free(k);
 		return -1;

@@ -7,6 +7,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -55,6 +56,7 @@ struct hostd {
 	pthread_cond_t sampler_cv;
 
 	struct busy *busy;          /* operations in progress (hostd/busy.h) */
+	_Atomic int exports;        /* exports running (hostd/transfer.c) */
 };
 
 /* Test hook: when $BERTH_TEST_CRASH_AT equals POINT, log it, write

@@ -6,7 +6,11 @@
  *
  * Every file it makes is private (umask 077).  The state directory is 0711
  * and the socket 0666: any local user may call the API, as themselves
- * (hostd reads the peer's credentials), without listing the directory. */
+ * (hostd reads the peer's credentials), without listing the directory.
+ * It refuses a state directory that it or a directory above it is not
+ * root's or is writable by group or others (a sticky /tmp above a trusted
+ * one excepted), and berth.conf or a key that is a symbolic link, someone
+ * else's, or writable by group or others (common/util.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -19,6 +23,7 @@
 #include <pwd.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -198,6 +203,41 @@ static int check_qemu_reachable(const char *path, unsigned gid, struct err *e)
 	return 0;
 }
 
+/* Descriptors: the API holds one per connection (api_max_connections),
+ * libvirt, machines' consoles and transfers more.  The soft limit is
+ * raised to the hard one, and both to at least NOFILE_WANT where allowed
+ * (root may raise the hard limit). */
+#define NOFILE_WANT 8192
+
+static void raise_nofile(const struct config *cfg)
+{
+	struct rlimit rl;
+	rlim_t before;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	before = rl.rlim_cur;
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < NOFILE_WANT) {
+		struct rlimit want = { NOFILE_WANT, NOFILE_WANT };
+		if (setrlimit(RLIMIT_NOFILE, &want) == 0)
+			rl = want;
+	}
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || getrlimit(RLIMIT_NOFILE, &rl) < 0) {
+		log_warn("cannot raise the limit of open files (%llu): %s",
+			 (unsigned long long)before, strerror(errno));
+		return;
+	}
+	if (rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur < (rlim_t)cfg->api_max_connections + 256)
+		log_warn("open files limited to %llu: api_max_connections = %d may not fit "
+			 "(raise the hard limit, LimitNOFILE= under systemd)",
+			 (unsigned long long)rl.rlim_cur, cfg->api_max_connections);
+	else
+		log_info("open files: up to %llu (was %llu)", (unsigned long long)rl.rlim_cur,
+			 (unsigned long long)before);
+}
+
 /* Other users reach the socket only through directories they may
  * traverse: say so when one above STATE is closed to them. */
 static void check_reachable(const char *state)
@@ -264,6 +304,10 @@ int main(int argc, char **argv)
 	}
 	h.started_ms = mono_ms();
 	h.busy = busy_new();
+	/* Whoever may write in the state directory or above it may replace
+	 * berth.conf, the keys or the database: refused before reading any. */
+	if (dir_check_trusted(state, "state directory", &e) < 0)
+		goto fail;
 	config_defaults(&h.cfg, state);
 	snprintf(path, sizeof(path), "%s/berth.conf", state);
 	if (config_load(&h.cfg, config ? config : path, config != NULL, &e) < 0)
@@ -276,6 +320,7 @@ int main(int argc, char **argv)
 		goto fail;
 	if (log_level_parse(h.cfg.log_level, &lvl) == 0)
 		log_threshold = lvl;
+	raise_nofile(&h.cfg);
 
 	/* Block the signals we wait for before any thread starts. */
 	sigemptyset(&sigs);
@@ -288,6 +333,8 @@ int main(int argc, char **argv)
 		err_errno(&e, errno, "create state directory %s", state);
 		goto fail;
 	}
+	if (dir_check_trusted(state, "state directory", &e) < 0)
+		goto fail;
 	check_reachable(state);
 	probe_cpu_weights(&h);
 	if (lookup_gateways(&h, &e) < 0 || lookup_qemu_group(&h, &e) < 0)

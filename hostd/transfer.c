@@ -984,7 +984,16 @@ struct export *export_begin(struct hostd *h, const char *owner, const char *name
 		abort();
 	x->h = h;
 	x->t0 = mono_ms();
+	/* Threads are bounded: max_host_exports × (one per CPU + the connection's). */
+	if (atomic_fetch_add(&h->exports, 1) >= h->cfg.max_host_exports) {
+		atomic_fetch_sub(&h->exports, 1);
+		free(x);
+		err_set(e, 503, "too_many_exports", "%d exports are running (max_host_exports): try "
+			"again when one has finished", h->cfg.max_host_exports);
+		return NULL;
+	}
 	if (machine_begin(h, owner, name, "export", &x->m, &vs, e) < 0) {
+		atomic_fetch_sub(&h->exports, 1);
 		free(x);
 		return NULL;
 	}
@@ -1029,6 +1038,7 @@ struct export *export_begin(struct hostd *h, const char *owner, const char *name
 fail:
 	volio_close(x->v);
 	machine_end(h, &x->m);
+	atomic_fetch_sub(&h->exports, 1);
 	free(x);
 	return NULL;
 }
@@ -1093,5 +1103,6 @@ void export_end(struct export *x)
 	free(x->in);
 	free(x->zeros);
 	machine_end(x->h, &x->m);
+	atomic_fetch_sub(&x->h->exports, 1);
 	free(x);
 }

@@ -42,7 +42,9 @@ struct export;
 
 /* Start exporting OWNER's machine NAME, or its checkpoint CKPT (NULL: the
  * disk as it is, which needs the machine not running).  Holds the
- * machine's busy mark until export_end.  NULL with E set. */
+ * machine's busy mark until export_end.  At most cfg.max_host_exports run at
+ * once (each compresses with a worker thread per CPU): 503
+ * "too_many_exports" past that.  NULL with E set. */
 struct export *export_begin(struct hostd *h, const char *owner, const char *name,
 			    const char *ckpt, struct err *e);
 /* The raw size being exported (the zstd frame's content size). */

@@ -244,10 +244,19 @@ static ssh_key host_key(const char *dir)
 
 	xsnprintf(path, sizeof(path), "%s/ssh_host_ed25519_key", dir);
 	if (access(path, F_OK) == 0) {
-		if (ssh_pki_import_privkey_file(path, NULL, NULL, NULL, &key) != SSH_OK) {
-			log_error("cannot read the host key %s", path);
+		/* Not through a link, root's or ours, writable by no one else. */
+		struct err e = { 0 };
+		char *pem = file_read_trusted(path, 65536, &e);
+		if (!pem) {
+			log_error("host key: %s", e.msg);
 			return NULL;
 		}
+		if (ssh_pki_import_privkey_base64(pem, NULL, NULL, NULL, &key) != SSH_OK) {
+			log_error("cannot read the host key %s", path);
+			key = NULL;
+		}
+		explicit_bzero(pem, strlen(pem));
+		free(pem);
 		return key;
 	}
 	if (mkdir_p(dir, 0700) < 0) {

@@ -45,7 +45,7 @@ CLI_SRC     := cli/main.c cli/cli.c cli/client.c cli/up.c cli/image.c cli/usage.
                cli/token.c cli/info.c cli/key.c cli/machine.c
 SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/pool.c
 DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c \
-               desktop/vdagent.c
+               desktop/vdagent.c desktop/request.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 
 # Objects shared by the daemon and the unit tests (everything but main).

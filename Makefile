@@ -1,7 +1,8 @@
 # berth: one non-recursive build.  `make` builds bin/, `make test` runs every
 # test, `make run` starts the embedded default, `make asan` builds with
 # AddressSanitizer/UBSan into build/asan/bin (`make test-asan` runs the suite
-# on those binaries).  Quiet unless V=1.
+# on those binaries), `make fuzz` builds the libFuzzer harnesses with clang
+# into build/fuzz/ and runs each for FUZZ_SECONDS.  Quiet unless V=1.
 
 CC      ?= cc
 PKGS    := libvirt sqlite3 libmicrohttpd jansson libssh libcurl libzstd libcrypto libnbd \
@@ -100,6 +101,42 @@ $(OUT)/tests/%: $(call obj,tests/unit/%.c $(LIB_SRC))
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# libFuzzer harnesses (tests/fuzz/NAME.c, tests/fuzz/README), with clang,
+# apart from the gcc build: the project's real sources compiled for
+# coverage with ASan and UBSan, one program per harness, build/fuzz/NAME.
+FUZZ_CC     ?= clang
+FUZZ_OUT    := build/fuzz
+FUZZ_SRC    := $(wildcard tests/fuzz/*.c)
+FUZZ_NAMES  := $(basename $(notdir $(FUZZ_SRC)))
+FUZZ_PROGS  := $(addprefix $(FUZZ_OUT)/,$(FUZZ_NAMES))
+FUZZ_SAN    := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE $(filter-out -Wformat-truncation,$(WARN)) -I. -MMD -MP \
+               $(shell pkg-config --cflags $(PKGS) 2>/dev/null) \
+               -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN)
+FUZZ_LIB    := $(patsubst %.c,$(FUZZ_OUT)/obj/%.o,$(LIB_SRC) desktop/vdagent.c desktop/request.c)
+FUZZ_SECONDS ?= 60
+
+$(FUZZ_OUT)/obj/tests/fuzz/%.o: tests/fuzz/%.c
+	$(call quiet,CLANG,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -c -o $@ $<
+
+$(FUZZ_OUT)/obj/%.o: %.c
+	$(call quiet,CLANG,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
+
+$(FUZZ_OUT)/%: $(FUZZ_OUT)/obj/tests/fuzz/%.o $(FUZZ_LIB)
+	$(call quiet,LINK,$@)
+	$(Q)$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(LDLIBS)
+
+fuzz-build: $(FUZZ_PROGS)
+
+# Each harness for FUZZ_SECONDS on a copy of its corpus (new inputs stay in
+# build/fuzz/corpus/NAME, out of git); FUZZ=NAME for one.
+fuzz: fuzz-build
+	$(Q)FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run --long $(FUZZ)
+
 deps:
 	$(Q)sh deploy/install-deps.sh test
 
@@ -109,7 +146,7 @@ run: deps
 	$(Q)./bin/berth up --state $(or $(STATE),/var/lib/berth) --ssh-port $(or $(SSH_PORT),2222)
 
 test: deps
-	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(MAKE) --no-print-directory all fuzz-build
 	$(Q)bash tests/run
 
 asan: deps
@@ -125,7 +162,7 @@ bench: deps
 clean:
 	rm -rf bin build
 
-.PHONY: all deps run test asan test-asan bench clean
+.PHONY: all deps run test asan test-asan bench clean fuzz fuzz-build
 .SECONDARY:
 
 -include $(shell find build -name '*.d' 2>/dev/null)

@@ -15,9 +15,21 @@
 #include <string.h>
 
 #include "common/buf.h"
+#include "common/log.h"
 #include "desktop/vdagent.h"
 
+int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The bridge logs each stream out of step at info: a million lines a
+ * second here.  Errors only (what is below is then not formatted). */
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	(void)argc;
+	(void)argv;
+	log_threshold = LOG_ERROR;
+	return 0;
+}
 
 static void put32(unsigned char *p, uint32_t v)
 {

@@ -153,6 +153,7 @@ asan: deps
 	$(Q)$(MAKE) --no-print-directory SANITIZE=1 all
 
 test-asan: asan
+	$(Q)$(MAKE) --no-print-directory fuzz-build
 	$(Q)BERTH_BIN=build/asan/bin BERTH_UNIT=build/asan/tests bash tests/run
 
 bench: deps

@@ -1,9 +1,11 @@
 # berth: one non-recursive build.  `make` builds bin/, `make test` runs every
 # test, `make run` starts the embedded default, `make asan` builds with
 # AddressSanitizer/UBSan into build/asan/bin (`make test-asan` runs the suite
-# on those binaries).  `make install` puts berth in PREFIX (default
-# /usr/local; DESTDIR honoured), `make uninstall` takes it out again,
-# `make verify-units` checks the systemd units.  Quiet unless V=1.
+# on those binaries), `make fuzz` builds the libFuzzer harnesses with clang
+# into build/fuzz/ and runs each for FUZZ_SECONDS.  `make install` puts
+# berth in PREFIX (default /usr/local; DESTDIR honoured), `make uninstall`
+# takes it out again, `make verify-units` checks the systemd units.  Quiet
+# unless V=1.
 
 CC      ?= cc
 PKGS    := libvirt sqlite3 libmicrohttpd jansson libssh libcurl libzstd libcrypto libnbd \
@@ -48,7 +50,7 @@ CLI_SRC     := cli/main.c cli/cli.c cli/client.c cli/up.c cli/image.c cli/usage.
                cli/token.c cli/info.c cli/key.c cli/machine.c
 SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/pool.c sshgw/algos.c
 DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c \
-               desktop/vdagent.c
+               desktop/vdagent.c desktop/request.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 
 # Objects shared by the daemon and the unit tests (everything but main).
@@ -173,6 +175,42 @@ uninstall:
 verify-units: $(PROGS)
 	$(Q)bash tests/verify-units.sh
 
+# libFuzzer harnesses (tests/fuzz/NAME.c, tests/fuzz/README), with clang,
+# apart from the gcc build: the project's real sources compiled for
+# coverage with ASan and UBSan, one program per harness, build/fuzz/NAME.
+FUZZ_CC     ?= clang
+FUZZ_OUT    := build/fuzz
+FUZZ_SRC    := $(wildcard tests/fuzz/*.c)
+FUZZ_NAMES  := $(basename $(notdir $(FUZZ_SRC)))
+FUZZ_PROGS  := $(addprefix $(FUZZ_OUT)/,$(FUZZ_NAMES))
+FUZZ_SAN    := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE $(filter-out -Wformat-truncation,$(WARN)) -I. -MMD -MP \
+               $(shell pkg-config --cflags $(PKGS) 2>/dev/null) \
+               -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN)
+FUZZ_LIB    := $(patsubst %.c,$(FUZZ_OUT)/obj/%.o,$(LIB_SRC) desktop/vdagent.c desktop/request.c)
+FUZZ_SECONDS ?= 60
+
+$(FUZZ_OUT)/obj/tests/fuzz/%.o: tests/fuzz/%.c
+	$(call quiet,CLANG,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -c -o $@ $<
+
+$(FUZZ_OUT)/obj/%.o: %.c
+	$(call quiet,CLANG,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
+
+$(FUZZ_OUT)/%: $(FUZZ_OUT)/obj/tests/fuzz/%.o $(FUZZ_LIB)
+	$(call quiet,LINK,$@)
+	$(Q)$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(LDLIBS)
+
+fuzz-build: $(FUZZ_PROGS)
+
+# Each harness for FUZZ_SECONDS on a copy of its corpus (new inputs stay in
+# build/fuzz/corpus/NAME, out of git); FUZZ=NAME for one.
+fuzz: fuzz-build
+	$(Q)FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run --long $(FUZZ)
+
 deps:
 	$(Q)sh deploy/install-deps.sh test
 
@@ -182,13 +220,14 @@ run: deps
 	$(Q)./bin/berth up --state $(or $(STATE),/var/lib/berth) --ssh-port $(or $(SSH_PORT),2222)
 
 test: deps
-	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(MAKE) --no-print-directory all fuzz-build
 	$(Q)bash tests/run
 
 asan: deps
 	$(Q)$(MAKE) --no-print-directory SANITIZE=1 all
 
 test-asan: asan
+	$(Q)$(MAKE) --no-print-directory fuzz-build
 	$(Q)BERTH_BIN=build/asan/bin BERTH_UNIT=build/asan/tests bash tests/run
 
 bench: deps
@@ -198,7 +237,8 @@ bench: deps
 clean:
 	rm -rf bin build
 
-.PHONY: all progs deps run test asan test-asan bench clean install uninstall verify-units
+.PHONY: all progs deps run test asan test-asan bench clean install uninstall verify-units \
+	fuzz fuzz-build
 .SECONDARY:
 
 -include $(shell find build -name '*.d' 2>/dev/null)

@@ -51,6 +51,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "desktop/hostfd.h"
+#include "desktop/request.h"
 #include "desktop/screen.h"
 #include "common/banned.h"
 
@@ -207,35 +208,6 @@ out:
 		close(ffd);
 }
 
-/* The value of query parameter KEY in QUERY ("a=1&b=2"), copied to OUT. */
-static bool query_get(const char *query, const char *key, char *out, size_t outlen)
-{
-	size_t kl = strlen(key);
-
-	for (const char *p = query; p && *p; p = strchr(p, '&') ? strchr(p, '&') + 1 : NULL) {
-		if (strncmp(p, key, kl) == 0 && p[kl] == '=') {
-			size_t n = strcspn(p + kl + 1, "&");
-			if (n >= outlen)
-				return false;
-			memcpy(out, p + kl + 1, n);
-			out[n] = '\0';
-			return true;
-		}
-	}
-	return false;
-}
-
-static bool token_ok(const char *t)
-{
-	if (!*t || strlen(t) > 60)
-		return false;
-	for (; *t; t++)
-		if (!((*t >= 'a' && *t <= 'z') || (*t >= 'A' && *t <= 'Z') ||
-		      (*t >= '0' && *t <= '9') || *t == '-' || *t == '_'))
-			return false;
-	return true;
-}
-
 /* Read and drop the N bytes of a request head that were only peeked at:
  * closing a socket with unread data would reset it, losing the answer. */
 static int drain(int fd, size_t n)
@@ -256,16 +228,11 @@ static int drain(int fd, size_t n)
 static void viewer(int fd, char *rest, size_t head, const char *from)
 {
 	char token[64], err[512];
-	char *query = strchr(rest, '?'), *user = rest, *name;
+	char *query, *user, *name;
 	json_t *req, *resp = NULL;
 	const char *code = NULL;
 
-	if (query)
-		*query++ = '\0';
-	name = strchr(user, '/');
-	if (name)
-		*name++ = '\0';
-	if (!name || !user_name_valid(user) || !name_valid(name)) {
+	if (!request_ws_split(rest, &user, &name, &query)) {
 		/* Nothing of it is logged or redeemed. */
 		drain(fd, head);
 		reply_error(fd, 400, "Bad Request", "invalid_name",
@@ -273,7 +240,8 @@ static void viewer(int fd, char *rest, size_t head, const char *from)
 		close(fd);
 		return;
 	}
-	if (query && query_get(query, "resume", token, sizeof(token)) && token_ok(token)) {
+	if (query && request_query_get(query, "resume", token, sizeof(token)) &&
+	    request_token_ok(token)) {
 		/* A viewer coming back after its connection broke. */
 		char orig[64];
 		int64_t grant = 0;
@@ -291,7 +259,8 @@ static void viewer(int fd, char *rest, size_t head, const char *from)
 		screen_add_viewer(user, name, false, fd, orig, token, from, grant, NULL);
 		return;
 	}
-	if (!query || !query_get(query, "token", token, sizeof(token)) || !token_ok(token)) {
+	if (!query || !request_query_get(query, "token", token, sizeof(token)) ||
+	    !request_token_ok(token)) {
 		drain(fd, head);
 		reply_error(fd, 400, "Bad Request", "invalid_request",
 			    "expected /ws/USER/MACHINE?token=TOKEN");
@@ -371,14 +340,12 @@ static void *conn_main(void *arg)
 		if (!end)
 			usleep(10 * 1000);  /* more to come; MSG_PEEK returns at once */
 	}
-	char *sp1 = strchr(buf, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
-	if (!sp1 || !sp2 || strncmp(buf, "GET ", 4) != 0) {
+	char *path = request_target(buf);
+	if (!path) {
 		drain(fd, (size_t)(end + 4 - buf));
 		reply_error(fd, 405, "Method Not Allowed", "method", "only GET");
 		goto close;
 	}
-	*sp2 = '\0';
-	char *path = sp1 + 1;
 	if (!strncmp(path, "/ws/", 4)) {
 		size_t head = (size_t)(end + 4 - buf);
 		if (head > WS_HEAD_MAX) {
@@ -401,9 +368,11 @@ static void *conn_main(void *arg)
 		goto close;
 	if (!strncmp(path, "/state?", 7)) {
 		char token[64], key[64];
-		bool has_key = query_get(path + 7, "resume", key, sizeof(key)) && token_ok(key);
-		char *s = query_get(path + 7, "token", token, sizeof(token)) && token_ok(token) ?
-			  screen_state(token, has_key ? key : NULL) : NULL;
+		bool has_key = request_query_get(path + 7, "resume", key, sizeof(key)) &&
+			       request_token_ok(key);
+		bool has_token = request_query_get(path + 7, "token", token, sizeof(token)) &&
+				 request_token_ok(token);
+		char *s = has_token ? screen_state(token, has_key ? key : NULL) : NULL;
 		if (s)
 			reply(fd, 200, "OK", "application/json", s, strlen(s));
 		else

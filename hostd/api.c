@@ -1173,6 +1173,33 @@ static struct reply do_metrics(struct call *c)
 	return (struct reply){ 200, NULL, resp };
 }
 
+int api_usage_range(const char *since_s, const char *step_s, int64_t now, int64_t *since,
+		    int64_t *step, struct err *e)
+{
+	char *end = NULL;
+
+	*since = *step = 0;
+	if (since_s) {
+		errno = 0;
+		*since = strtoll(since_s, &end, 10);
+		if (errno || *end || *since < 0 || *since > now)
+			return err_set(e, 400, "invalid_since",
+				       "since '%s' is not a time in seconds since the epoch, "
+				       "not in the future", since_s);
+	}
+	/* step=S: the cost per S-second bucket too (the dashboard's chart). */
+	if (step_s) {
+		errno = 0;
+		*step = strtoll(step_s, &end, 10);
+		if (errno || *end || *step < 60 || *step > 31 * 86400 ||
+		    (now - *since) / *step >= 1000)
+			return err_set(e, 400, "invalid_step", "step '%s' is not a number of "
+				       "seconds from 60 to 2678400 giving at most 1000 buckets "
+				       "since %lld", step_s, (long long)*since);
+	}
+	return 0;
+}
+
 /* GET /v1/usage?since=EPOCH[&all=1][&step=S]: the caller's usage (the
  * all=1 row: every user's). */
 static struct reply do_usage(struct call *c)
@@ -1180,28 +1207,11 @@ static struct reply do_usage(struct call *c)
 	struct err e = { 0 };
 	const char *since_s = query_arg(c->conn, "since");
 	const char *all = query_arg(c->conn, "all");
-	int64_t now = now_s(), since = 0;
-	char *end = NULL;
-
-	if (since_s) {
-		errno = 0;
-		since = strtoll(since_s, &end, 10);
-		if (errno || *end || since < 0 || since > now)
-			return fail_now(400, "invalid_since",
-					"since '%s' is not a time in seconds since the epoch, "
-					"not in the future", since_s);
-	}
-	/* step=S: the cost per S-second bucket too (the dashboard's chart). */
 	const char *step_s = query_arg(c->conn, "step");
-	int64_t step = 0;
-	if (step_s) {
-		errno = 0;
-		step = strtoll(step_s, &end, 10);
-		if (errno || *end || step < 60 || step > 31 * 86400 || (now - since) / step >= 1000)
-			return fail_now(400, "invalid_step", "step '%s' is not a number of seconds "
-					"from 60 to 2678400 giving at most 1000 buckets since %lld",
-					step_s, (long long)since);
-	}
+	int64_t now = now_s(), since = 0, step = 0;
+
+	if (api_usage_range(since_s, step_s, now, &since, &step, &e) < 0)
+		return fail(&e);
 	json_t *j = usage_json_series(c->h, all && strcmp(all, "1") == 0 ? NULL : c->owner,
 				      since, now, step, &e);
 	return j ? ok(200, j) : fail(&e);

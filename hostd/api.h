@@ -14,6 +14,7 @@
 #include <microhttpd.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/buf.h"
 #include "hostd/hostd.h"
@@ -104,5 +105,12 @@ json_t *api_parse_body(const struct buf *body, const char *const *allowed,
  * absent; 400 "invalid_KEY" when malformed. */
 int api_get_size(json_t *j, const char *key, uint64_t unit, uint64_t *out,
 		 struct err *e);
+/* GET /v1/usage's query values SINCE_S and STEP_S (NULL when absent) at
+ * time NOW: *SINCE (0 when absent) and *STEP (0: no buckets).  400
+ * "invalid_since" for a since that is not a decimal time from 0 to NOW,
+ * "invalid_step" for a step that is not 60 s to 31 days or gives over
+ * 1000 buckets. */
+int api_usage_range(const char *since_s, const char *step_s, int64_t now, int64_t *since,
+		    int64_t *step, struct err *e);
 
 #endif

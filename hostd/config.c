@@ -254,26 +254,13 @@ static char *trim(char *s)
 	return s;
 }
 
-int config_load(struct config *c, const char *file, int required, struct err *e)
+/* The lines of F, named FILE in errors. */
+static int config_read(struct config *c, FILE *f, const char *file, struct err *e)
 {
-	struct err oe = { 0 };
-	int fd = file_open_trusted(file, &oe);
-	FILE *f = NULL;
 	char *line = NULL, where[PATH_MAX + 32];
 	size_t cap = 0;
 	int lineno = 0, rc = 0;
 
-	/* Not through a link, root's (or this daemon user's), writable by no
-	 * one else: whoever can change it runs hostd's storage and network. */
-	if (fd < 0) {
-		if (errno == ENOENT && !required)
-			return 0;
-		return err_set(e, 400, "invalid_config", "config %s", oe.msg);
-	}
-	if (!(f = fdopen(fd, "re"))) {
-		close(fd);
-		return err_errno(e, errno, "config %s", file);
-	}
 	while (getline(&line, &cap, f) >= 0) {
 		char *s = trim(line), *eq;
 		lineno++;
@@ -295,6 +282,43 @@ int config_load(struct config *c, const char *file, int required, struct err *e)
 	if (rc == 0 && ferror(f))
 		rc = err_errno(e, errno, "config %s: read", file);
 	free(line);
+	return rc;
+}
+
+int config_parse(struct config *c, const char *text, size_t len, const char *file,
+		 struct err *e)
+{
+	FILE *f;
+	int rc;
+
+	if (len == 0)
+		return 0;
+	f = fmemopen((void *)text, len, "r");
+	if (!f)
+		return err_errno(e, errno, "config %s", file);
+	rc = config_read(c, f, file, e);
+	fclose(f);
+	return rc;
+}
+
+int config_load(struct config *c, const char *file, int required, struct err *e)
+{
+	struct err oe = { 0 };
+	int fd = file_open_trusted(file, &oe), rc;
+	FILE *f;
+
+	/* Not through a link, root's (or this daemon user's), writable by no
+	 * one else: whoever can change it runs hostd's storage and network. */
+	if (fd < 0) {
+		if (errno == ENOENT && !required)
+			return 0;
+		return err_set(e, 400, "invalid_config", "config %s", oe.msg);
+	}
+	if (!(f = fdopen(fd, "re"))) {
+		close(fd);
+		return err_errno(e, errno, "config %s", file);
+	}
+	rc = config_read(c, f, file, e);
 	fclose(f);
 	return rc;
 }

@@ -7,6 +7,7 @@
 
 #include <limits.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/err.h"
@@ -88,6 +89,11 @@ struct config {
 void config_defaults(struct config *c, const char *state_dir);
 /* Apply FILE over C.  A missing file is an error only when REQUIRED. */
 int config_load(struct config *c, const char *file, int required, struct err *e);
+/* Apply the LEN bytes of TEXT (a config file's content, named FILE in the
+ * errors) over C, line by line with config_load's own reader (for the
+ * fuzz harness: no file). */
+int config_parse(struct config *c, const char *text, size_t len, const char *file,
+		 struct err *e);
 /* Apply one `key = value` (for tests and --set).  WHERE names the origin. */
 int config_set(struct config *c, const char *key, const char *value,
 	       const char *where, struct err *e);

@@ -264,6 +264,20 @@ out:
 	return rc;
 }
 
+int zmem_frame_check(const void *p, size_t n, uint64_t *content, uint64_t *window)
+{
+	ZSTD_frameHeader fh;
+
+	*content = *window = 0;
+	if (ZSTD_getFrameHeader(&fh, p, n) != 0 || fh.frameType != ZSTD_frame ||
+	    fh.frameContentSize == ZSTD_CONTENTSIZE_UNKNOWN || fh.frameContentSize == 0 ||
+	    fh.frameContentSize > SIZE_MAX / 2)
+		return -1;
+	*content = fh.frameContentSize;
+	*window = fh.windowSize;
+	return 0;
+}
+
 struct zmem_feed {
 	pthread_t thread;
 	int in;                 /* the zstd file */
@@ -356,7 +370,7 @@ static int feed_open(struct zmem_feed *f)
 static void feed_frame(struct zmem_feed *f, int out)
 {
 	ZSTD_DCtx *dz = NULL;
-	ZSTD_frameHeader fh;
+	uint64_t content = 0, window = 0;
 	char *ibuf = xmalloc(CHUNK), *obuf = MAP_FAILED;
 	size_t have = 0, r = 1, sent = 0, freed = 0;
 	ZSTD_outBuffer zo = { NULL, 0, 0 };
@@ -373,24 +387,22 @@ static void feed_frame(struct zmem_feed *f, int out)
 			break;
 		have += (size_t)n;
 	}
-	if (ZSTD_getFrameHeader(&fh, ibuf, have) != 0 || fh.frameType != ZSTD_frame ||
-	    fh.frameContentSize == ZSTD_CONTENTSIZE_UNKNOWN || fh.frameContentSize == 0 ||
-	    fh.frameContentSize > SIZE_MAX / 2) {
+	if (zmem_frame_check(ibuf, have, &content, &window) < 0) {
 		err_set(&f->err, 500, "memory_image", "%s is not a memory image "
 			"(a zstd frame that says its size)", f->src);
 		goto out;
 	}
-	obuf = mmap(NULL, (size_t)fh.frameContentSize, PROT_READ | PROT_WRITE,
+	obuf = mmap(NULL, (size_t)content, PROT_READ | PROT_WRITE,
 		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (obuf == MAP_FAILED) {
 		err_errno(&f->err, errno, "map %llu bytes to decompress %s",
-			  (unsigned long long)fh.frameContentSize, f->src);
+			  (unsigned long long)content, f->src);
 		goto out;
 	}
 	/* Huge pages: a fault per 2 MiB instead of per 4 KiB (faults cost
 	 * more than the copy the stable buffer saves). */
-	madvise(obuf, (size_t)fh.frameContentSize, MADV_HUGEPAGE);
-	zo = (ZSTD_outBuffer){ obuf, (size_t)fh.frameContentSize, 0 };
+	madvise(obuf, (size_t)content, MADV_HUGEPAGE);
+	zo = (ZSTD_outBuffer){ obuf, (size_t)content, 0 };
 	zin = (ZSTD_inBuffer){ ibuf, have, 0 };
 	dz = ZSTD_createDCtx();
 	if (!dz)
@@ -404,8 +416,8 @@ static void feed_frame(struct zmem_feed *f, int out)
 			sent = zo.pos;      /* no one to hand it to: only check it */
 		/* Give back what neither zstd's window nor the pipe may use. */
 		size_t upto = sent > 4 * CHUNK ? sent - 4 * CHUNK : 0;
-		if (zo.pos - upto < fh.windowSize)
-			upto = zo.pos > fh.windowSize ? zo.pos - fh.windowSize : 0;
+		if (zo.pos - upto < window)
+			upto = zo.pos > window ? zo.pos - window : 0;
 		upto = upto / HUGE_PAGE * HUGE_PAGE;
 		if (upto > freed) {
 			madvise(obuf + freed, upto - freed, MADV_DONTNEED);
@@ -461,7 +473,7 @@ out:
 	ZSTD_freeDCtx(dz);
 	free(ibuf);
 	if (obuf != MAP_FAILED)
-		munmap(obuf, (size_t)fh.frameContentSize);
+		munmap(obuf, (size_t)content);
 }
 
 static void *feed_main(void *arg)

@@ -33,6 +33,12 @@ int zmem_compress(const char *src, const char *dst, int level, struct zmem_stats
  * zstd file, appended to OUT (fewer when it is shorter).  0, or -1 with E. */
 int zmem_head(const char *path, size_t max, struct buf *out, struct err *e);
 
+/* Whether the N bytes at P start a zstd frame as zmem_compress writes them
+ * (a frame header that says its content size, over 0 and at most
+ * SIZE_MAX / 2): 0 with *CONTENT (that size) and *WINDOW (its window size),
+ * or -1 with both 0.  What a wake checks before it maps *CONTENT bytes. */
+int zmem_frame_check(const void *p, size_t n, uint64_t *content, uint64_t *window);
+
 /* A thread that decompresses a zstd file into a FIFO for one reader. */
 struct zmem_feed;
 

@@ -8,6 +8,7 @@
  * jansson; every value in those reports is a string.  Guardrail: nothing is
  * created while the pool's data or metadata use is above max_fill. */
 #include "storage/storage.h"
+#include "storage/lvm_thin.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -43,8 +44,6 @@ static int lvs(const char *target, const char *fields, json_t **rows, struct err
 	struct buf out = BUF_INIT;
 	struct run_opts o = { .out = &out };
 	struct err local = { 0 };
-	json_error_t je;
-	json_t *j = NULL;
 	int rc = -1;
 	char *const argv[] = { "lvm", "lvs", "--reportformat", "json", "--units", "b",
 			       "--nosuffix", "-o", (char *)fields, (char *)target, NULL };
@@ -57,8 +56,21 @@ static int lvs(const char *target, const char *fields, json_t **rows, struct err
 			*e = local;
 		goto out;
 	}
-	j = json_loadb(buf_str(&out), out.len, 0, &je);
+	rc = lvm_report_rows(buf_str(&out), out.len, target, rows, e);
+out:
+	buf_free(&out);
+	return rc;
+}
+
+int lvm_report_rows(const char *text, size_t len, const char *target, json_t **rows,
+		    struct err *e)
+{
+	json_error_t je;
+	json_t *j = json_loadb(text, len, 0, &je);
 	json_t *lv = json_object_get(json_array_get(json_object_get(j, "report"), 0), "lv");
+	int rc = -1;
+
+	*rows = NULL;
 	if (!json_is_array(lv)) {
 		err_set(e, 500, "lvm_report", "lvm lvs %s: unexpected report: %s", target,
 			j ? "no report[0].lv array" : je.text);
@@ -68,7 +80,6 @@ static int lvs(const char *target, const char *fields, json_t **rows, struct err
 	rc = 0;
 out:
 	json_decref(j);
-	buf_free(&out);
 	return rc;
 }
 
@@ -184,6 +195,22 @@ static void dm_name(const char *vg, const char *lv, const char *suffix, char *ou
 	buf_free(&b);
 }
 
+int lvm_thin_ls_find(const char *text, long id, uint64_t *exclusive, uint64_t *shared)
+{
+	/* A header line, then "DEV MAPPED EXCLUSIVE SHARED" per thin device. */
+	for (const char *line = strchr(text, '\n'); line && *line; line = strchr(line, '\n')) {
+		unsigned long long dev, mapped, ex, sh;
+		line++;
+		if (sscanf(line, "%llu %llu %llu %llu", &dev, &mapped, &ex, &sh) == 4 &&
+		    (long)dev == id) {
+			*exclusive = ex;
+			*shared = sh;
+			return 0;
+		}
+	}
+	return -1;
+}
+
 /* thin_ls of a metadata snapshot: the only way to read a thin device's
  * exclusive and shared blocks while the pool is in use. */
 static int lvm_vol_usage(void *priv, const char *vol, uint64_t *exclusive, uint64_t *shared,
@@ -219,19 +246,7 @@ static int lvm_vol_usage(void *priv, const char *vol, uint64_t *exclusive, uint6
 	pthread_mutex_unlock(&p->usage_lock);
 	if (rc < 0)
 		goto out;
-	/* A header line, then "DEV MAPPED EXCLUSIVE SHARED" per thin device. */
-	rc = -1;
-	for (char *line = strchr(out.data ? out.data : "", '\n'); line && *line; line = strchr(line, '\n')) {
-		unsigned long long dev, mapped, ex, sh;
-		line++;
-		if (sscanf(line, "%llu %llu %llu %llu", &dev, &mapped, &ex, &sh) == 4 &&
-		    (long)dev == id) {
-			*exclusive = ex;
-			*shared = sh;
-			rc = 0;
-			break;
-		}
-	}
+	rc = lvm_thin_ls_find(buf_str(&out), id, exclusive, shared);
 	if (rc < 0)
 		err_set(e, 404, "not_found", "thin_ls: no device %ld (%s)", id, vol);
 out:

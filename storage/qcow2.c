@@ -9,6 +9,7 @@
  * under a ".part" name and renamed into place, so a crash never leaves a
  * half-written volume under a volume's name. */
 #include "storage/storage.h"
+#include "storage/qcow2.h"
 
 #include <dirent.h>
 #include <endian.h>
@@ -254,12 +255,9 @@ static int qcow2_vol_parent(void *priv, const char *vol, char *parent, size_t le
 {
 	struct qcow2_pool *p = priv;
 	char path[PATH_MAX], backing[PATH_MAX];
-	unsigned char h[20];
-	uint64_t off;
-	uint32_t blen;
+	unsigned char h[QCOW2_HEADER_MIN];
+	struct qcow2_header q;
 	int fd, rc = -1;
-	size_t dlen = strlen(p->dir);
-
 	const char *fmt;
 
 	parent[0] = '\0';
@@ -271,30 +269,56 @@ static int qcow2_vol_parent(void *priv, const char *vol, char *parent, size_t le
 	if (fd < 0)
 		return errno == ENOENT ? err_set(e, 404, "not_found", "no volume %s", vol)
 				       : err_errno(e, errno, "open %s", path);
-	if (pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) || memcmp(h, "QFI\xfb", 4) != 0) {
+	if (pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+	    qcow2_header_parse(h, sizeof(h), &q) < 0) {
 		err_set(e, 500, "internal", "%s: not a qcow2 file", path);
 		goto out;
 	}
-	memcpy(&off, h + 8, sizeof(off));
-	memcpy(&blen, h + 16, sizeof(blen));
-	off = be64toh(off);
-	blen = be32toh(blen);
-	if (off == 0 || blen == 0) {
+	if (q.backing_offset == 0 || q.backing_len == 0) {
 		rc = 0;
 		goto out;
 	}
-	if (blen >= sizeof(backing) || pread(fd, backing, blen, (off_t)off) != (ssize_t)blen) {
+	if (q.backing_len >= sizeof(backing) || q.backing_offset > INT64_MAX ||
+	    pread(fd, backing, q.backing_len, (off_t)q.backing_offset) != (ssize_t)q.backing_len) {
 		err_set(e, 500, "internal", "%s: unreadable backing file name", path);
 		goto out;
 	}
-	backing[blen] = '\0';
+	backing[q.backing_len] = '\0';
+	qcow2_backing_volume(p->dir, backing, parent, len);
+	rc = 0;
+out:
+	close(fd);
+	return rc;
+}
+
+int qcow2_header_parse(const unsigned char *h, size_t n, struct qcow2_header *q)
+{
+	uint64_t off, size;
+	uint32_t blen;
+
+	memset(q, 0, sizeof(*q));
+	if (n < QCOW2_HEADER_MIN || memcmp(h, "QFI\xfb", 4) != 0)
+		return -1;
+	memcpy(&off, h + 8, sizeof(off));
+	memcpy(&blen, h + 16, sizeof(blen));
+	memcpy(&size, h + 24, sizeof(size));
+	q->backing_offset = be64toh(off);
+	q->backing_len = be32toh(blen);
+	q->size = be64toh(size);
+	return 0;
+}
+
+void qcow2_backing_volume(const char *dir, const char *backing, char *parent, size_t len)
+{
 	/* POOL/NAME.qcow2 or POOL/NAME.raw -> NAME; a backing file elsewhere
 	 * is no volume.  Compared canonically when the file exists (the pool
 	 * may have been named another way when the overlay was made). */
 	char canon[PATH_MAX];
 	const char *b = realpath(backing, canon) ? canon : backing;
-	size_t n = strlen(b);
-	if (strncmp(b, p->dir, dlen) == 0 && b[dlen] == '/' && !strchr(b + dlen + 1, '/')) {
+	size_t n = strlen(b), dlen = strlen(dir);
+
+	parent[0] = '\0';
+	if (strncmp(b, dir, dlen) == 0 && b[dlen] == '/' && !strchr(b + dlen + 1, '/')) {
 		size_t ext = 0;
 		if (n > dlen + 7 && strcmp(b + n - 6, ".qcow2") == 0)
 			ext = 6;
@@ -303,17 +327,14 @@ static int qcow2_vol_parent(void *priv, const char *vol, char *parent, size_t le
 		if (ext)
 			snprintf(parent, len, "%.*s", (int)(n - dlen - 1 - ext), b + dlen + 1);
 	}
-	rc = 0;
-out:
-	close(fd);
-	return rc;
 }
 
 /* The virtual size of the volume file PATH of format FMT: from a qcow2
  * header (big-endian u64 at offset 24), or a raw file's length. */
 static int header_size(const char *path, const char *fmt, uint64_t *out, struct err *e)
 {
-	unsigned char h[32];
+	unsigned char h[QCOW2_HEADER_MIN];
+	struct qcow2_header q;
 	struct stat st;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	ssize_t n;
@@ -332,11 +353,9 @@ static int header_size(const char *path, const char *fmt, uint64_t *out, struct 
 	}
 	n = pread(fd, h, sizeof(h), 0);
 	close(fd);
-	if (n != (ssize_t)sizeof(h) || memcmp(h, "QFI\xfb", 4) != 0)
+	if (n != (ssize_t)sizeof(h) || qcow2_header_parse(h, sizeof(h), &q) < 0)
 		return err_set(e, 500, "internal", "%s: not a qcow2 file", path);
-	uint64_t be;
-	memcpy(&be, h + 24, sizeof(be));
-	*out = be64toh(be);
+	*out = q.size;
 	return 0;
 }
 

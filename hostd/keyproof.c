@@ -143,7 +143,8 @@ static int write_file(const char *dir, const char *name, const char *data, char 
 static int verify(const struct userkey *k, const char *message, const char *signature,
 		  struct err *e)
 {
-	char dir[] = "/tmp/berth-keyproof.XXXXXX", allowed[64], sig[64], msg[64], line[8192];
+	char dir[] = "/tmp/berth-keyproof.XXXXXX", allowed[64] = "", sig[64] = "", msg[64] = "";
+	char line[8192];
 	char *argv[] = { "ssh-keygen", "-Y", "verify", "-f", allowed, "-I", "berth", "-n",
 			 KEYPROOF_NAMESPACE, "-s", sig, NULL };
 	struct passwd pwb, *pw = NULL;
@@ -173,9 +174,11 @@ static int verify(const struct userkey *k, const char *message, const char *sign
 			keyproof_refuse(k, e);
 		}
 	}
-	unlink(allowed);
-	unlink(sig);
-	unlink(msg);
+	/* What was written (a name stays "" until its file is made). */
+	const char *made[] = { allowed, sig, msg };
+	for (size_t i = 0; i < 3; i++)
+		if (made[i][0])
+			unlink(made[i]);
 	rmdir(dir);
 	return rc;
 }

@@ -1110,8 +1110,10 @@ char *screen_state(const char *token, const char *presented)
 	char *s;
 
 	pthread_mutex_lock(&g_lock);
+	/* A viewer that was cut answers as refused (below), whatever its
+	 * machine's screen says by then (a deleted machine's is "stopped"). */
 	for (struct viewer *v = viewers; v && !j; v = v->next)
-		if (!strcmp(v->token, token)) {
+		if (!v->cut && !strcmp(v->token, token)) {
 			j = json_pack("{s:s, s:s, s:s, s:i, s:i}", "state", v->m->state,
 				      "machine", v->m->name, "message", v->m->message,
 				      "width", v->m->w, "height", v->m->h);

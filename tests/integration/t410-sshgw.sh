@@ -434,28 +434,7 @@ P3=$(free_port)
 if start_gw "$P3" "$T/sshgw3.log" --max-unauth-per-addr 10 --kex-timeout 3 --login-grace 20; then
 	GW3=$GW_PID
 	# 50 silent connections from 127.0.0.2: how many the gateway keeps.
-	python3 - "$P3" >"$T/silent.out" <<'PY' &
-import socket, sys, time
-port = int(sys.argv[1])
-socks = []
-for _ in range(50):
-    s = socket.socket()
-    s.bind(("127.0.0.2", 0))
-    s.connect(("127.0.0.1", port))
-    s.settimeout(0.05)
-    socks.append(s)
-time.sleep(1.5)
-def is_open(s):
-    try:
-        return s.recv(1, socket.MSG_PEEK) != b""
-    except socket.timeout:
-        return True
-    except OSError:
-        return False
-# A banner or nothing yet: open; EOF or a reset: closed.
-print(sum(is_open(s) for s in socks), flush=True)
-time.sleep(5)
-PY
+	python3 "$(dirname "$0")/silent_conns.py" "$P3" 127.0.0.2 50 1.5 5 >"$T/silent.out" &
 	SILENT=$!
 	BG+=("$SILENT")
 	for _ in $(seq 100); do [ -s "$T/silent.out" ] && break; sleep 0.1; done

@@ -93,23 +93,7 @@ BRIDGE_ARGS="--max-unauth-per-addr 8" start_bridge "$PORT3" "$T/desktop3.log" ||
 	{ not_ok "berth-desktop --max-unauth-per-addr 8 listens"; finish; }
 BR3_PID=$LAST_PID
 PIDS+=("$BR3_PID")
-python3 - "$PORT3" >"$T/silent.out" <<'EOF' &
-import socket, sys, time
-port = int(sys.argv[1])
-socks = [socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.2", 0))
-         for _ in range(40)]
-time.sleep(1)
-def is_open(s):
-    s.settimeout(0.05)
-    try:
-        return s.recv(1, socket.MSG_PEEK) != b""
-    except socket.timeout:
-        return True
-    except OSError:
-        return False
-print(sum(is_open(s) for s in socks), flush=True)
-time.sleep(4)
-EOF
+python3 "$(dirname "$0")/silent_conns.py" "$PORT3" 127.0.0.2 40 1 4 >"$T/silent.out" &
 SILENT=$!
 for _ in $(seq 100); do [ -s "$T/silent.out" ] && break; sleep 0.1; done
 check_eq "40 silent connections from 127.0.0.2 (--max-unauth-per-addr 8): 8 kept" 8 "$(cat "$T/silent.out")"

@@ -408,6 +408,25 @@ finish() {
 	exit $?
 }
 
+# bridge_end PID: stop a test's berth-desktop (its log $T/desktop.log),
+# failing on a sanitizer report in that log, and show the log's tail when
+# a check failed.
+bridge_end() {
+	local reports
+	kill "$1" 2>/dev/null
+	wait "$1" 2>/dev/null
+	reports=$(grep -h -E 'ERROR: AddressSanitizer|runtime error:' "$T/desktop.log" | head -5)
+	if [ -n "$reports" ]; then
+		not_ok "no sanitizer reports in the bridge's log"
+		echo "$reports" | sed 's/^/# /'
+	fi
+	if [ "$nfail" -gt 0 ]; then
+		diag "berth-desktop log tail:"
+		[ -e "$T/desktop.log" ] || diag "(none)"
+		tail -30 "$T/desktop.log" | sed 's/^/# /'
+	fi
+}
+
 # Every test that boots needs the tiny image in its state directory.
 build_tiny() {
 	berth image build tiny >/dev/null 2>"$T/build.err" || { cat "$T/build.err"; return 1; }

@@ -173,17 +173,6 @@ out=$($VIEWER revoke root/m1 "$TE" "" -- "$BIN/berth" --state "$STATE" rm m1)
 check_eq "deleting the machine cuts its viewer, which cannot resume" \
 	"connected cut 403 refused" "$out"
 
-kill "$BR_PID"
-wait "$BR_PID" 2>/dev/null
+bridge_end "$BR_PID"
 BR_PID=
-reports=$(grep -h -E 'ERROR: AddressSanitizer|runtime error:' "$T/desktop.log" | head -5)
-if [ -n "$reports" ]; then
-	not_ok "no sanitizer reports in the bridge's log"
-	echo "$reports" | sed 's/^/# /'
-fi
-if [ "$nfail" -gt 0 ]; then
-	diag "berth-desktop log tail:"
-	[ -e "$T/desktop.log" ] || diag "(none)"
-	tail -30 "$T/desktop.log" | sed 's/^/# /'
-fi
 finish

@@ -66,6 +66,23 @@ fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 say() { echo "install: $*" >&2; }
+# await UNIT TRIES WHAT CMD...: CMD until it succeeds, every 0.5 s; after
+# TRIES, or when UNIT is no longer active, say UNIT does not WHAT, show its
+# log and exit.
+await() {
+	aw_unit=$1 aw_tries=$2 aw_what=$3 aw_i=0
+	shift 3
+	until "$@" >/dev/null 2>&1; do
+		aw_i=$((aw_i + 1))
+		if [ "$aw_i" -ge "$aw_tries" ] || ! systemctl is-active --quiet "$aw_unit.service"; then
+			say "$aw_unit does not $aw_what; its log:"
+			journalctl -u "$aw_unit.service" -n 30 --no-pager >&2 || true
+			exit 1
+		fi
+		sleep 0.5
+	done
+}
+listening() { ss -Hltn "sport = :$1" | grep -q .; }
 conf=/etc/berth/berth.conf
 defaults=/etc/default/berth
 state=/var/lib/berth
@@ -155,28 +172,10 @@ if [ -n "$systemd" ]; then
 			systemctl start "$u.service"
 		fi
 	done
-	i=0
-	until "$prefix/bin/berth" --state "$state" info >/dev/null 2>&1; do
-		i=$((i + 1))
-		if [ "$i" -ge 60 ] || ! systemctl is-active --quiet berth-hostd.service; then
-			say "berth-hostd does not answer; its log:"
-			journalctl -u berth-hostd.service -n 30 --no-pager >&2 || true
-			exit 1
-		fi
-		sleep 0.5
-	done
+	await berth-hostd 60 answer "$prefix/bin/berth" --state "$state" info
 	# The gateway binds after it has its host key: a port taken (the
 	# host's own sshd on 22) shows here, not at its start.
-	i=0
-	until ss -Hltn "sport = :$gw_port" | grep -q .; do
-		i=$((i + 1))
-		if [ "$i" -ge 20 ] || ! systemctl is-active --quiet berth-sshgw.service; then
-			say "berth-sshgw does not listen on port $gw_port; its log:"
-			journalctl -u berth-sshgw.service -n 30 --no-pager >&2 || true
-			exit 1
-		fi
-		sleep 0.5
-	done
+	await berth-sshgw 20 "listen on port $gw_port" listening "$gw_port"
 	say "berth-hostd, berth-sshgw (port $gw_port) and berth-desktop run (systemctl status berth-hostd)"
 else
 	cat >&2 <<EOF

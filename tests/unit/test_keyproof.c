@@ -57,6 +57,18 @@ static char *sign(const char *name, const char *text, const char *ns)
 	return out;
 }
 
+/* A new challenge for OWNER and key K into CHAL, signed by key SIGNER in
+ * namespace NS (malloc'd). */
+static char *signed_challenge(struct keyproof *kp, const char *owner, const struct userkey *k,
+			      const char *signer, const char *ns, char chal[KEYPROOF_CHALLENGE_MAX])
+{
+	struct err e = { 0 };
+
+	if (keyproof_challenge(kp, owner, k, chal, KEYPROOF_CHALLENGE_MAX, &e) < 0)
+		return NULL;
+	return sign(signer, chal, ns);
+}
+
 static bool refused(int rc, const struct err *e, const char *code)
 {
 	return rc < 0 && e->status == 400 && strcmp(e->code, code) == 0;
@@ -94,8 +106,7 @@ int main(void)
 	free(sig);
 
 	err_clear(&e);
-	keyproof_challenge(kp, "alice", &a, chal, sizeof(chal), &e);
-	sig = sign("a", chal, KEYPROOF_NAMESPACE);
+	sig = signed_challenge(kp, "alice", &a, "a", KEYPROOF_NAMESPACE, chal);
 	rc = keyproof_check(kp, "bob", chal, &a, sig, &e);
 	check(refused(rc, &e, "invalid_challenge"), "alice's challenge used by bob: refused");
 	err_clear(&e);
@@ -103,8 +114,7 @@ int main(void)
 	free(sig);
 
 	err_clear(&e);
-	keyproof_challenge(kp, "alice", &a, chal, sizeof(chal), &e);
-	sig = sign("b", chal, KEYPROOF_NAMESPACE);
+	sig = signed_challenge(kp, "alice", &a, "b", KEYPROOF_NAMESPACE, chal);
 	rc = keyproof_check(kp, "alice", chal, &a, sig, &e);
 	check(refused(rc, &e, "invalid_key") && strstr(e.msg, a.fingerprint),
 	      "a's challenge signed by key b: invalid_key, naming a");
@@ -114,15 +124,13 @@ int main(void)
 	free(sig);
 
 	err_clear(&e);
-	keyproof_challenge(kp, "alice", &a, chal, sizeof(chal), &e);
-	sig = sign("b", chal, KEYPROOF_NAMESPACE);
+	sig = signed_challenge(kp, "alice", &a, "b", KEYPROOF_NAMESPACE, chal);
 	rc = keyproof_check(kp, "alice", chal, &b, sig, &e);
 	check(refused(rc, &e, "invalid_challenge"), "a challenge for key a, used for key b: refused");
 	free(sig);
 
 	err_clear(&e);
-	keyproof_challenge(kp, "alice", &a, chal, sizeof(chal), &e);
-	sig = sign("a", chal, "git");
+	sig = signed_challenge(kp, "alice", &a, "a", "git", chal);
 	rc = keyproof_check(kp, "alice", chal, &a, sig, &e);
 	check(refused(rc, &e, "invalid_key"), "a signature in another namespace (git's): refused");
 	free(sig);

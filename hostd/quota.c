@@ -8,7 +8,8 @@
 #include "hostd/db.h"
 #include "common/banned.h"
 
-pthread_mutex_t quota_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Held from a start's check until its machine is recorded running. */
+static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Work in flight per owner: a small table, found by name. */
 struct inflight {
@@ -39,7 +40,8 @@ static struct inflight *inflight_of(const char *owner, bool add)
 	return &inflight[n_inflight++];
 }
 
-int quota_use(struct hostd *h, const char *owner, struct quota_use *u, struct err *e)
+int quota_use(struct hostd *h, const char *owner, bool checkpoints, struct quota_use *u,
+	      struct err *e)
 {
 	struct machine *ms;
 	size_t n;
@@ -57,6 +59,8 @@ int quota_use(struct hostd *h, const char *owner, struct quota_use *u, struct er
 			u->running_vcpus += ms[i].vcpus;
 			u->running_memory += ms[i].memory;
 		}
+		if (!checkpoints)
+			continue;
 		if (db_ckpt_list(h->db, ms[i].id, &cs, &nc, e) < 0) {
 			free(ms);
 			return -1;
@@ -116,7 +120,7 @@ int quota_check_create(struct hostd *h, const char *owner, uint64_t disk, struct
 
 	if (quota_exempt(owner))
 		return 0;
-	if (quota_use(h, owner, &u, e) < 0)
+	if (quota_use(h, owner, false, &u, e) < 0)
 		return -1;
 	size_format(disk, sz, sizeof(sz));
 	snprintf(more, sizeof(more), ", and this machine's disk is %s", sz);
@@ -126,14 +130,13 @@ int quota_check_create(struct hostd *h, const char *owner, uint64_t disk, struct
 	return 0;
 }
 
-int quota_check_start(struct hostd *h, const struct machine *m, struct err *e)
+/* M's vCPUs and memory on top of what its owner runs. */
+static int check_start(struct hostd *h, const struct machine *m, struct err *e)
 {
 	struct quota_use u;
 	char more[128], sz[32];
 
-	if (quota_exempt(m->owner) || mstate_holds_cpu(m->state))
-		return 0;
-	if (quota_use(h, m->owner, &u, e) < 0)
+	if (quota_use(h, m->owner, false, &u, e) < 0)
 		return -1;
 	size_format(m->memory, sz, sizeof(sz));
 	snprintf(more, sizeof(more), " running, and %s has %s", m->name, sz);
@@ -149,9 +152,9 @@ int quota_start_begin(struct hostd *h, const struct machine *m, struct err *e)
 {
 	if (quota_exempt(m->owner) || mstate_holds_cpu(m->state))
 		return 0;
-	pthread_mutex_lock(&quota_lock);
-	if (quota_check_start(h, m, e) < 0) {
-		pthread_mutex_unlock(&quota_lock);
+	pthread_mutex_lock(&start_lock);
+	if (check_start(h, m, e) < 0) {
+		pthread_mutex_unlock(&start_lock);
 		return -1;
 	}
 	return 1;
@@ -163,7 +166,7 @@ void quota_start_end(struct hostd *h, const struct machine *m, int held, bool st
 		return;
 	if (started)
 		db_machine_set_state(h->db, m->id, MS_RUNNING, NULL);
-	pthread_mutex_unlock(&quota_lock);
+	pthread_mutex_unlock(&start_lock);
 }
 
 int quota_check_checkpoint(struct hostd *h, const struct machine *m, bool memory,
@@ -183,7 +186,7 @@ int quota_check_checkpoint(struct hostd *h, const struct machine *m, bool memory
 		return -1;
 	if (!memory)
 		return 0;
-	if (quota_use(h, m->owner, &u, e) < 0)
+	if (quota_use(h, m->owner, true, &u, e) < 0)
 		return -1;
 	return over_count(e, "max_memory_checkpoints", h->cfg.max_memory_checkpoints,
 			  u.memory_checkpoints, 1, "checkpoints with memory");
@@ -229,7 +232,7 @@ json_t *quota_json(struct hostd *h, const char *owner, struct err *e)
 	struct quota_use u;
 	const struct config *c = &h->cfg;
 
-	if (quota_use(h, owner, &u, e) < 0)
+	if (quota_use(h, owner, true, &u, e) < 0)
 		return NULL;
 	return json_pack("{s:b, s:{s:{s:i, s:i}, s:{s:i, s:i}, s:{s:I, s:I}, s:{s:I, s:I},"
 			 " s:{s:i, s:i}, s:{s:i, s:i}, s:{s:i, s:i}, s:{s:i, s:i}}}",

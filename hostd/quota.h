@@ -6,8 +6,9 @@
  *
  * A refusal is 403 "quota_exceeded", its message naming the quota, its
  * limit and the current use ("quota max_machines: 2 machines at most, you
- * have 2").  The checks that race (two creates, two starts at once) run
- * under quota_lock with what they guard: see machine.c. */
+ * have 2").  The checks that race run with what they guard: two creates
+ * under machine.c's create_lock with the row's insert, two starts under
+ * quota_start_begin's lock until the machine is recorded running. */
 #ifndef BERTH_QUOTA_H
 #define BERTH_QUOTA_H
 
@@ -31,19 +32,18 @@ struct quota_use {
 	int exports;              /* exports streaming */
 };
 
-/* Serializes the checks that must not race with what they guard. */
-extern pthread_mutex_t quota_lock;
-
 bool quota_exempt(const char *owner);
-int quota_use(struct hostd *h, const char *owner, struct quota_use *u, struct err *e);
+/* CHECKPOINTS: count them too (a query per machine; the machine counts
+ * need none). */
+int quota_use(struct hostd *h, const char *owner, bool checkpoints, struct quota_use *u,
+	      struct err *e);
 
 /* A new machine of DISK bytes for OWNER (create, fork). */
 int quota_check_create(struct hostd *h, const char *owner, uint64_t disk, struct err *e);
-/* M starting (or resuming): its vCPUs and memory on top of what runs. */
-int quota_check_start(struct hostd *h, const struct machine *m, struct err *e);
-/* Around whatever starts M: the check and the start are one step for
- * other starts (quota_lock), and a started M is recorded running before
- * the next check.  _begin: -1 refused (E), 0 nothing held (root, or M
+/* Around whatever starts (or resumes) M: its vCPUs and memory on top of
+ * what runs are checked, and the check and the start are one step for
+ * other starts (one lock), a started M recorded running before the next
+ * check.  _begin: -1 refused (E), 0 nothing held (root, or M
  * runs already), 1 the lock held: pass it to _end with whether M started. */
 int quota_start_begin(struct hostd *h, const struct machine *m, struct err *e);
 void quota_start_end(struct hostd *h, const struct machine *m, int held, bool started);

@@ -408,6 +408,21 @@ finish() {
 	exit $?
 }
 
+# bridge_start PORT [OPTION...]: berth-desktop for $STATE on
+# 127.0.0.1:PORT as berth-desktop (its log $T/desktop.log), BR_PID its
+# pid; waits up to 5 s until it says it listens (the caller checks that).
+bridge_start() {
+	local port=$1
+	shift
+	"$BIN/berth-desktop" --state "$STATE" --listen "127.0.0.1:$port" --user berth-desktop \
+		"$@" >>"$T/desktop.log" 2>&1 &
+	BR_PID=$!
+	for _ in $(seq 50); do
+		grep -q "listening on 127.0.0.1:$port" "$T/desktop.log" && break
+		sleep 0.1
+	done
+}
+
 # bridge_end PID: stop a test's berth-desktop (its log $T/desktop.log),
 # failing on a sanitizer report in that log, and show the log's tail when
 # a check failed.

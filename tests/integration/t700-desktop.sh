@@ -67,13 +67,7 @@ kill "$BR2_PID"
 wait "$BR2_PID" 2>/dev/null
 BR2_PID=
 
-"$BIN/berth-desktop" --state "$STATE" --listen "127.0.0.1:$PORT" --user berth-desktop \
-	--max-fps 30 >>"$T/desktop.log" 2>&1 &
-BR_PID=$!
-for _ in $(seq 50); do
-	grep -q "listening on 127.0.0.1:$PORT" "$T/desktop.log" && break
-	sleep 0.1
-done
+bridge_start "$PORT" --max-fps 30
 check "berth-desktop listens" grep -q "listening on 127.0.0.1:$PORT as uid $(id -u berth-desktop)" "$T/desktop.log"
 
 # A token minted now is expired by the end of the test.

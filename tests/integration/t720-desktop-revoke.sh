@@ -97,13 +97,7 @@ check_eq "the m2 handle used for m1 was burnt" "error invalid_handle" \
 		'{"op":"attach","user":"root","machine":"m2","wake":false,"handle":"$H1"}' | tail -1)"
 
 # ---- the bridge ----------------------------------------------------------
-"$BIN/berth-desktop" --state "$STATE" --listen "127.0.0.1:$PORT" --user berth-desktop \
-	>>"$T/desktop.log" 2>&1 &
-BR_PID=$!
-for _ in $(seq 50); do
-	grep -q "listening on 127.0.0.1:$PORT" "$T/desktop.log" && break
-	sleep 0.1
-done
+bridge_start "$PORT"
 check "berth-desktop listens" grep -q "listening on 127.0.0.1:$PORT" "$T/desktop.log"
 VIEWER="python3 $ROOT/tests/integration/desktop_viewer.py $PORT"
 

@@ -94,7 +94,10 @@ check_eq "  and removes that machine" a1 "$(api DELETE /v1/machines/a1 | json de
 check_eq "$U deletes her image" "deleted image u-img" "$(ub image rm u-img)"
 check_eq "  m1 runs on" running "$(ub show m1 --json | json state)"
 # What an image holds: root's r1 with a file written, saved, and a new machine.
-berth exec r1 -- sh -c 'echo marked > /root/mark; sync' >/dev/null
+# r1 was started with --no-wait: a start of the running machine waits
+# until its SSH answers.
+check_eq "r1 answers" running "$(berth start r1 --json | json state)"
+check_eq "root writes a file in r1" written "$(berth exec r1 -- sh -c 'echo marked > /root/mark; sync; echo written')"
 check_match "root saves r1 (running) as r-img" "^image r-img made from r1" "$(berth image save r1 r-img)"
 check_eq "a machine from r-img" running "$(berth create r4 --image r-img --json | json state)"
 check_eq "  has r1's file" marked "$(berth exec r4 -- cat /root/mark)"

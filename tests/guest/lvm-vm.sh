@@ -3,7 +3,8 @@
 #
 #   tests/guest/lvm-vm.sh [--disk-size SIZE] [--timeout SECONDS]
 #                         [--memory SIZE] [--cpus N] [--rw-dir DIR]
-#                         [--overlay DIR]... [--verbose] -- CMD [ARGS...]
+#                         [--overlay DIR]... [--systemd] [--verbose]
+#                         -- CMD [ARGS...]
 #
 # This is how berth's lvm-thin storage backend is tested for real on machines
 # whose own kernel has no device-mapper (ENVIRONMENT.md, "LVM thin inside a
@@ -36,6 +37,19 @@
 #    exit status and what it writes under DIR: --rw-dir DIR shares the
 #    host's directory DIR, writable (files are created as root), at the
 #    same path in the guest.
+#  - --systemd: the guest boots systemd instead (ENVIRONMENT.md: the
+#    host's root is a Debian 12 with systemd installed, only not as PID
+#    1 in its container).  The root is then the host's, read-only over 9p,
+#    under one writable tmpfs layer (overlayfs) for the whole tree, and
+#    /init hands it over to /lib/systemd/systemd (switch_root) with the
+#    kernel's modules at /lib/modules/VERSION (the host's /lib/modules has
+#    not the guest kernel's).  systemd starts the target berth-vm.target:
+#    basic.target (journald, tmpfiles, sockets: what services need) and
+#    berth-vm-cmd.service, which runs CMD and powers the VM off; nothing
+#    that the host enables for multi-user.target starts unless CMD starts
+#    it.  So CMD can install and start units as on a real host, with
+#    systemctl and journalctl.  /tmp is the root's (host files seen
+#    through the layer).  --overlay is not needed (and refused) then.
 #  - network: the loopback interface only (up, 127.0.0.1), so a QEMU in the
 #    guest can forward ports on it; nothing leaves the VM.
 #  - environment: PATH and every BERTH_* and LVM_* variable of the caller,
@@ -72,12 +86,13 @@ RECIPES=$HERE/../../images/recipes
 usage() {
 	cat >&2 <<EOF
 usage: $0 [--disk-size SIZE] [--timeout SECONDS] [--memory SIZE] [--cpus N]
-          [--rw-dir DIR] [--overlay DIR]... [--verbose] -- CMD [ARGS...]
+          [--rw-dir DIR] [--overlay DIR]... [--systemd] [--verbose] -- CMD [ARGS...]
 Runs CMD as root in a TCG VM with real dm-thin, chrooted into the host's root
 (read-only) in the current directory; /dev/vdb (\$BERTH_LVM_DEVICE) is a blank
 disk of SIZE (default 2G); --memory (default 1024M) and --cpus (default 1)
 size the VM; --rw-dir makes the host directory DIR writable in the VM;
---overlay makes DIR writable in the VM only (a tmpfs layer over the host's).
+--overlay makes DIR writable in the VM only (a tmpfs layer over the host's);
+--systemd boots systemd on the host's root under a tmpfs layer, CMD a service.
 Exits with CMD's status (124: timeout, default 300 s; 125: the VM failed).
 EOF
 	exit 2
@@ -98,6 +113,7 @@ RW_DIR=
 MEMORY=1024M
 CPUS=1
 OVERLAYS=()
+SYSTEMD=
 while [ $# -gt 0 ]; do
 	case $1 in
 	--disk-size) [ $# -ge 2 ] || usage; DISK_SIZE=$2; shift 2 ;;
@@ -112,6 +128,7 @@ while [ $# -gt 0 ]; do
 	--cpus=*) CPUS=${1#*=}; shift ;;
 	--overlay) [ $# -ge 2 ] || usage; OVERLAYS+=("$2"); shift 2 ;;
 	--overlay=*) OVERLAYS+=("${1#*=}"); shift ;;
+	--systemd) SYSTEMD=1; shift ;;
 	-v | --verbose) VERBOSE=1; shift ;;
 	-h | --help) usage ;;
 	--) shift; break ;;
@@ -141,6 +158,10 @@ if [ -n "$RW_DIR" ]; then
 		say "--rw-dir cannot be $RW_DIR"; usage ;;
 	*$'\n'*) say "--rw-dir: no newline in the path, please"; usage ;;
 	esac
+fi
+if [ -n "$SYSTEMD" ] && [ ${#OVERLAYS[@]} -gt 0 ]; then
+	say "--overlay goes without --systemd (the whole root is writable then)"
+	usage
 fi
 # --overlay: "MODE UID GID PATH" lines for the guest's /init.
 OVERLAY_LINES=
@@ -227,7 +248,7 @@ OPTIONAL_MODULES="virtio_rng"
 # Applets /init uses.  Never one named busybox: a symlink loop makes the
 # kernel fail to run /init with error -40.
 APPLETS="sh mount mkdir insmod chroot env cat mv ln sync poweroff sleep
-usleep chmod chown ip"
+usleep chmod chown ip cp grep rm switch_root"
 
 build_initrd() { # OUT
 	local I=$T/initrd m deps kind path rel n=0
@@ -299,6 +320,42 @@ until mount -t 9p -o "$OPTS,ro,cache=loose" hostroot /host 2>/dev/null; do
 	[ $i -le 100 ] || fail "cannot mount the host's root (9p hostroot)"
 	usleep 50000
 done
+# --systemd: the host's root under a writable layer is the new root, and
+# systemd its init.  /run (tmpfs, the share in it), the kernel's modules
+# and the unit that runs the command are set here; systemd mounts /proc,
+# /sys and /dev itself and leaves a /run that is already mounted.
+if grep -q 'berth.init=systemd' /proc/cmdline; then
+	R=/newroot
+	mkdir -p $R /ovl &&
+		mount -t tmpfs -o mode=755 tmpfs /ovl && mkdir -p /ovl/upper /ovl/work &&
+		mount -t overlay -o lowerdir=/host,upperdir=/ovl/upper,workdir=/ovl/work overlay $R ||
+		fail "cannot mount the root's writable layer"
+	mount -t tmpfs -o mode=755,nosuid,nodev tmpfs $R/run || fail "cannot mount /run"
+	mkdir -p $R/run/berth-vm && mount -t 9p -o "$OPTS" berthvm $R/run/berth-vm ||
+		fail "cannot mount the share (9p berthvm)"
+	S=$R/run/berth-vm
+	read -r kver moddir <$S/modules || fail "no $S/modules"
+	mkdir -p "$R/lib/modules/$kver" && mount -o bind "$R$moddir" "$R/lib/modules/$kver" ||
+		fail "cannot bind the kernel's modules"
+	if [ -s $S/rw-dir ]; then
+		read -r d <$S/rw-dir
+		mount -t 9p -o "$OPTS" berthrw "$R$d" || fail "cannot mount $d (9p berthrw)"
+	fi
+	# A container's marker (the host's root may be a container's, as on
+	# these machines): systemd would then take its settings from its argv
+	# rather than the kernel's command line, and run as in a container.
+	rm -f $R/.dockerenv $R/run/.containerenv $R/.containerenv
+	cp $S/berth-vm.target $S/berth-vm-cmd.service $R/etc/systemd/system/ ||
+		fail "cannot install the units"
+	i=0
+	until [ -b /dev/vdb ]; do
+		i=$((i + 1))
+		[ $i -le 200 ] || fail "no /dev/vdb"
+		usleep 50000
+	done
+	exec switch_root $R /lib/systemd/systemd
+	fail "cannot start systemd"
+fi
 mount -t proc proc /host/proc || fail "cannot mount /host/proc"
 mount -t sysfs sysfs /host/sys || fail "cannot mount /host/sys"
 mount -t devtmpfs devtmpfs /host/dev || fail "cannot mount /host/dev"
@@ -436,6 +493,53 @@ EOF
 [ -z "$OVERLAY_LINES" ] ||
 	printf '%s' "$OVERLAY_LINES" | LC_ALL=C sort -k4 >"$SHARE/overlays" ||
 	die "cannot write $SHARE/overlays"
+# --systemd: what /init and systemd need (see write_init).
+if [ -n "$SYSTEMD" ]; then
+	printf '%s %s\n' "$KVER" "$MODDIR" >"$SHARE/modules" || die "cannot write $SHARE/modules"
+	cat >"$SHARE/berth-vm.target" <<'EOF2' || die "cannot write the target"
+# written by tests/guest/lvm-vm.sh --systemd: the VM's default target
+[Unit]
+Description=berth lvm-vm: basic system and the host's command
+Requires=basic.target
+After=basic.target
+Wants=berth-vm-cmd.service
+AllowIsolate=yes
+EOF2
+	cat >"$SHARE/berth-vm-cmd.service" <<'EOF2' || die "cannot write the unit"
+# written by tests/guest/lvm-vm.sh --systemd: runs the host's command,
+# reports its status in the share and powers the VM off.
+[Unit]
+Description=berth lvm-vm: the host's command
+After=basic.target
+
+[Service]
+Type=oneshot
+TimeoutStartSec=infinity
+StandardInput=null
+StandardOutput=journal+console
+ExecStart=/bin/sh /run/berth-vm/run.sh
+# When run.sh did not get to report (the unit failed or was killed): the
+# journal of this boot goes to the share, and the VM off.
+ExecStopPost=/bin/sh /run/berth-vm/after.sh
+EOF2
+	cat >"$SHARE/after.sh" <<'EOF2' || die "cannot write after.sh"
+# written by tests/guest/lvm-vm.sh --systemd
+S=/run/berth-vm
+[ -e $S/status ] && exit 0
+journalctl -b --no-pager >$S/journal 2>&1
+echo "lvm-vm: berth-vm-cmd.service ended ($SERVICE_RESULT, $EXIT_CODE $EXIT_STATUS) before the command reported; the VM's journal is in the share" >>$S/stderr
+sync
+systemctl poweroff --force --force
+EOF2
+	cat >"$SHARE/run.sh" <<'EOF2' || die "cannot write run.sh"
+# written by tests/guest/lvm-vm.sh --systemd
+S=/run/berth-vm
+env -i /bin/bash $S/cmd.sh </dev/null >>$S/stdout 2>>$S/stderr
+echo $? >$S/status.tmp && mv $S/status.tmp $S/status
+sync
+systemctl poweroff --force --force
+EOF2
+fi
 RW_ARGS=()
 if [ -n "$RW_DIR" ]; then
 	printf '%s\n' "$RW_DIR" >"$SHARE/rw-dir"
@@ -448,6 +552,7 @@ truncate -s "$DISK_SIZE" "$T/disk.raw" || die "cannot create the $DISK_SIZE disk
 SETUP=$(elapsed "$T0")
 SERIAL=$T/serial.log
 CMDLINE="console=ttyS0 quiet panic=-1 mitigations=off"
+[ -z "$SYSTEMD" ] || CMDLINE+=" berth.init=systemd systemd.unit=berth-vm.target systemd.show_status=error"
 QSTART=$(now)
 $QEMU -name berth-lvm-vm -accel tcg -machine pc -m "$MEM_MIB" -smp "$CPUS" \
 	-nodefaults -no-user-config -display none -no-reboot \
@@ -487,7 +592,7 @@ while kill -0 $QPID 2>/dev/null; do
 			say "timed out after $TIMEOUT s: killed the VM (the command had started $STARTED s after QEMU)"
 		else
 			say "timed out after $TIMEOUT s: killed the VM (the command never started); last lines of its console:"
-			tail -n 30 "$SERIAL" >&2
+			tail -n "${LVM_VM_CONSOLE_LINES:-30}" "$SERIAL" >&2
 		fi
 		exit 124
 	fi
@@ -508,7 +613,11 @@ if [[ ! $status =~ ^[0-9]+$ ]] && [ -n "$sig" ]; then
 fi
 if [[ ! $status =~ ^[0-9]+$ ]]; then
 	say "the VM never reported a status (QEMU exited with $qrc); last lines of its console:"
-	tail -n 30 "$SERIAL" >&2
+	tail -n "${LVM_VM_CONSOLE_LINES:-30}" "$SERIAL" >&2
+	if [ -s "$SHARE/journal" ]; then
+		say "the end of the VM's journal (--systemd):"
+		tail -n "${LVM_VM_CONSOLE_LINES:-30}" "$SHARE/journal" >&2
+	fi
 	if [ -s "$T/qemu.log" ]; then
 		say "QEMU said:"
 		tail -n 10 "$T/qemu.log" >&2

@@ -191,6 +191,15 @@ static int xml_render(struct hostd *h, const struct machine *m, bool agent, stru
 		/* A machine weighs what it pays for: 1024 per vCPU (cgroups'
 		 * default weight is 1024 a group, whatever its vCPUs). */
 		.cpu_shares = h->cpu_weights ? 1024 * m->vcpus : 0,
+		/* And I/O alike: BFQ's default weight, 100, per vCPU (libvirt
+		 * takes 100 to 1000). */
+		.io_weight = h->io_weights ? (m->vcpus >= 10 ? 1000 : 100 * m->vcpus) : 0,
+		/* Memory: what the guest was given, plus QEMU's own (a quarter,
+		 * 256 MiB at least) is the machine's; above it (its disk's page
+		 * cache, a runaway QEMU) it is reclaimed first (cgroup v1's
+		 * soft limit; v2's memory.high, which throttles it there). */
+		.memory_soft = h->memory_weights ?
+			m->memory + (m->memory / 4 > (256u << 20) ? m->memory / 4 : (256u << 20)) : 0,
 		.kernel = img.kernel, .initrd = img.initrd, .cmdline = img.cmdline,
 		.disk_path = vi.path, .disk_format = vi.format, .disk_block = vi.block,
 		.seed_path = seed, .mac = m->mac, .network = h->cfg.network,

@@ -11,6 +11,7 @@
  * root's or is writable by group or others (a sticky /tmp above a trusted
  * one excepted), and berth.conf or a key that is a symbolic link, someone
  * else's, or writable by group or others (common/util.h). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -135,28 +136,68 @@ static int lookup_gateways(struct hostd *h, struct err *e)
 	return 0;
 }
 
-/* Whether libvirt can weigh machines' CPU: a cpu controller, cgroup v1's
- * or v2's.  Without one a <cputune><shares> would fail every start (a
- * container, the dm-thin test VM), so machines then get none, logged
- * once.  I/O weights stay unset: they take effect only with the BFQ
- * scheduler, and an equal weight for all is the kernel's default. */
-static void probe_cpu_weights(struct hostd *h)
+/* Whether cgroup v2 has controller NAME (cgroup.controllers at its root). */
+static bool v2_controller(const char *name)
 {
-	char buf[256] = "";
-	FILE *f;
+	char buf[512] = "", *save = NULL;
+	bool found = false;
+	FILE *f = fopen("/sys/fs/cgroup/cgroup.controllers", "re");
 
-	h->cpu_weights = access("/sys/fs/cgroup/cpu/cpu.shares", F_OK) == 0;
-	if (!h->cpu_weights && (f = fopen("/sys/fs/cgroup/cgroup.controllers", "re"))) {
-		char *save = NULL;
-		if (fgets(buf, sizeof(buf), f))
-			for (char *t = strtok_r(buf, " \n", &save); t; t = strtok_r(NULL, " \n", &save))
-				h->cpu_weights |= !strcmp(t, "cpu");
-		fclose(f);
+	if (!f)
+		return false;
+	if (fgets(buf, sizeof(buf), f))
+		for (char *t = strtok_r(buf, " \n", &save); t; t = strtok_r(NULL, " \n", &save))
+			found |= !strcmp(t, name);
+	fclose(f);
+	return found;
+}
+
+/* Whether cgroup v1's blkio hierarchy offers weights: CFQ's blkio.weight at
+ * its root, or BFQ's blkio.bfq.weight, which exists in child groups only
+ * (libvirt's own, machine or machine.slice, or any other first-level one). */
+static bool v1_blkio_weights(void)
+{
+	const char *root = "/sys/fs/cgroup/blkio";
+	char path[PATH_MAX];
+	struct dirent *d;
+	bool found = access("/sys/fs/cgroup/blkio/blkio.weight", F_OK) == 0;
+	DIR *dir = found ? NULL : opendir(root);
+
+	while (dir && !found && (d = readdir(dir))) {
+		if (d->d_type != DT_DIR || d->d_name[0] == '.')
+			continue;
+		xsnprintf(path, sizeof(path), "%s/%s/blkio.bfq.weight", root, d->d_name);
+		found = access(path, F_OK) == 0;
 	}
+	if (dir)
+		closedir(dir);
+	return found;
+}
+
+/* Which weights libvirt can give machines: CPU with a cpu controller, I/O
+ * with blkio's (v1) or io's (v2) weights, memory with a memory controller,
+ * each cgroup v1's or v2's.  Without the controller the element would fail
+ * every start (a container, the dm-thin test VM), so machines then get
+ * none of that kind, logged once.  I/O weights act only on disks whose
+ * scheduler is BFQ (/sys/block/DEV/queue/scheduler): docs/security.md. */
+static void probe_weights(struct hostd *h)
+{
+	h->cpu_weights = access("/sys/fs/cgroup/cpu/cpu.shares", F_OK) == 0 || v2_controller("cpu");
+	h->io_weights = v1_blkio_weights() || v2_controller("io");
+	h->memory_weights = access("/sys/fs/cgroup/memory/memory.soft_limit_in_bytes", F_OK) == 0 ||
+			    v2_controller("memory");
 	if (h->cpu_weights)
 		log_info("machines' CPU weights: 1024 per vCPU (cgroups' cpu controller)");
 	else
 		log_warn("no cgroup cpu controller: machines' CPU is not weighed by their vCPUs");
+	if (h->io_weights)
+		log_info("machines' I/O weights: 100 per vCPU (effective on disks scheduled by BFQ)");
+	else
+		log_warn("no cgroup I/O weights (BFQ): machines' I/O is not weighed");
+	if (h->memory_weights)
+		log_info("machines' memory soft limits: their memory and a quarter (256 MiB at least)");
+	else
+		log_warn("no cgroup memory controller: machines' memory has no soft limit");
 }
 
 /* The QEMU group's gid, from qemu_group: every machine's QEMU runs in it
@@ -336,7 +377,7 @@ int main(int argc, char **argv)
 	if (dir_check_trusted(state, "state directory", &e) < 0)
 		goto fail;
 	check_reachable(state);
-	probe_cpu_weights(&h);
+	probe_weights(&h);
 	if (lookup_gateways(&h, &e) < 0 || lookup_qemu_group(&h, &e) < 0)
 		goto fail;
 	snprintf(path, sizeof(path), "%s/machines", state);

@@ -125,6 +125,11 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 	buf_printf(b, "  <vcpu>%d</vcpu>\n", s->vcpus);
 	if (s->cpu_shares > 0)
 		buf_printf(b, "  <cputune>\n    <shares>%d</shares>\n  </cputune>\n", s->cpu_shares);
+	if (s->io_weight > 0)
+		buf_printf(b, "  <blkiotune>\n    <weight>%d</weight>\n  </blkiotune>\n", s->io_weight);
+	if (s->memory_soft > 0)
+		buf_printf(b, "  <memtune>\n    <soft_limit unit='KiB'>%llu</soft_limit>\n  </memtune>\n",
+			   (unsigned long long)(s->memory_soft >> 10));
 	buf_adds(b, "  <os>\n    <type arch='x86_64' machine='pc'>hvm</type>\n");
 	if (s->kernel && *s->kernel) {
 		/* Direct boot: QEMU loads the image's kernel itself. */

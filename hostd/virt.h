@@ -31,6 +31,8 @@ struct domain_spec {
 	const char *owner, *name;  /* recorded in <metadata> */
 	bool kvm;                  /* type='kvm' (else 'qemu': TCG) */
 	int vcpus;
+	int io_weight;             /* its I/O weight (blkiotune, 100 to 1000), 0: none */
+	uint64_t memory_soft;      /* bytes: reclaimed first above this (memtune soft_limit), 0: none */
 	int cpu_shares;            /* its weight against other machines when the
 				      host's CPUs are contended (0: none set) */
 	uint64_t memory;           /* bytes */

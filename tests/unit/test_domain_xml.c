@@ -146,6 +146,8 @@ static void test_user(void)
 		  "user: 512 MiB of memory as 524288 KiB");
 	check_has(xml, "<vcpu>2</vcpu>", "user: vcpus");
 	check(!strstr(xml, "<cputune>"), "user: no CPU weight when the host has none");
+	check(!strstr(xml, "<blkiotune>") && !strstr(xml, "<memtune>"),
+	      "user: no I/O weight or memory soft limit when the host has none");
 	check_has(xml, "<kernel>/var/lib/berth/images/tiny/vmlinuz</kernel>",
 		  "user: kernel");
 	check_has(xml, "<initrd>/var/lib/berth/images/tiny/initrd.img</initrd>",
@@ -608,9 +610,27 @@ static void test_cpu_shares(void)
 	buf_free(&b);
 }
 
+/* I/O weight and memory soft limit, when hostd found their controllers. */
+static void test_io_memory_weights(void)
+{
+	struct domain_spec s = spec_user();
+	struct buf b = BUF_INIT;
+	struct err e = { 0 };
+
+	s.io_weight = 200;
+	s.memory_soft = 768ull << 20;
+	check(virt_domain_xml(&s, &b, &e) == 0, "weights: the XML is made");
+	check_has(buf_str(&b), "  <blkiotune>\n    <weight>200</weight>\n  </blkiotune>\n",
+		  "io_weight: <blkiotune><weight>200</weight>");
+	check_has(buf_str(&b), "  <memtune>\n    <soft_limit unit='KiB'>786432</soft_limit>\n  </memtune>\n",
+		  "memory_soft: <memtune><soft_limit> in KiB");
+	buf_free(&b);
+}
+
 int main(void)
 {
 	test_cpu_shares();
+	test_io_memory_weights();
 	test_user();
 	test_routed();
 	test_escaping();

@@ -38,9 +38,9 @@ struct hostd {
 	bool has_sshgw, has_desktop;
 	uid_t sshgw_uid, desktop_uid;
 	unsigned qemu_gid;          /* cfg.qemu_group's gid: every QEMU runs in it */
+	bool cpu_weights;           /* the host's cgroups weigh CPU: <cputune><shares> */
 	bool io_weights;            /* and I/O (BFQ's weights): <blkiotune><weight> */
 	bool memory_weights;        /* and memory: <memtune><soft_limit> */
-	bool cpu_weights;           /* the host's cgroups weigh CPU: <cputune><shares> */
 	struct sessions *sessions;  /* the gateways' live sessions */
 	struct keyproof *keyproof;  /* challenges of berth key add */
 	char dashboard_url[160];    /* the HTTP listener's, "" when off (hostd/http.c) */

@@ -179,7 +179,7 @@ static bool v1_blkio_weights(void)
  * each cgroup v1's or v2's.  Without the controller the element would fail
  * every start (a container, the dm-thin test VM), so machines then get
  * none of that kind, logged once.  I/O weights act only on disks whose
- * scheduler is BFQ (/sys/block/DEV/queue/scheduler): docs/security.md. */
+ * scheduler is BFQ (/sys/block/DEV/queue/scheduler): docs/architecture.md. */
 static void probe_weights(struct hostd *h)
 {
 	h->cpu_weights = access("/sys/fs/cgroup/cpu/cpu.shares", F_OK) == 0 || v2_controller("cpu");

@@ -552,7 +552,7 @@ truncate -s "$DISK_SIZE" "$T/disk.raw" || die "cannot create the $DISK_SIZE disk
 SETUP=$(elapsed "$T0")
 SERIAL=$T/serial.log
 CMDLINE="console=ttyS0 quiet panic=-1 mitigations=off"
-[ -z "$SYSTEMD" ] || CMDLINE+=" berth.init=systemd systemd.unit=berth-vm.target systemd.show_status=error"
+[ -z "$SYSTEMD" ] || CMDLINE+=" berth.init=systemd systemd.unit=berth-vm.target systemd.show_status=error systemd.journald.forward_to_console=1"
 QSTART=$(now)
 $QEMU -name berth-lvm-vm -accel tcg -machine pc -m "$MEM_MIB" -smp "$CPUS" \
 	-nodefaults -no-user-config -display none -no-reboot \

@@ -320,6 +320,12 @@ until mount -t 9p -o "$OPTS,ro,cache=loose" hostroot /host 2>/dev/null; do
 	[ $i -le 100 ] || fail "cannot mount the host's root (9p hostroot)"
 	usleep 50000
 done
+i=0
+until [ -b /dev/vdb ]; do
+	i=$((i + 1))
+	[ $i -le 200 ] || fail "no /dev/vdb"
+	usleep 50000
+done
 # --systemd: the host's root under a writable layer is the new root, and
 # systemd its init.  /run (tmpfs, the share in it), the kernel's modules
 # and the unit that runs the command are set here; systemd mounts /proc,
@@ -347,12 +353,6 @@ if grep -q 'berth.init=systemd' /proc/cmdline; then
 	rm -f $R/.dockerenv $R/run/.containerenv $R/.containerenv
 	cp $S/berth-vm.target $S/berth-vm-cmd.service $R/etc/systemd/system/ ||
 		fail "cannot install the units"
-	i=0
-	until [ -b /dev/vdb ]; do
-		i=$((i + 1))
-		[ $i -le 200 ] || fail "no /dev/vdb"
-		usleep 50000
-	done
 	exec switch_root $R /lib/systemd/systemd
 	fail "cannot start systemd"
 fi
@@ -394,12 +394,6 @@ if [ -s $S/overlays ]; then
 	done <$S/overlays
 fi
 ip link set lo up || fail "cannot bring up lo"
-i=0
-until [ -b /host/dev/vdb ]; do
-	i=$((i + 1))
-	[ $i -le 200 ] || fail "no /dev/vdb"
-	usleep 50000
-done
 
 env -i chroot /host /bin/bash /run/berth-vm/cmd.sh </dev/null >>$S/stdout 2>>$S/stderr
 echo $? >$S/status.tmp && mv $S/status.tmp $S/status || fail "cannot write the status"

@@ -54,15 +54,16 @@ check_eq "m2 as well, over max_running_vcpus = 1: refused" 1 "$?"
 check_match "  naming the quota" "quota max_running_vcpus: 1 vCPUs running at most, you have 1" "$out"
 check_eq "  m2 stays stopped" stopped "$(ub show m2 --json | json state)"
 check_eq "root's machines do not count: r1 starts" running "$(berth start r1 --no-wait --json | json state)"
+dom=$(dom_of r1)
 check_match "r1 (2 vCPUs) weighs 2048 against other machines' CPU" "cpu_shares +: 2048" \
-	"$($VIRSH schedinfo "$(dom_of r1)" 2>&1)"
+	"$($VIRSH schedinfo "$dom" 2>&1)"
 # I/O and memory, read back from r1's cgroups by libvirt (these machines'
 # cgroup v1 has blkio with BFQ's weights and a memory controller).
-check_match "  and 200 for its I/O (100 per vCPU)" "weight +: 200" "$($VIRSH blkiotune "$(dom_of r1)" 2>&1)"
+check_match "  and 200 for its I/O (100 per vCPU)" "weight +: 200" "$($VIRSH blkiotune "$dom" 2>&1)"
 mem=$(berth show r1 --json | json memory)
 extra=$((mem / 4 > 256 << 20 ? mem / 4 : 256 << 20))
 check_match "  its memory's soft limit: its memory and a quarter, 256 MiB at least ($(( (mem + extra) >> 10 )) KiB)" \
-	"soft_limit +: $(( (mem + extra) >> 10 ))\b" "$($VIRSH memtune "$(dom_of r1)" 2>&1)"
+	"soft_limit +: $(( (mem + extra) >> 10 ))\b" "$($VIRSH memtune "$dom" 2>&1)"
 ub quota --json >"$T/q.json"
 check_eq "berth quota --json: machines 2 of 2" "2 2" "$(json quotas.max_machines.used <"$T/q.json") $(json quotas.max_machines.limit <"$T/q.json")"
 check_eq "  vCPUs running 1 of 1" "1 1" "$(json quotas.max_running_vcpus.used <"$T/q.json") $(json quotas.max_running_vcpus.limit <"$T/q.json")"

@@ -95,30 +95,12 @@ rm -f /usr/local/bin/berth /usr/local/bin/berth-* /etc/systemd/system/berth-*.se
 	/etc/systemd/system/multi-user.target.wants/berth-*.service \
 	/etc/libvirt/qemu/*.xml /etc/libvirt/qemu/autostart/*.xml \
 	/etc/libvirt/qemu/networks/autostart/*.xml /etc/libvirt/storage/autostart/*.xml
-# lvm without udev (this root has none): lvm's defaults otherwise, so its
-# metadata backups go to /etc/lvm as on a real host (berth-hostd.service's
-# ReadWritePaths).
+# lvm without udev (this root has none): lvm-vm.sh's lvm.conf for that,
+# without its backup section, so that lvm's metadata backups go to
+# /etc/lvm as on a real host (berth-hostd.service's ReadWritePaths).
 unset LVM_SYSTEM_DIR
 mkdir -p /etc/lvm
-cat >/etc/lvm/lvm.conf <<'EOF'
-# t910-service-vm (in the VM only): no udev here.
-devices {
-	obtain_device_list_from_udev = 0
-	external_device_info_source = "none"
-	use_devicesfile = 0
-	global_filter = [ "a|^/dev/vd|", "r|.*|" ]
-}
-global {
-	use_lvmpolld = 0
-	event_activation = 0
-}
-activation {
-	udev_sync = 0
-	udev_rules = 0
-	verify_udev_operations = 0
-	monitoring = 0
-}
-EOF
+sed '/^backup {/,/^}/d' /run/berth-vm/lvm.conf >/etc/lvm/lvm.conf
 check "a bare host: no berth program, unit or state" \
 	eval '! ls /usr/local/bin/berth* /etc/systemd/system/berth-* /var/lib/berth >/dev/null 2>&1'
 

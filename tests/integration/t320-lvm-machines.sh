@@ -452,6 +452,7 @@ ssh_ready b
 st=$(vm_state b b-own)
 check_eq "at once, b has a's disk and memory" "two mem-two" "${st% *}"
 diag "live fork took $took s; berth exec worked in b $(secs "$t") s after it began"
+grep -a "live fork b " "$T/hostd.log" | sed 's/^/# hostd: /'
 B_DOM=$(dom_of b 2>/dev/null)
 B_LV=$(lv_of_dom "$B_DOM")
 check "b runs on its own thin LV" test -n "$B_LV" -a "$B_LV" != "$A_LV2" -a "$(dom_state "$B_DOM")" = running

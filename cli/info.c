@@ -25,8 +25,9 @@ static void print_info(json_t *r, void *data)
 	       cli_jstr(st, "location"), used, total);
 	printf("network:    %s\n", cli_jstr(r, "network"));
 	printf("libvirt:    %s\n", cli_jstr(r, "libvirt"));
-	printf("berth:      %s (state %s, instance %s)\n", cli_jstr(r, "version"),
-	       cli_jstr(r, "state_dir"), cli_jstr(r, "instance"));
+	printf("berth:      %s (database schema %lld, state %s, instance %s)\n",
+	       cli_jstr(r, "version"), cli_jint(r, "schema"), cli_jstr(r, "state_dir"),
+	       cli_jstr(r, "instance"));
 }
 
 int cmd_info(struct client *c, int argc, char **argv)

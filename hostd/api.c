@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "hostd/checkpoint.h"
+#include "hostd/db.h"
 #include "hostd/desktop.h"
 #include "hostd/idle.h"
 #include "hostd/keyproof.h"
@@ -372,8 +373,9 @@ static struct reply do_info(struct call *c)
 		json_object_set_new(st, "total", json_integer((json_int_t)pi.total_bytes));
 		json_object_set_new(st, "used", json_integer((json_int_t)pi.used_bytes));
 	}
-	return ok(200, json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:s, s:I, s:s, s:s?, s:s}",
-				 "version", VERSION, "hypervisor", virt_hypervisor(h->virt),
+	return ok(200, json_pack("{s:s, s:i, s:s, s:s, s:o, s:s, s:s, s:s, s:I, s:s, s:s?, s:s}",
+				 "version", VERSION, "schema", db_schema_version(),
+				 "hypervisor", virt_hypervisor(h->virt),
 				 "libvirt", virt_version(h->virt), "storage", st,
 				 "network", h->cfg.network, "instance", h->instance,
 				 "state_dir", h->cfg.state_dir,

@@ -11,6 +11,13 @@ check "the tiny image builds" build_tiny
 info=$(berth info --json)
 check_match "info names the hypervisor" '^(kvm|tcg)$' "$(echo "$info" | json hypervisor)"
 check_eq "info names the storage backend" qcow2 "$(echo "$info" | json storage.backend)"
+db_version=$(/usr/bin/python3 -c 'import sqlite3, sys
+print(sqlite3.connect("file:" + sys.argv[1] + "?mode=ro", uri=True).execute("PRAGMA user_version").fetchone()[0])' \
+	"$STATE/berth.db" 2>&1)
+check_match "the database has a schema version" '^[1-9][0-9]*$' "$db_version"
+check_eq "info gives that version" "$db_version" \
+	"$(echo "$info" | json schema)"
+check_match "berth info prints it" "database schema $db_version," "$(berth info)"
 
 out=$(berth create demo --json)
 check_eq "create demo: running" running "$(echo "$out" | json state)"

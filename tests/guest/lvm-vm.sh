@@ -43,9 +43,9 @@
 #    under one writable tmpfs layer (overlayfs) for the whole tree, and
 #    /init hands it over to /lib/systemd/systemd (switch_root) with the
 #    kernel's modules at /lib/modules/VERSION (the host's /lib/modules has
-#    not the guest kernel's).  systemd starts the target berth-vm.target:
+#    not the guest kernel's).  systemd starts the target lvm-vm.target:
 #    basic.target (journald, tmpfiles, sockets: what services need) and
-#    berth-vm-cmd.service, which runs CMD and powers the VM off; nothing
+#    lvm-vm-cmd.service, which runs CMD and powers the VM off; nothing
 #    that the host enables for multi-user.target starts unless CMD starts
 #    it.  So CMD can install and start units as on a real host, with
 #    systemctl and journalctl.  /tmp is the root's (host files seen
@@ -351,7 +351,11 @@ if grep -q 'berth.init=systemd' /proc/cmdline; then
 	# these machines): systemd would then take its settings from its argv
 	# rather than the kernel's command line, and run as in a container.
 	rm -f $R/.dockerenv $R/run/.containerenv $R/.containerenv
-	cp $S/berth-vm.target $S/berth-vm-cmd.service $R/etc/systemd/system/ ||
+	# Debian's tmpfiles.d/tmp.conf empties /tmp at boot ("D"): here that
+	# would hide the host's /tmp (a command from a tree under /tmp).
+	mkdir -p $R/etc/tmpfiles.d && echo 'd /tmp 1777 root root -' >$R/etc/tmpfiles.d/tmp.conf ||
+		fail "cannot keep /tmp"
+	cp $S/lvm-vm.target $S/lvm-vm-cmd.service $R/etc/systemd/system/ ||
 		fail "cannot install the units"
 	exec switch_root $R /lib/systemd/systemd
 	fail "cannot start systemd"
@@ -490,16 +494,16 @@ EOF
 # --systemd: what /init and systemd need (see write_init).
 if [ -n "$SYSTEMD" ]; then
 	printf '%s %s\n' "$KVER" "$MODDIR" >"$SHARE/modules" || die "cannot write $SHARE/modules"
-	cat >"$SHARE/berth-vm.target" <<'EOF2' || die "cannot write the target"
+	cat >"$SHARE/lvm-vm.target" <<'EOF2' || die "cannot write the target"
 # written by tests/guest/lvm-vm.sh --systemd: the VM's default target
 [Unit]
 Description=berth lvm-vm: basic system and the host's command
 Requires=basic.target
 After=basic.target
-Wants=berth-vm-cmd.service
+Wants=lvm-vm-cmd.service
 AllowIsolate=yes
 EOF2
-	cat >"$SHARE/berth-vm-cmd.service" <<'EOF2' || die "cannot write the unit"
+	cat >"$SHARE/lvm-vm-cmd.service" <<'EOF2' || die "cannot write the unit"
 # written by tests/guest/lvm-vm.sh --systemd: runs the host's command,
 # reports its status in the share and powers the VM off.
 [Unit]
@@ -521,7 +525,7 @@ EOF2
 S=/run/berth-vm
 [ -e $S/status ] && exit 0
 journalctl -b --no-pager >$S/journal 2>&1
-echo "lvm-vm: berth-vm-cmd.service ended ($SERVICE_RESULT, $EXIT_CODE $EXIT_STATUS) before the command reported; the VM's journal is in the share" >>$S/stderr
+echo "lvm-vm: lvm-vm-cmd.service ended ($SERVICE_RESULT, $EXIT_CODE $EXIT_STATUS) before the command reported; the VM's journal is in the share" >>$S/stderr
 sync
 systemctl poweroff --force --force
 EOF2
@@ -546,7 +550,7 @@ truncate -s "$DISK_SIZE" "$T/disk.raw" || die "cannot create the $DISK_SIZE disk
 SETUP=$(elapsed "$T0")
 SERIAL=$T/serial.log
 CMDLINE="console=ttyS0 quiet panic=-1 mitigations=off"
-[ -z "$SYSTEMD" ] || CMDLINE+=" berth.init=systemd systemd.unit=berth-vm.target systemd.show_status=error systemd.journald.forward_to_console=1"
+[ -z "$SYSTEMD" ] || CMDLINE+=" berth.init=systemd systemd.unit=lvm-vm.target systemd.show_status=error systemd.journald.forward_to_console=1"
 QSTART=$(now)
 $QEMU -name berth-lvm-vm -accel tcg -machine pc -m "$MEM_MIB" -smp "$CPUS" \
 	-nodefaults -no-user-config -display none -no-reboot \

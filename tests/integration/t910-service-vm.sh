@@ -1,5 +1,5 @@
 #!/bin/bash
-# Not yet in tests/integration: it has not passed once (see the note in tests/wip/README).
+# tests/run: alongside (its own QEMU VM, not the host's libvirtd: runs beside the rest)
 # berth installed as a service on a host that boots systemd: deploy/install.sh
 # --disk on a bare host (no berth files, a blank disk), then the three units
 # active and enabled, hostd answering, the gateways listening as their own
@@ -32,7 +32,7 @@ if [ "${BERTH_T910_IN_VM:-}" != 1 ]; then
 	timeout=1080
 	BERTH_T910_IN_VM=1 BERTH_T910_DEADLINE=$(($(date +%s) + timeout - 60)) \
 		bash tests/guest/lvm-vm.sh --systemd --timeout $timeout --memory 3G --cpus 2 \
-		-- bash tests/wip/t910-service-vm.sh
+		-- bash tests/integration/t910-service-vm.sh
 	rc=$?
 	echo "# $(($(date +%s) - t0)) s in all (exit $rc); load average $(cut -d' ' -f1-3 /proc/loadavg)"
 	exit $rc
@@ -91,8 +91,11 @@ units_state() {
 # go too, as in t320: no domain or network of the host's starts here.
 rm -rf /var/lib/berth /etc/berth /etc/default/berth /usr/local/lib/berth \
 	/usr/local/share/berth /usr/local/share/doc/berth /var/log/berth-*.log
-rm -f /usr/local/bin/berth /usr/local/bin/berth-* /etc/systemd/system/berth-*.service \
-	/etc/systemd/system/multi-user.target.wants/berth-*.service \
+# The units by name: lvm-vm.sh's own (lvm-vm-cmd.service runs this very
+# script) are in /etc/systemd/system too.
+rm -f /usr/local/bin/berth /usr/local/bin/berth-* \
+	/etc/systemd/system/berth-{hostd,sshgw,desktop}.service \
+	/etc/systemd/system/multi-user.target.wants/berth-{hostd,sshgw,desktop}.service \
 	/etc/libvirt/qemu/*.xml /etc/libvirt/qemu/autostart/*.xml \
 	/etc/libvirt/qemu/networks/autostart/*.xml /etc/libvirt/storage/autostart/*.xml
 # lvm without udev (this root has none): lvm-vm.sh's lvm.conf for that,
@@ -102,7 +105,7 @@ unset LVM_SYSTEM_DIR
 mkdir -p /etc/lvm
 sed '/^backup {/,/^}/d' /run/berth-vm/lvm.conf >/etc/lvm/lvm.conf
 check "a bare host: no berth program, unit or state" \
-	eval '! ls /usr/local/bin/berth* /etc/systemd/system/berth-* /var/lib/berth >/dev/null 2>&1'
+	eval '! ls /usr/local/bin/berth* /etc/systemd/system/berth-{hostd,sshgw,desktop}.service /var/lib/berth >/dev/null 2>&1'
 
 # ------------------------------------------------------------ install ---
 t=$(now)
@@ -121,7 +124,7 @@ done
 check_eq "libvirtd.service is active" active "$(systemctl is-active libvirtd.service)"
 info=$(berth info --json 2>&1)
 check_eq "hostd answers on $STATE/hostd.sock, storage lvm-thin (install.sh --disk)" lvm-thin \
-	"$(echo "$info" | json storage 2>/dev/null || echo "$info")"
+	"$(echo "$info" | json storage.backend 2>/dev/null || echo "$info")"
 check_match "the thin pool berth/pool is made" "^t" "$(lvm lvs --noheadings -o lv_attr berth/pool 2>&1 | tr -d ' ')"
 check_match "berth-sshgw listens on port 2222" "^SSH-2\\.0-" "$(banner 2222)"
 check_eq "berth-desktop answers on 127.0.0.1:6080" 200 \

@@ -423,6 +423,24 @@ static int dnsmasq_start(struct hostd *h, struct net *n, const char *domains, st
 		buf_printf(&b, "nftset=/%s/4#inet#%s#%s\n", dom, c->table, set);
 		d += len;
 	}
+	/* One running with this very configuration (a hostd before this one
+	 * started it: it outlives hostd, as machines do) is kept, so that a
+	 * restart of hostd is no DHCP or DNS gap.  SIGHUP: it rereads the
+	 * DHCP hosts (which may have changed meanwhile) and clears its cache,
+	 * so the next answer for a name an egress policy allows is fetched
+	 * anew and goes into the set of the table just made anew (t800). */
+	char *now = file_read(conf, 1 << 20, NULL);
+	bool same = now && strlen(now) == b.len && memcmp(now, b.data, b.len) == 0;
+	free(now);
+	pid_t running = dnsmasq_pid(n);
+	if (same && running) {
+		log_info("network: dnsmasq (pid %ld) runs with this configuration: kept",
+			 (long)running);
+		kill(running, SIGHUP);
+		xsnprintf(n->dns_domains, sizeof(n->dns_domains), "%s", domains);
+		rc = 0;
+		goto out;
+	}
 	if (file_write_atomic(conf, b.data, b.len, 0644, e) < 0)
 		goto out;
 	dnsmasq_stop(n);

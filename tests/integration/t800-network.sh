@@ -67,7 +67,7 @@ EOF
 ip netns exec "$INET_NS" python3 "$T/srv.py" $ALLOWED $BLOCKED $CLOSED >"$T/srv.log" 2>&1 &
 PIDS+=($!)
 ip netns exec "$INET_NS" dnsmasq --conf-file=/dev/null --keep-in-foreground --no-resolv \
-	--no-hosts --listen-address="$RESOLVER" --bind-interfaces \
+	--no-hosts --listen-address="$RESOLVER" --bind-interfaces --local-ttl=600 \
 	--address=/allowed.test/$ALLOWED --address=/blocked.test/$BLOCKED \
 	--pid-file="$T/ns-dnsmasq.pid" --log-facility="$T/ns-dnsmasq.log" &
 PIDS+=($!)
@@ -167,6 +167,18 @@ check_eq "the policy reads back" allowed.test:8080 "$(berth show a --json | json
 berth exec a -- nslookup allowed.test "$GW" >/dev/null 2>&1
 check_eq "allowed.test:8080 is reached" open "$(probe a tcp $ALLOWED 8080)"
 check_eq "allowed.test's other port is refused" refused "$(probe a tcp $ALLOWED 9090)"
+# A restart of hostd keeps the machines' dnsmasq (no DHCP or DNS gap), and
+# the name allowed is reached again after it: the table is made anew, its
+# sets empty, and dnsmasq's cache is cleared, so the next answer (from
+# upstream) fills them again.
+dns_pid=$(cat "$STATE/net/dnsmasq.pid" 2>/dev/null)
+kill_hostd TERM
+start_hostd || { not_ok "hostd starts again"; finish; }
+check "a restart of hostd keeps the machines' dnsmasq (pid $dns_pid)" \
+	test -n "$dns_pid" -a "$(cat "$STATE/net/dnsmasq.pid" 2>/dev/null)" = "$dns_pid"
+check "  which runs on" kill -0 "${dns_pid:-none}"
+berth exec a -- nslookup allowed.test "$GW" >/dev/null 2>&1
+check_eq "  and allowed.test:8080 is reached after it" open "$(probe a tcp $ALLOWED 8080)"
 berth exec a -- nslookup blocked.test "$GW" >/dev/null 2>&1
 check_eq "blocked.test is refused" refused "$(probe a tcp $BLOCKED 8080)"
 check "allow list by CIDR: set" set_egress "$INET.16/28"

@@ -11,6 +11,11 @@
       sends unasked); age: seconds since the last connect().  Runs until
       killed.
 
+  socket_flood.py storm SOCKET SECONDS
+      Connects and closes at once (non-blocking connects: a full backlog
+      is a failure, not a wait), as fast as it can, for SECONDS, then
+      prints "connects=X failed=Y per_second=Z".
+
   socket_flood.py slow SOCKET
       Sends an HTTP request head (100 bytes) one byte a second and prints
       "cut after S s, B bytes sent" when the server closes the
@@ -48,6 +53,22 @@ def hold(path, n, status):
         time.sleep(0.25)
 
 
+def storm(path, seconds):
+    ok, failed = 0, 0
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(path)
+            ok += 1
+        except OSError:
+            failed += 1
+        s.close()
+    took = time.monotonic() - t0
+    print("connects=%d failed=%d per_second=%d" % (ok, failed, (ok + failed) / took), flush=True)
+
+
 def slow(path):
     head = (b"GET /v1/info HTTP/1.1\r\nHost: berth\r\nX-Pad: " + b"a" * 60 +
             b"\r\n\r\n")
@@ -76,5 +97,7 @@ def slow(path):
 if __name__ == "__main__":
     if sys.argv[1] == "hold":
         hold(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    elif sys.argv[1] == "storm":
+        storm(sys.argv[2], float(sys.argv[3]))
     else:
         slow(sys.argv[2])

@@ -4,7 +4,9 @@
 # holds them; meanwhile another user's `berth ls` and root's answer within
 # 2 s, the flooder keeps only api_max_connections_per_user of them (the
 # rest are closed at once), a connection sending its request head a byte a
-# second is closed at api_head_timeout, and so are the idle ones.  Then,
+# second is closed at api_head_timeout, and so are the idle ones; during a
+# storm of connects that keeps the listen backlog full, berth ls answers
+# every time (the clients try a connect to a full backlog again).  Then,
 # with a per-user cap above what users may hold together, the flooder
 # takes the users' share and root and the gateway user still get in (the
 # reserve).  No VM boots.
@@ -138,6 +140,36 @@ for _ in $(seq 50); do
 done
 check_eq "the flooder's idle connections are closed at the head deadline" 0 "$(field open)"
 unflood
+
+# A storm: the flooder connects and closes as fast as it can, holding
+# nothing, which keeps the socket's listen backlog full (hostd accepts
+# fewer a second).  The CLI's connect waits for a place in it: root's and
+# another user's berth ls answer every time, within 2 s.
+as_argv "$FU"
+"${AS[@]}" "$PY" "$FLOOD" storm "$STATE/hostd.sock" 12 >"$T/storm.out" 2>&1 &
+STORM_PID=$!
+PIDS+=("$STORM_PID")
+sleep 1
+storm_ok=0 storm_slow=0 storm_ms=
+for i in 1 2 3 4 5 6; do
+	if [ $((i % 2)) = 1 ]; then
+		t=$(ms timeout 20 "$BIN/berth" --state "$STATE" ls)
+	else
+		t=$(ms as "$OTHER" timeout 20 "$BIN/berth" --state "$STATE" ls)
+	fi
+	rc=$?
+	[ "$rc" -eq 0 ] && storm_ok=$((storm_ok + 1))
+	[ "$rc" -eq 0 ] || sed 's/^/#   /' "$T/ms.out"
+	[ "$t" -lt 2000 ] || storm_slow=$((storm_slow + 1))
+	storm_ms+="$t "
+	sleep 0.5
+done
+wait "$STORM_PID"
+diag "the storm: $(cat "$T/storm.out"); berth ls took ${storm_ms}ms"
+check "the storm made connects fail (its backlog was full)" \
+	test "$(sed -n 's/.*failed=\([0-9]*\).*/\1/p' "$T/storm.out")" -gt 0
+check_eq "during a storm of connects, root's and $OTHER's berth ls answer 6 of 6 times" 6 "$storm_ok"
+check_eq "  each within 2 s" 0 "$storm_slow"
 
 # The reserve: users may hold 600 - 100 together; a flooder allowed more
 # than that on its own takes them all, and root and the gateway still

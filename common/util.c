@@ -422,6 +422,58 @@ char *file_read_trusted(const char *path, size_t max, struct err *e)
 	return fd < 0 ? NULL : fd_read_all(fd, path, max, e);
 }
 
+/* The directory PATH is in (dirname of a copy), checked by
+ * dir_check_trusted. */
+static int parent_trusted(const char *path, const char *what, struct err *e)
+{
+	char copy[PATH_MAX];
+
+	if ((size_t)snprintf(copy, sizeof(copy), "%s", path) >= sizeof(copy))
+		return err_set(e, 400, "untrusted_file", "%s: path too long", path);
+	return dir_check_trusted(dirname(copy), what, e);
+}
+
+char *file_read_trusted_link(const char *path, size_t max, struct err *e)
+{
+	char real[PATH_MAX];
+	struct stat st;
+
+	if (lstat(path, &st) < 0 || !S_ISLNK(st.st_mode))
+		return file_read_trusted(path, max, e);
+	if (!owner_trusted(st.st_uid)) {
+		err_set(e, 400, "untrusted_file", "%s is a symbolic link owned by uid %u: refused "
+			"(a link to berth's files must belong to root%s)", path,
+			(unsigned)st.st_uid, geteuid() ? " or this daemon's user" : "");
+		return NULL;
+	}
+	if (parent_trusted(path, "the symbolic link's directory", e) < 0)
+		return NULL;
+	/* One link only: what it names must be the file (file_read_trusted
+	 * refuses another link), so no link elsewhere, of someone else's,
+	 * chooses which file is read. */
+	char to[PATH_MAX];
+	ssize_t n = readlink(path, to, sizeof(to) - 1);
+	if (n < 0) {
+		err_errno(e, errno, "readlink %s", path);
+		return NULL;
+	}
+	to[n] = '\0';
+	if (to[0] == '/') {
+		xsnprintf(real, sizeof(real), "%s", to);
+	} else {
+		char copy[PATH_MAX];
+		xsnprintf(copy, sizeof(copy), "%s", path);
+		if ((size_t)snprintf(real, sizeof(real), "%s/%s", dirname(copy), to) >=
+		    sizeof(real)) {
+			err_set(e, 400, "untrusted_file", "%s: the path it links to is too long", path);
+			return NULL;
+		}
+	}
+	if (parent_trusted(real, "the linked file's directory", e) < 0)
+		return NULL;
+	return file_read_trusted(real, max, e);
+}
+
 int dir_check_trusted(const char *dir, const char *what, struct err *e)
 {
 	char real[PATH_MAX], *slash;

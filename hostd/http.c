@@ -264,7 +264,7 @@ static void linger(void *cls, struct MHD_Connection *c, void **socket_context,
 
 static char *read_pem(const char *key, const char *file, struct err *e)
 {
-	char *s = file_read_trusted(file, 1 << 20, e);
+	char *s = file_read_trusted_link(file, 1 << 20, e);
 
 	if (!s) {
 		char msg[sizeof(e->msg)];

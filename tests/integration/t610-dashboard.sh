@@ -169,9 +169,17 @@ check_eq "a revoked token: 401" 401 "$(code -H "Authorization: Bearer $TOK2" "$U
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
 	-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
 	-keyout "$T/key.pem" -out "$T/cert.pem" 2>"$T/openssl.err" || diag "$(cat "$T/openssl.err")"
+# berth.conf names them as certbot lays them out: live/ links into archive/.
+LE=$T/le
+mkdir -p "$LE/archive/h" "$LE/live/h"
+chmod 700 "$LE/archive" "$LE/live"
+cp -p "$T/cert.pem" "$LE/archive/h/cert1.pem"
+cp -p "$T/key.pem" "$LE/archive/h/privkey1.pem"
+ln -s ../../archive/h/cert1.pem "$LE/live/h/cert.pem"
+ln -s ../../archive/h/privkey1.pem "$LE/live/h/privkey.pem"
 kill_hostd TERM
-printf 'tls_cert = %s\ntls_key = %s\n' "$T/cert.pem" "$T/key.pem" >>"$STATE/berth.conf"
-start_hostd || not_ok "hostd restarts with TLS"
+printf 'tls_cert = %s\ntls_key = %s\n' "$LE/live/h/cert.pem" "$LE/live/h/privkey.pem" >>"$STATE/berth.conf"
+start_hostd || not_ok "hostd restarts with TLS (certbot's live/ links)"
 check_eq "info gives the https URL" "https://127.0.0.1:$PORT/" "$(berth info --json | json dashboard)"
 check_eq "HTTPS with the token: 200" 200 "$(code --cacert "$T/cert.pem" "${AUTH[@]}" "https://127.0.0.1:$PORT/v1/machines")"
 check_eq "HTTPS without a token: 401" 401 "$(code --cacert "$T/cert.pem" "https://127.0.0.1:$PORT/v1/machines")"
@@ -197,6 +205,11 @@ check_match "tls_cert without tls_key is refused" "exit=1 .*both tls_cert and tl
 	"$(bad_conf "http_listen = 127.0.0.1:$(free_port)" "tls_cert = $T/cert.pem")"
 check_match "an unreadable certificate is named" "exit=1 .*tls_cert = $T/none.pem" \
 	"$(bad_conf "http_listen = 127.0.0.1:$(free_port)" "tls_cert = $T/none.pem" "tls_key = $T/key.pem")"
+ln -s "$LE/archive/h/privkey1.pem" "$T/their-key.pem"
+chown -h nobody "$T/their-key.pem"
+check_match "a TLS key through a link another user owns is refused" \
+	"exit=1 .*tls_key = $T/their-key.pem: $T/their-key.pem is a symbolic link owned by uid $(id -u nobody)" \
+	"$(bad_conf "http_listen = 127.0.0.1:$(free_port)" "tls_cert = $T/cert.pem" "tls_key = $T/their-key.pem")"
 cp -p "$T/key.pem" "$T/open-key.pem"
 chmod 644 "$T/open-key.pem"
 check_match "a private key every user can read is refused" \

@@ -10,8 +10,10 @@
  */
 #include "hostd/config.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -159,6 +161,80 @@ static void test_config_file(void)
 		close(fd);
 }
 
+/* TLS files through a symbolic link, as certbot lays them out: live/NAME
+ * -> ../archive/NAME1 (file_read_trusted_link). */
+static void test_link(void)
+{
+	char live[128], archive[128], target[128], link[128], theirs[128], open_dir[128],
+		loose[128], loose_link[128];
+	struct err e = { 0 };
+	char *s;
+
+	sub(live, sizeof(live), "live");
+	sub(archive, sizeof(archive), "archive");
+	sub(target, sizeof(target), "archive/key1.pem");
+	sub(link, sizeof(link), "live/key.pem");
+	sub(theirs, sizeof(theirs), "live/theirs.pem");
+	mkdir(live, 0700);
+	mkdir(archive, 0700);
+	write_file(target, "KEY\n", 4);
+	if (symlink("../archive/key1.pem", link) < 0)
+		diag("symlink: %s", strerror(errno));
+	s = file_read_trusted_link(link, 1024, &e);
+	check(s && strcmp(s, "KEY\n") == 0,
+	      "a root's link into a root's directory (certbot's live/ into archive/) is read");
+	if (e.msg[0])
+		diag("%s", e.msg);
+	free(s);
+	err_clear(&e);
+	check(file_read_trusted(link, 1024, &e) == NULL,
+	      "  while file_read_trusted (berth.conf, the gateway key) still refuses it");
+
+	if (symlink("../archive/key1.pem", theirs) < 0 ||
+	    lchown(theirs, OTHER_UID, OTHER_UID) < 0)
+		diag("symlink/lchown: %s", strerror(errno));
+	err_clear(&e);
+	s = file_read_trusted_link(theirs, 1024, &e);
+	check(s == NULL, "a link owned by another user is refused");
+	check_has(e.msg, "symbolic link owned by uid 65534", "  naming its owner");
+	free(s);
+
+	/* A link to a link: the second one chooses the file. */
+	char twice[128];
+	sub(twice, sizeof(twice), "live/twice.pem");
+	if (symlink("key.pem", twice) < 0)
+		diag("symlink: %s", strerror(errno));
+	err_clear(&e);
+	s = file_read_trusted_link(twice, 1024, &e);
+	check(s == NULL, "a link to a link is refused");
+	check_has(e.msg, "is a symbolic link: refused", "  saying so");
+	free(s);
+
+	/* The file it names is in a directory every user may write to. */
+	sub(open_dir, sizeof(open_dir), "open");
+	sub(loose, sizeof(loose), "open/key.pem");
+	sub(loose_link, sizeof(loose_link), "live/loose.pem");
+	mkdir(open_dir, 0700);
+	chmod(open_dir, 0777);
+	write_file(loose, "KEY\n", 4);
+	if (symlink(loose, loose_link) < 0)
+		diag("symlink: %s", strerror(errno));
+	err_clear(&e);
+	s = file_read_trusted_link(loose_link, 1024, &e);
+	check(s == NULL, "a link to a file in a directory writable by others is refused");
+	check_has(e.msg, "mode 0777", "  naming the directory's mode");
+	free(s);
+
+	/* The file it names belongs to another user. */
+	if (chown(target, OTHER_UID, OTHER_UID) < 0)
+		diag("chown: %s", strerror(errno));
+	err_clear(&e);
+	s = file_read_trusted_link(link, 1024, &e);
+	check(s == NULL, "a link to another user's file is refused");
+	check_has(e.msg, "owned by uid 65534", "  naming the owner");
+	free(s);
+}
+
 int main(void)
 {
 	if (geteuid() != 0) {
@@ -172,6 +248,7 @@ int main(void)
 	chmod(dir, 0755);
 	test_dirs();
 	test_config_file();
+	test_link();
 	tmpdir_remove(dir);
 	return tap_done("test_trusted");
 }

@@ -2,9 +2,10 @@
 # network = user, the fallback (QEMU's user-mode stack, a loopback port
 # forwarded to the guest's SSH): a machine boots and answers; nothing of
 # the host answers its guest (canaries on 127.0.0.1 and 0.0.0.0 through
-# 10.0.2.2 and the host's addresses, hostd's HTTP port, the machine's own
-# SSH forward) nor do closed ranges the host itself reaches, while a test
-# "internet" in a namespace of the test's answers over TCP and UDP (the
+# 10.0.2.2 and the host's addresses, on ::1 and :: through fec0::2 and the
+# host's IPv6 address, hostd's HTTP port, the machine's own SSH forward)
+# nor do closed ranges the host itself reaches, while a test "internet" in
+# a namespace of the test's answers over TCP and UDP, and over IPv6 (the
 # uid filter: QEMU's connections are refused by uid); another program
 # taking its port while it sleeps moves it on the resume, memory intact;
 # egress policies other than open are refused (409, saying why), at
@@ -19,13 +20,25 @@ INET_THERE=$INET.130
 HOST=$INET.138
 CLOSED="169.254.78.78 10.99.78.1"
 inet_up $HOST $CLOSED || { not_ok "the test internet"; finish; }
-# TCP 8080 and UDP 5300 on every address of the namespace; canaries on the
-# host (127.0.0.1 CP, 0.0.0.0 CP+1 TCP and CP+2 UDP) log who came.
+# And over IPv6 (a documentation prefix: no closed range), on the veth.
+V6_HERE=2001:db8:805::1
+V6_THERE=2001:db8:805::2
+vn=$(ip -n "$INET_NS" -o link show type veth | awk -F': ' '{ print $2 }' | cut -d@ -f1)
+ip -6 addr add $V6_HERE/64 dev "$INET_VH" nodad &&
+	ip -n "$INET_NS" -6 addr add $V6_THERE/64 dev "$vn" nodad ||
+	{ not_ok "the test internet's IPv6"; finish; }
+# TCP 8080 (IPv4 and IPv6) and UDP 5300 on every address of the namespace;
+# canaries on the host (127.0.0.1 CP, 0.0.0.0 CP+1 TCP and CP+2 UDP, ::1
+# CP+3, :: CP+4) log who came.
 cat >"$T/srv.py" <<'PY'
 import socket, sys, threading
 log = open(sys.argv[1], "a", buffering=1)
 def tcp(addr, port):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if ":" in addr:
+        s = socket.socket(socket.AF_INET6); s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    else:
+        s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind((addr, port)); s.listen(16)
     while True:
         c, a = s.accept(); log.write("tcp %s %d from %s\n" % (addr, port, a[0])); c.close()
@@ -35,6 +48,7 @@ def udp(addr, port):
         d, a = s.recvfrom(2048); log.write("udp %s %d from %s\n" % (addr, port, a[0])); s.sendto(b"x", a)
 if sys.argv[2] == "inet":
     threading.Thread(target=tcp, args=("0.0.0.0", 8080), daemon=True).start()
+    threading.Thread(target=tcp, args=("::", 8080), daemon=True).start()
     # Bound to the address asked: an answer must come from it.
     threading.Thread(target=udp, args=(sys.argv[3], 5300), daemon=True).start()
 else:
@@ -42,6 +56,8 @@ else:
     threading.Thread(target=tcp, args=("127.0.0.1", p), daemon=True).start()
     threading.Thread(target=tcp, args=("0.0.0.0", p + 1), daemon=True).start()
     threading.Thread(target=udp, args=("0.0.0.0", p + 2), daemon=True).start()
+    threading.Thread(target=tcp, args=("::1", p + 3), daemon=True).start()
+    threading.Thread(target=tcp, args=("::", p + 4), daemon=True).start()
 print("ready", flush=True)
 threading.Event().wait()
 PY
@@ -59,6 +75,13 @@ for a in $CLOSED; do
 	check_eq "the host reaches $a (routed into the namespace)" open "$(host_tcp "$a" 8080)"
 done
 check_eq "the host's canary answers the host" open "$(host_tcp 127.0.0.1 "$CP")"
+host_tcp6() { python3 -c 'import socket,sys
+s=socket.socket(socket.AF_INET6); s.settimeout(2)
+try: s.connect((sys.argv[1], int(sys.argv[2]))); print("open")
+except Exception as e: print("closed")' "$@"; }
+check_eq "the host reaches the test internet over IPv6" open "$(host_tcp6 $V6_THERE 8080)"
+check_eq "the host's ::1 canary answers the host" open "$(host_tcp6 ::1 $((CP + 3)))"
+check_eq "and its :: canary, on $V6_HERE" open "$(host_tcp6 $V6_HERE $((CP + 4)))"
 : >"$T/canary.log"
 
 mkdir -p "$STATE"
@@ -108,6 +131,22 @@ check_match "10.0.2.2 ${http_port:-(none)} (hostd's HTTP) is closed" 'refused|ti
 	"$(probe tcp 10.0.2.2 "$http_port" 1500)"
 check_match "10.0.2.2 $port (a machine's SSH forward) is closed" 'refused|timeout' \
 	"$(probe tcp 10.0.2.2 "$port" 1500)"
+# IPv6, QEMU's fec0::/64: first that the guest has its address (slirp's
+# router advertisement) and reaches the internet over it, then that the
+# host's ::1 (through fec0::2) and its own IPv6 address stay closed.
+for _ in $(seq 30); do
+	berth exec m1 -- ip -6 addr show dev eth0 2>/dev/null | grep -q 'inet6 fec0:' && break
+	sleep 1
+done
+check_match "the guest has an IPv6 address from QEMU (fec0::/64)" 'inet6 fec0:' \
+	"$(berth exec m1 -- ip -6 addr show dev eth0 2>&1)"
+check_eq "the internet answers over IPv6 ([$V6_THERE]:8080)" open "$(probe tcp $V6_THERE 8080)"
+check_match "fec0::2 $((CP + 3)) (the canary on the host's ::1) is closed" 'refused|timeout' \
+	"$(probe tcp fec0::2 $((CP + 3)) 1500)"
+check_match "fec0::2 $((CP + 4)) (the canary on ::) is closed" 'refused|timeout' \
+	"$(probe tcp fec0::2 $((CP + 4)) 1500)"
+check_match "the host's $V6_HERE $((CP + 4)) is closed" 'refused|timeout' \
+	"$(probe tcp $V6_HERE $((CP + 4)) 1500)"
 check "the canaries' log is there" test -f "$T/canary.log"
 check_absent "no canary saw a guest" cat "$T/canary.log"
 for c in $CLOSED; do

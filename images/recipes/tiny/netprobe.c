@@ -3,6 +3,8 @@
  * benchmarks (busybox's nc has no UDP and no timing).  Static, in the tiny
  * image.
  *
+ * IP is an IPv4 or an IPv6 address.
+ *
  *   netprobe tcp IP PORT [MS]       connect: prints "open", "refused" or
  *                                   "timeout" (after MS, default 2000)
  *   netprobe udp IP PORT [MS]       send "ping", wait for any answer:
@@ -39,18 +41,39 @@ static double now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int addr_of(const char *ip, const char *port, struct sockaddr_in *sa)
+/* An IPv4 or IPv6 address and a port. */
+struct addr {
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int family;
+};
+
+static int addr_of(const char *ip, const char *port, struct addr *a)
 {
-	memset(sa, 0, sizeof(*sa));
-	sa->sin_family = AF_INET;
-	sa->sin_port = htons((unsigned short)atoi(port));
-	return inet_pton(AF_INET, ip, &sa->sin_addr) == 1 ? 0 : -1;
+	struct sockaddr_in *v4 = (struct sockaddr_in *)&a->ss;
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&a->ss;
+	unsigned short p = htons((unsigned short)atoi(port));
+
+	memset(a, 0, sizeof(*a));
+	if (inet_pton(AF_INET, ip, &v4->sin_addr) == 1) {
+		v4->sin_family = a->family = AF_INET;
+		v4->sin_port = p;
+		a->len = sizeof(*v4);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, ip, &v6->sin6_addr) == 1) {
+		v6->sin6_family = a->family = AF_INET6;
+		v6->sin6_port = p;
+		a->len = sizeof(*v6);
+		return 0;
+	}
+	return -1;
 }
 
 /* A TCP connection to SA within MS: the socket, or -1 with *WHY. */
-static int tcp_connect(const struct sockaddr_in *sa, int ms, const char **why)
+static int tcp_connect(const struct addr *sa, int ms, const char **why)
 {
-	int fd = socket(AF_INET, SOCK_STREAM, 0), err = 0;
+	int fd = socket(sa->family, SOCK_STREAM, 0), err = 0;
 	socklen_t len = sizeof(err);
 	struct pollfd p;
 
@@ -58,7 +81,7 @@ static int tcp_connect(const struct sockaddr_in *sa, int ms, const char **why)
 	if (fd < 0)
 		return -1;
 	fcntl(fd, F_SETFL, O_NONBLOCK);
-	if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) < 0 && errno != EINPROGRESS)
+	if (connect(fd, (const struct sockaddr *)&sa->ss, sa->len) < 0 && errno != EINPROGRESS)
 		goto fail;
 	p.fd = fd;
 	p.events = POLLOUT;
@@ -81,7 +104,7 @@ fail:
 	return -1;
 }
 
-static int do_tcp(const struct sockaddr_in *sa, int ms)
+static int do_tcp(const struct addr *sa, int ms)
 {
 	const char *why;
 	int fd = tcp_connect(sa, ms, &why);
@@ -92,14 +115,14 @@ static int do_tcp(const struct sockaddr_in *sa, int ms)
 	return fd >= 0 ? 0 : 1;
 }
 
-static int do_udp(const struct sockaddr_in *sa, int ms)
+static int do_udp(const struct addr *sa, int ms)
 {
-	int fd = socket(AF_INET, SOCK_DGRAM, 0);
+	int fd = socket(sa->family, SOCK_DGRAM, 0);
 	char buf[512];
 	struct pollfd p;
 	ssize_t n;
 
-	if (fd < 0 || connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) < 0 ||
+	if (fd < 0 || connect(fd, (const struct sockaddr *)&sa->ss, sa->len) < 0 ||
 	    send(fd, "ping", 4, 0) != 4) {
 		puts("error");
 		return 1;
@@ -115,7 +138,7 @@ static int do_udp(const struct sockaddr_in *sa, int ms)
 	return n > 0 ? 0 : 1;
 }
 
-static int do_stream(const struct sockaddr_in *sa, const char *file)
+static int do_stream(const struct addr *sa, const char *file)
 {
 	const char *why;
 	char buf[4096], end[512];
@@ -162,7 +185,7 @@ static int do_stream(const struct sockaddr_in *sa, const char *file)
 	return 0;
 }
 
-static int do_send(const struct sockaddr_in *sa, long mib)
+static int do_send(const struct addr *sa, long mib)
 {
 	static char buf[1 << 16];
 	const char *why;
@@ -199,7 +222,7 @@ static int cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static int do_rtt(const struct sockaddr_in *sa, int count)
+static int do_rtt(const struct addr *sa, int count)
 {
 	const char *why;
 	int fd = tcp_connect(sa, 5000, &why), one = 1;
@@ -227,7 +250,7 @@ static int do_rtt(const struct sockaddr_in *sa, int count)
 
 int main(int argc, char **argv)
 {
-	struct sockaddr_in sa;
+	struct addr sa;
 
 	if (argc < 4 || addr_of(argv[2], argv[3], &sa) < 0) {
 		fputs("usage: netprobe tcp|udp IP PORT [MS] | stream IP PORT FILE | "

@@ -161,6 +161,20 @@ static void test_config_file(void)
 		close(fd);
 }
 
+/* file_read_trusted_link refuses PATH (check WHAT), saying HAS. */
+static void link_refused(const char *path, const char *what, const char *has)
+{
+	struct err e = { 0 };
+	char *s = file_read_trusted_link(path, 1024, &e);
+
+	char said[160];
+
+	check(s == NULL, "%s", what);
+	snprintf(said, sizeof(said), "  saying '%s'", has);
+	check_has(e.msg, has, said);
+	free(s);
+}
+
 /* TLS files through a symbolic link, as certbot lays them out: live/NAME
  * -> ../archive/NAME1 (file_read_trusted_link). */
 static void test_link(void)
@@ -193,22 +207,15 @@ static void test_link(void)
 	if (symlink("../archive/key1.pem", theirs) < 0 ||
 	    lchown(theirs, OTHER_UID, OTHER_UID) < 0)
 		diag("symlink/lchown: %s", strerror(errno));
-	err_clear(&e);
-	s = file_read_trusted_link(theirs, 1024, &e);
-	check(s == NULL, "a link owned by another user is refused");
-	check_has(e.msg, "symbolic link owned by uid 65534", "  naming its owner");
-	free(s);
+	link_refused(theirs, "a link owned by another user is refused",
+		     "symbolic link owned by uid 65534");
 
 	/* A link to a link: the second one chooses the file. */
 	char twice[128];
 	sub(twice, sizeof(twice), "live/twice.pem");
 	if (symlink("key.pem", twice) < 0)
 		diag("symlink: %s", strerror(errno));
-	err_clear(&e);
-	s = file_read_trusted_link(twice, 1024, &e);
-	check(s == NULL, "a link to a link is refused");
-	check_has(e.msg, "is a symbolic link: refused", "  saying so");
-	free(s);
+	link_refused(twice, "a link to a link is refused", "is a symbolic link: refused");
 
 	/* The file it names is in a directory every user may write to. */
 	sub(open_dir, sizeof(open_dir), "open");
@@ -219,20 +226,13 @@ static void test_link(void)
 	write_file(loose, "KEY\n", 4);
 	if (symlink(loose, loose_link) < 0)
 		diag("symlink: %s", strerror(errno));
-	err_clear(&e);
-	s = file_read_trusted_link(loose_link, 1024, &e);
-	check(s == NULL, "a link to a file in a directory writable by others is refused");
-	check_has(e.msg, "mode 0777", "  naming the directory's mode");
-	free(s);
+	link_refused(loose_link, "a link to a file in a directory writable by others is refused",
+		     "mode 0777");
 
 	/* The file it names belongs to another user. */
 	if (chown(target, OTHER_UID, OTHER_UID) < 0)
 		diag("chown: %s", strerror(errno));
-	err_clear(&e);
-	s = file_read_trusted_link(link, 1024, &e);
-	check(s == NULL, "a link to another user's file is refused");
-	check_has(e.msg, "owned by uid 65534", "  naming the owner");
-	free(s);
+	link_refused(link, "a link to another user's file is refused", "owned by uid 65534");
 }
 
 int main(void)

@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <pwd.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -97,4 +98,26 @@ int daemon_start(const char *spec, const char *pidfile, const char *user, const 
 		return -1;
 	}
 	return fd;
+}
+
+int daemon_arg_int(const char *opt, const char *text, int lo, int hi, int *out)
+{
+	char *end;
+	long v = strtol(text, &end, 10);
+
+	if (!*text || *end || v < lo || v > hi) {
+		log_error("%s %s: expected a number from %d to %d", opt, text, lo, hi);
+		return -1;
+	}
+	*out = (int)v;
+	return 0;
+}
+
+int daemon_arg_log_level(const char *text)
+{
+	if (log_level_parse(text, &log_threshold) < 0) {
+		log_error("--log-level %s: use error, warn, info or debug", text);
+		return -1;
+	}
+	return 0;
 }

@@ -17,4 +17,11 @@ int daemon_drop_to(const char *user, const char *what);
  * -1 (logged). */
 int daemon_start(const char *spec, const char *pidfile, const char *user, const char *what);
 
+/* Option OPT's value TEXT as a number from LO to HI into *OUT; -1 (logged,
+ * naming OPT and the range) when it is not one. */
+int daemon_arg_int(const char *opt, const char *text, int lo, int hi, int *out);
+
+/* --log-level TEXT into the log's threshold; -1 (logged) when unknown. */
+int daemon_arg_log_level(const char *text);
+
 #endif

@@ -490,7 +490,6 @@ int main(int argc, char **argv)
 	const char *state = NULL, *listen_spec = "127.0.0.1:6080", *user = "berth-desktop";
 	const char *pidfile = NULL;
 	int c, lfd, max_fps = 60;
-	char *end;
 
 	log_init("berth-desktop");
 	beside_exe("desktop/page", "share/berth/desktop", page_dir, sizeof(page_dir));
@@ -505,26 +504,17 @@ int main(int argc, char **argv)
 		case 'P': snprintf(page_dir, sizeof(page_dir), "%s", optarg); break;
 		case 'N': snprintf(novnc_dir, sizeof(novnc_dir), "%s", optarg); break;
 		case 'f':
-			max_fps = (int)strtol(optarg, &end, 10);
-			if (!*optarg || *end || max_fps < 1 || max_fps > 1000) {
-				log_error("--max-fps %s: expected a number from 1 to 1000", optarg);
+			if (daemon_arg_int("--max-fps", optarg, 1, 1000, &max_fps) < 0)
 				return 2;
-			}
 			break;
 		case 'a':
-			max_unauth_per_addr = (int)strtol(optarg, &end, 10);
-			if (!*optarg || *end || max_unauth_per_addr < 1 ||
-			    max_unauth_per_addr > CONN_MAX) {
-				log_error("--max-unauth-per-addr %s: expected a number from 1 to %d",
-					  optarg, CONN_MAX);
+			if (daemon_arg_int("--max-unauth-per-addr", optarg, 1, CONN_MAX,
+					   &max_unauth_per_addr) < 0)
 				return 2;
-			}
 			break;
 		case 'L':
-			if (log_level_parse(optarg, &log_threshold) < 0) {
-				log_error("--log-level %s: use error, warn, info or debug", optarg);
+			if (daemon_arg_log_level(optarg) < 0)
 				return 2;
-			}
 			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;

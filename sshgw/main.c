@@ -281,19 +281,6 @@ static ssh_key host_key(const char *dir)
 	return key;
 }
 
-static int parse_int(const char *opt, const char *s, int lo, int hi, int *out)
-{
-	char *end;
-	long v = strtol(s, &end, 10);
-
-	if (!*s || *end || v < lo || v > hi) {
-		log_error("%s %s: expected a number from %d to %d", opt, s, lo, hi);
-		return -1;
-	}
-	*out = (int)v;
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -330,35 +317,33 @@ int main(int argc, char **argv)
 		case 'u': user = optarg; break;
 		case 'p': pidfile = optarg; break;
 		case 'm':
-			if (parse_int("--max-sessions", optarg, 1, 1000000, &max_sessions) < 0)
+			if (daemon_arg_int("--max-sessions", optarg, 1, 1000000, &max_sessions) < 0)
 				return 2;
 			break;
 		case 'k':
-			if (parse_int("--kex-timeout", optarg, 1, 3600, &g.kex_timeout_s) < 0)
+			if (daemon_arg_int("--kex-timeout", optarg, 1, 3600, &g.kex_timeout_s) < 0)
 				return 2;
 			break;
 		case 'a':
-			if (parse_int("--max-unauth-per-addr", optarg, 1, 100000,
+			if (daemon_arg_int("--max-unauth-per-addr", optarg, 1, 100000,
 				      &max_unauth_per_addr) < 0)
 				return 2;
 			break;
 		case 'g':
-			if (parse_int("--login-grace", optarg, 1, 3600, &g.login_grace_s) < 0)
+			if (daemon_arg_int("--login-grace", optarg, 1, 3600, &g.login_grace_s) < 0)
 				return 2;
 			break;
 		case 't':
-			if (parse_int("--max-auth-tries", optarg, 1, 100, &g.max_auth_tries) < 0)
+			if (daemon_arg_int("--max-auth-tries", optarg, 1, 100, &g.max_auth_tries) < 0)
 				return 2;
 			break;
 		case 'f':
-			if (parse_int("--auth-fail-limit", optarg, 1, 1000000, &w.auth_fail_limit) < 0)
+			if (daemon_arg_int("--auth-fail-limit", optarg, 1, 1000000, &w.auth_fail_limit) < 0)
 				return 2;
 			break;
 		case 'L':
-			if (log_level_parse(optarg, &log_threshold) < 0) {
-				log_error("--log-level %s: use error, warn, info or debug", optarg);
+			if (daemon_arg_log_level(optarg) < 0)
 				return 2;
-			}
 			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;

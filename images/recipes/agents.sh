@@ -184,23 +184,7 @@ run debootstrap --variant=minbase --arch=amd64 --cache-dir="$CACHE/agents/debs" 
 # --------------------------------------------------------- apt packages ---
 
 step "configuring apt"
-cat >"$R/etc/apt/sources.list" <<EOF
-deb $MIRROR $SUITE main
-deb $MIRROR $SUITE-updates main
-deb $SECURITY $SUITE-security main
-EOF
-# No documentation but the copyright files (man pages stay).
-cat >"$R/etc/dpkg/dpkg.cfg.d/berth-nodoc" <<'EOF'
-# berth agents image: no /usr/share/doc (but the copyright files) or info.
-path-exclude /usr/share/doc/*
-path-include /usr/share/doc/*/copyright
-path-exclude /usr/share/info/*
-EOF
-# Build-time only (removed below): no fsync per file, no daemon started by
-# a package script.
-echo force-unsafe-io >"$R/etc/dpkg/dpkg.cfg.d/berth-build-unsafe-io"
-printf '#!/bin/sh\nexit 101\n' >"$R/usr/sbin/policy-rc.d"
-chmod 755 "$R/usr/sbin/policy-rc.d"
+apt_configure
 mkdir -p "$R/etc/initramfs-tools/conf.d"
 # The initrd must boot any of hostd's machines, not the one that built it:
 # MODULES=list with the virtio drivers and ext4, rather than "most" (a
@@ -368,7 +352,7 @@ say "npm: ${npm_versions%; }; node $(inchroot node --version)"
 # --------------------------------------------------------------- cleanup ---
 
 step "cleaning up"
-rm -f "$R/etc/dpkg/dpkg.cfg.d/berth-build-unsafe-io" "$R/usr/sbin/policy-rc.d"
+apt_build_end
 echo 'man-db man-db/auto-update boolean true' | inchroot debconf-set-selections
 run inchroot mandb -q
 # Not `apt-get clean`: the archives are the cache, bind-mounted.  Only the

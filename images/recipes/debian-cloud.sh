@@ -115,22 +115,7 @@ run debootstrap --variant=minbase --arch=amd64 --cache-dir="$DEBS" "$SUITE" "$R"
 # --------------------------------------------------------- apt packages ---
 
 step "configuring apt"
-cat >"$R/etc/apt/sources.list" <<EOF
-deb $MIRROR $SUITE main
-deb $MIRROR $SUITE-updates main
-deb $SECURITY $SUITE-security main
-EOF
-cat >"$R/etc/dpkg/dpkg.cfg.d/no-doc" <<'EOF'
-# No /usr/share/doc (but the copyright files) or info pages.
-path-exclude /usr/share/doc/*
-path-include /usr/share/doc/*/copyright
-path-exclude /usr/share/info/*
-EOF
-# Build-time only (removed below): no fsync per file, no daemon started by
-# a package script.
-echo force-unsafe-io >"$R/etc/dpkg/dpkg.cfg.d/build-unsafe-io"
-printf '#!/bin/sh\nexit 101\n' >"$R/usr/sbin/policy-rc.d"
-chmod 755 "$R/usr/sbin/policy-rc.d"
+apt_configure
 echo localhost >"$R/etc/hostname"
 rm -f "$R/etc/resolv.conf"
 cp -L /etc/resolv.conf "$R/etc/resolv.conf"
@@ -196,7 +181,7 @@ cp "$R/usr/lib/grub/i386-pc/boot.img" "$WORK/boot.img"
 # --------------------------------------------------------------- cleanup ---
 
 step "cleaning up"
-rm -f "$R/etc/dpkg/dpkg.cfg.d/build-unsafe-io" "$R/usr/sbin/policy-rc.d"
+apt_build_end
 # Not `apt-get clean`: the archives are the cache, bind-mounted.  Only the
 # .debs the mirror no longer has leave it.
 run inchroot "${APT[@]}" autoclean

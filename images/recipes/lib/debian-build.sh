@@ -1,7 +1,8 @@
 # Sourced by the recipes that build a Debian root in a chroot (agents.sh,
 # debian-cloud.sh): progress, errors and the build log; a private mount
 # namespace; the work directory and its mounts, removed however the build
-# ends.  Not a recipe itself (hostd runs images/recipes/NAME.sh).
+# ends; apt's configuration in the root (apt_configure, apt_build_end).
+# Not a recipe itself (hostd runs images/recipes/NAME.sh).
 #
 # The recipe sets NAME (its name in messages) before sourcing this, and
 # LOG (the build log) and KEEPLOG (where the log is kept after the build)
@@ -128,3 +129,25 @@ inchroot() {
 		DEBIAN_FRONTEND=noninteractive DEBCONF_NONINTERACTIVE_SEEN=true \
 		chroot "$R" "$@"
 }
+
+# apt_configure: the root $R's apt sources ($MIRROR, $SECURITY, $SUITE and
+# its updates), no documentation but the copyright files (man pages stay),
+# and for the build only (apt_build_end removes them) no fsync per file and
+# no daemon started by a package script.
+apt_configure() {
+	cat >"$R/etc/apt/sources.list" <<EOF
+deb $MIRROR $SUITE main
+deb $MIRROR $SUITE-updates main
+deb $SECURITY $SUITE-security main
+EOF
+	cat >"$R/etc/dpkg/dpkg.cfg.d/berth-nodoc" <<'EOF'
+# berth: no /usr/share/doc (but the copyright files) or info pages.
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/info/*
+EOF
+	echo force-unsafe-io >"$R/etc/dpkg/dpkg.cfg.d/berth-build-unsafe-io"
+	printf '#!/bin/sh\nexit 101\n' >"$R/usr/sbin/policy-rc.d"
+	chmod 755 "$R/usr/sbin/policy-rc.d"
+}
+apt_build_end() { rm -f "$R/etc/dpkg/dpkg.cfg.d/berth-build-unsafe-io" "$R/usr/sbin/policy-rc.d"; }

@@ -78,28 +78,9 @@ for a in $CLOSED; do
 done
 
 # ---- canaries on the host: every connection is logged ----
-cat >"$T/canary.py" <<'EOF'
-import socket, sys, threading
-log = open(sys.argv[1], "a", buffering=1)
-def tcp(fam, addr, port):
-    s = socket.socket(fam); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((addr, port)); s.listen(16)
-    while True:
-        c, a = s.accept(); log.write("tcp %s %d from %s\n" % (addr, port, a[0])); c.close()
-def udp(addr, port):
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((addr, port))
-    while True:
-        d, a = s.recvfrom(2048); log.write("udp %s %d from %s\n" % (addr, port, a[0])); s.sendto(b"x", a)
-port = int(sys.argv[2])
-threading.Thread(target=tcp, args=(socket.AF_INET, "127.0.0.1", port), daemon=True).start()
-threading.Thread(target=tcp, args=(socket.AF_INET6, "::1", port + 1), daemon=True).start()
-threading.Thread(target=tcp, args=(socket.AF_INET, "0.0.0.0", port + 2), daemon=True).start()
-threading.Thread(target=udp, args=("0.0.0.0", port + 3), daemon=True).start()
-print("ready", flush=True)
-threading.Event().wait()
-EOF
 CP=$(free_port)
-python3 "$T/canary.py" "$T/canary.log" "$CP" >"$T/canary.out" 2>&1 &
+python3 "$ROOT/tests/canary.py" "$T/canary.log" "tcp:127.0.0.1:$CP" "tcp:[::1]:$((CP + 1))" \
+	"tcp:0.0.0.0:$((CP + 2))" "udp:0.0.0.0:$((CP + 3))" >"$T/canary.out" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 50); do grep -q ready "$T/canary.out" 2>/dev/null && break; sleep 0.1; done
 

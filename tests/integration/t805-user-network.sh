@@ -30,41 +30,13 @@ ip -6 addr add $V6_HERE/64 dev "$INET_VH" nodad &&
 # TCP 8080 (IPv4 and IPv6) and UDP 5300 on every address of the namespace;
 # canaries on the host (127.0.0.1 CP, 0.0.0.0 CP+1 TCP and CP+2 UDP, ::1
 # CP+3, :: CP+4) log who came.
-cat >"$T/srv.py" <<'PY'
-import socket, sys, threading
-log = open(sys.argv[1], "a", buffering=1)
-def tcp(addr, port):
-    if ":" in addr:
-        s = socket.socket(socket.AF_INET6); s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-    else:
-        s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((addr, port)); s.listen(16)
-    while True:
-        c, a = s.accept(); log.write("tcp %s %d from %s\n" % (addr, port, a[0])); c.close()
-def udp(addr, port):
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((addr, port))
-    while True:
-        d, a = s.recvfrom(2048); log.write("udp %s %d from %s\n" % (addr, port, a[0])); s.sendto(b"x", a)
-if sys.argv[2] == "inet":
-    threading.Thread(target=tcp, args=("0.0.0.0", 8080), daemon=True).start()
-    threading.Thread(target=tcp, args=("::", 8080), daemon=True).start()
-    # Bound to the address asked: an answer must come from it.
-    threading.Thread(target=udp, args=(sys.argv[3], 5300), daemon=True).start()
-else:
-    p = int(sys.argv[2])
-    threading.Thread(target=tcp, args=("127.0.0.1", p), daemon=True).start()
-    threading.Thread(target=tcp, args=("0.0.0.0", p + 1), daemon=True).start()
-    threading.Thread(target=udp, args=("0.0.0.0", p + 2), daemon=True).start()
-    threading.Thread(target=tcp, args=("::1", p + 3), daemon=True).start()
-    threading.Thread(target=tcp, args=("::", p + 4), daemon=True).start()
-print("ready", flush=True)
-threading.Event().wait()
-PY
-ip netns exec "$INET_NS" python3 "$T/srv.py" "$T/inet.log" inet "$HOST" >"$T/inet.out" 2>&1 &
+# UDP bound to the address asked: an answer must come from it.
+ip netns exec "$INET_NS" python3 "$ROOT/tests/canary.py" "$T/inet.log" \
+	tcp:0.0.0.0:8080 "tcp:[::]:8080" "udp:$HOST:5300" >"$T/inet.out" 2>&1 &
 PIDS+=($!)
 CP=$(free_port)
-python3 "$T/srv.py" "$T/canary.log" "$CP" >"$T/canary.out" 2>&1 &
+python3 "$ROOT/tests/canary.py" "$T/canary.log" "tcp:127.0.0.1:$CP" "tcp:0.0.0.0:$((CP + 1))" \
+	"udp:0.0.0.0:$((CP + 2))" "tcp:[::1]:$((CP + 3))" "tcp:[::]:$((CP + 4))" >"$T/canary.out" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do
 	grep -q ready "$T/inet.out" 2>/dev/null && grep -q ready "$T/canary.out" 2>/dev/null && break

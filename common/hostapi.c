@@ -6,35 +6,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/util.h"
 #include "common/banned.h"
 
 /* How long a call tries to connect while hostd's listen backlog is full. */
 #define CONNECT_WAIT_MS 5000
 
-static int64_t mono_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* curl_easy_perform, tried again while the connect finds the socket's
  * listen backlog full, for CONNECT_WAIT_MS at most: nothing was sent.
- * (connect gives EAGAIN then, which libcurl takes for a connect in
- * progress; the socket then polls as hung up with no error, and libcurl
- * fails the connect with OS errno 0 or EAGAIN.  A missing socket or no
- * hostd behind it, ENOENT and ECONNREFUSED, fail at once.)  A local user's storm of connects keeps that backlog full, and
- * each try then gets a place in it as soon as hostd accepts one (hostd
- * refuses the storm's beyond its caps after the accept): root's and the
- * gateways' calls get through. */
+ * A local user's storm of connects keeps that backlog full, and each try
+ * then gets a place in it as soon as hostd accepts one (hostd refuses the
+ * storm's beyond its caps after the accept): root's and the gateways'
+ * calls get through.  (connect gives EAGAIN then, which libcurl takes for
+ * a connect in progress; the socket then polls as hung up with no error,
+ * and libcurl fails the connect with OS errno 0 or EAGAIN.  A missing
+ * socket or no hostd behind it, ENOENT or ECONNREFUSED, fails at once.) */
 static CURLcode perform(CURL *h)
 {
-	int64_t t0 = mono_now_ms();
+	int64_t t0 = mono_ms();
 	useconds_t pause = 1000;
 	CURLcode rc;
 	long os_errno;
@@ -44,7 +36,7 @@ static CURLcode perform(CURL *h)
 		os_errno = 0;
 		if (rc != CURLE_COULDNT_CONNECT ||
 		    curl_easy_getinfo(h, CURLINFO_OS_ERRNO, &os_errno) != CURLE_OK ||
-		    (os_errno != 0 && os_errno != EAGAIN) || mono_now_ms() - t0 >= CONNECT_WAIT_MS)
+		    (os_errno != 0 && os_errno != EAGAIN) || mono_ms() - t0 >= CONNECT_WAIT_MS)
 			return rc;
 		usleep(pause);
 		if (pause < 50000)

@@ -68,8 +68,8 @@ char *file_read_trusted(const char *path, size_t max, struct err *e);
  * live/ files are, into archive/) when the link belongs to root (or the
  * calling process's user), the directory it is in and the one of the file
  * it names pass dir_check_trusted, and that file is no link itself; the
- * file is then read as file_read_trusted reads it.  For TLS certificates and keys, which other
- * tools renew by replacing the link. */
+ * file is then read as file_read_trusted reads it.  For TLS certificates
+ * and keys, which other tools renew by replacing the link. */
 char *file_read_trusted_link(const char *path, size_t max, struct err *e);
 /* DIR (resolved) and every directory above it up to / belong to root (or
  * the calling process's user) and are not writable by group or others; a

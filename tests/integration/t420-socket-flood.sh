@@ -144,7 +144,8 @@ unflood
 # A storm: the flooder connects and closes as fast as it can, holding
 # nothing, which keeps the socket's listen backlog full (hostd accepts
 # fewer a second).  The CLI's connect waits for a place in it: root's and
-# another user's berth ls answer every time, within 2 s.
+# another user's berth ls answer every time, within 5 s (the clients'
+# wait; 0.3 s alone here, up to 1 s beside the rest of the suite).
 as_argv "$FU"
 "${AS[@]}" "$PY" "$FLOOD" storm "$STATE/hostd.sock" 12 >"$T/storm.out" 2>&1 &
 STORM_PID=$!
@@ -160,7 +161,7 @@ for i in 1 2 3 4 5 6; do
 	rc=$?
 	[ "$rc" -eq 0 ] && storm_ok=$((storm_ok + 1))
 	[ "$rc" -eq 0 ] || sed 's/^/#   /' "$T/ms.out"
-	[ "$t" -lt 2000 ] || storm_slow=$((storm_slow + 1))
+	[ "$t" -lt 5000 ] || storm_slow=$((storm_slow + 1))
 	storm_ms+="$t "
 	sleep 0.5
 done
@@ -169,7 +170,7 @@ diag "the storm: $(cat "$T/storm.out"); berth ls took ${storm_ms}ms"
 check "the storm made connects fail (its backlog was full)" \
 	test "$(sed -n 's/.*failed=\([0-9]*\).*/\1/p' "$T/storm.out")" -gt 0
 check_eq "during a storm of connects, root's and $OTHER's berth ls answer 6 of 6 times" 6 "$storm_ok"
-check_eq "  each within 2 s" 0 "$storm_slow"
+check_eq "  each within 5 s" 0 "$storm_slow"
 
 # The reserve: users may hold 600 - 100 together; a flooder allowed more
 # than that on its own takes them all, and root and the gateway still

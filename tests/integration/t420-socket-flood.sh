@@ -145,7 +145,7 @@ unflood
 # nothing, which keeps the socket's listen backlog full (hostd accepts
 # fewer a second).  The CLI's connect waits for a place in it: root's and
 # another user's berth ls answer every time, within 5 s (the clients'
-# wait; 0.3 s alone here, up to 1 s beside the rest of the suite).
+# wait; 0.3 s alone here, up to 1.65 s in a full run).
 as_argv "$FU"
 "${AS[@]}" "$PY" "$FLOOD" storm "$STATE/hostd.sock" 12 >"$T/storm.out" 2>&1 &
 STORM_PID=$!

@@ -435,8 +435,9 @@ static int parent_trusted(const char *path, const char *what, struct err *e)
 
 char *file_read_trusted_link(const char *path, size_t max, struct err *e)
 {
-	char real[PATH_MAX];
+	char dir[PATH_MAX], to[PATH_MAX], real[PATH_MAX];
 	struct stat st;
+	ssize_t n;
 
 	if (lstat(path, &st) < 0 || !S_ISLNK(st.st_mode))
 		return file_read_trusted(path, max, e);
@@ -446,28 +447,26 @@ char *file_read_trusted_link(const char *path, size_t max, struct err *e)
 			(unsigned)st.st_uid, geteuid() ? " or this daemon's user" : "");
 		return NULL;
 	}
-	if (parent_trusted(path, "the symbolic link's directory", e) < 0)
+	if ((size_t)snprintf(dir, sizeof(dir), "%s", path) >= sizeof(dir)) {
+		err_set(e, 400, "untrusted_file", "%s: path too long", path);
+		return NULL;
+	}
+	const char *d = dirname(dir);
+	if (dir_check_trusted(d, "the symbolic link's directory", e) < 0)
 		return NULL;
 	/* One link only: what it names must be the file (file_read_trusted
 	 * refuses another link), so no link elsewhere, of someone else's,
 	 * chooses which file is read. */
-	char to[PATH_MAX];
-	ssize_t n = readlink(path, to, sizeof(to) - 1);
+	n = readlink(path, to, sizeof(to) - 1);
 	if (n < 0) {
 		err_errno(e, errno, "readlink %s", path);
 		return NULL;
 	}
 	to[n] = '\0';
-	if (to[0] == '/') {
-		xsnprintf(real, sizeof(real), "%s", to);
-	} else {
-		char copy[PATH_MAX];
-		xsnprintf(copy, sizeof(copy), "%s", path);
-		if ((size_t)snprintf(real, sizeof(real), "%s/%s", dirname(copy), to) >=
-		    sizeof(real)) {
-			err_set(e, 400, "untrusted_file", "%s: the path it links to is too long", path);
-			return NULL;
-		}
+	if ((size_t)(to[0] == '/' ? snprintf(real, sizeof(real), "%s", to)
+				 : snprintf(real, sizeof(real), "%s/%s", d, to)) >= sizeof(real)) {
+		err_set(e, 400, "untrusted_file", "%s: the path it links to is too long", path);
+		return NULL;
 	}
 	if (parent_trusted(real, "the linked file's directory", e) < 0)
 		return NULL;

@@ -165,9 +165,7 @@ static void test_config_file(void)
 static void link_refused(const char *path, const char *what, const char *has)
 {
 	struct err e = { 0 };
-	char *s = file_read_trusted_link(path, 1024, &e);
-
-	char said[160];
+	char *s = file_read_trusted_link(path, 1024, &e), said[160];
 
 	check(s == NULL, "%s", what);
 	snprintf(said, sizeof(said), "  saying '%s'", has);

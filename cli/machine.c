@@ -217,9 +217,9 @@ out:
 
 int cmd_exec(struct client *c, int argc, char **argv)
 {
-	const char *name = NULL;
+	const char *name = NULL, *v;
 	bool wake = true;
-	int i, status = 255;
+	int i, status = 255, connect_ms = 15000;
 	char path[256], err[1024];
 	json_t *body, *r;
 	char *cmd;
@@ -227,13 +227,22 @@ int cmd_exec(struct client *c, int argc, char **argv)
 	for (i = 1; i < argc && strcmp(argv[i], "--"); i++) {
 		if (!strcmp(argv[i], "--no-wake"))
 			wake = false;
-		else if (argv[i][0] != '-' && !name)
+		else if ((v = cli_optval(argc, argv, &i, "--connect-timeout"))) {
+			char *end;
+			long s = strtol(v, &end, 10);
+			if (end == v || *end || s < 1 || s > 3600) {
+				fprintf(stderr, "berth exec: --connect-timeout '%s': "
+					"not a whole number of seconds from 1 to 3600\n", v);
+				return 2;
+			}
+			connect_ms = (int)s * 1000;
+		} else if (argv[i][0] != '-' && !name)
 			name = argv[i];
 		else
 			break;
 	}
 	if (!name || i >= argc || strcmp(argv[i], "--") || i + 1 >= argc) {
-		fprintf(stderr, "usage: berth exec NAME [--no-wake] -- CMD [ARGS...]\n");
+		fprintf(stderr, "usage: berth exec NAME [--no-wake] [--connect-timeout S] -- CMD [ARGS...]\n");
 		return 2;
 	}
 	if (!name_valid(name)) {
@@ -252,7 +261,7 @@ int cmd_exec(struct client *c, int argc, char **argv)
 	struct sshexec_target t = {
 		.host = cli_jstr(r, "host"), .port = (int)cli_jint(r, "port"),
 		.user = cli_jstr(r, "user"), .key_b64 = cli_jstr(r, "private_key"),
-		.connect_timeout_ms = 15000, .host_key = cli_jstr(r, "host_key"),
+		.connect_timeout_ms = connect_ms, .host_key = cli_jstr(r, "host_key"),
 	};
 	cmd = sshexec_quote(argv + i + 1);
 	if (!cmd) {

@@ -33,6 +33,33 @@ check_eq "stdout is separate" to-out "$out"
 check_eq "stderr is separate" to-err "$(cat "$T/err")"
 check_eq "arguments keep their quoting" "a b|c'd" "$(berth exec demo -- printf '%s|%s' 'a b' "c'd")"
 
+# --connect-timeout: the time berth exec gives the connection, handshake
+# and login (15 s by default).  The guest's SSH listener is frozen for 20 s
+# (a guest too slow to answer): 2 s gives up in about 2 s, 60 s outlasts
+# the freeze, and the default 15 s would not.
+for v in 0 abc 5s 3601; do
+	out=$(berth exec demo --connect-timeout "$v" -- true 2>&1)
+	rc=$?
+	check_eq "exec --connect-timeout $v is refused (exit 2)" 2 "$rc"
+	check_match "... naming the option and the value" "--connect-timeout '$v': not a whole number of seconds" "$out"
+done
+berth exec demo -- sh -c 'for d in /proc/[0-9]*; do
+	[ "$(cat $d/comm 2>/dev/null)" = dropbear ] && grep -q "^PPid:[[:space:]]*1$" $d/status && l=${d#/proc/}
+done
+setsid sh -c "sleep 20; kill -CONT $l" </dev/null >/dev/null 2>&1 &
+kill -STOP $l'
+t0=$(date +%s.%N)
+berth exec demo --connect-timeout 2 -- true 2>"$T/err"
+rc=$?
+t1=$(date +%s.%N)
+check_eq "exec --connect-timeout 2 with the listener frozen: exit 255" 255 "$rc"
+check_match "... saying it timed out" "berth exec demo: .*timed out" "$(cat "$T/err")"
+check "... within 10 s, not the default 15" awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 10) }'
+check_eq "exec --connect-timeout 60 outlasts the freeze" ok "$(berth exec demo --connect-timeout 60 -- echo ok)"
+t2=$(date +%s.%N)
+diag "connect-timeout 2 gave up in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s; 60 answered after $(awk -v a="$t1" -v b="$t2" 'BEGIN { printf "%.1f", b - a }') s"
+check "... after more than 15 s (the default would have given up)" awk -v a="$t1" -v b="$t2" 'BEGIN { exit !(b - a > 15) }'
+
 berth exec demo -- sh -c 'echo persisted > /root/file; sync'
 out=$(berth stop demo --json)
 check_eq "stop: stopped" stopped "$(echo "$out" | json state)"

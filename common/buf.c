@@ -91,6 +91,80 @@ void buf_add_shquoted(struct buf *b, const char *s)
 	buf_adds(b, "'");
 }
 
+static const char b64_chars[] =
+	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+void buf_add_base64(struct buf *b, const void *data, size_t len)
+{
+	const unsigned char *p = data;
+	char q[4];
+	size_t i;
+
+	buf_reserve(b, (len + 2) / 3 * 4);
+	for (i = 0; i + 2 < len; i += 3) {
+		q[0] = b64_chars[p[i] >> 2];
+		q[1] = b64_chars[(p[i] & 3) << 4 | p[i + 1] >> 4];
+		q[2] = b64_chars[(p[i + 1] & 15) << 2 | p[i + 2] >> 6];
+		q[3] = b64_chars[p[i + 2] & 63];
+		buf_add(b, q, 4);
+	}
+	if (i < len) {
+		q[0] = b64_chars[p[i] >> 2];
+		if (i + 1 < len) {
+			q[1] = b64_chars[(p[i] & 3) << 4 | p[i + 1] >> 4];
+			q[2] = b64_chars[(p[i + 1] & 15) << 2];
+		} else {
+			q[1] = b64_chars[(p[i] & 3) << 4];
+			q[2] = '=';
+		}
+		q[3] = '=';
+		buf_add(b, q, 4);
+	}
+}
+
+static int b64_value(char c)
+{
+	const char *p = c ? strchr(b64_chars, c) : NULL;
+
+	return p ? (int)(p - b64_chars) : -1;
+}
+
+int buf_add_unbase64(struct buf *b, const char *s, size_t len)
+{
+	size_t i, start = b->len;
+	unsigned acc = 0;
+	int bits = 0, v;
+	unsigned char c;
+
+	size_t pad = 0;
+
+	/* Padding: at most two '=', only at the end, to a multiple of 4. */
+	while (len > 0 && s[len - 1] == '=') {
+		len--;
+		pad++;
+	}
+	if (pad > 2 || (pad && ((len + pad) & 3)) || (len & 3) == 1)
+		return -1;
+	for (i = 0; i < len; i++) {
+		v = b64_value(s[i]);
+		if (v < 0) {
+			b->len = start;
+			if (b->data)
+				b->data[start] = '\0';
+			return -1;
+		}
+		acc = acc << 6 | (unsigned)v;
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			c = (unsigned char)(acc >> bits);
+			buf_add(b, &c, 1);
+			acc &= (1u << bits) - 1;
+		}
+	}
+	return 0;
+}
+
 const char *buf_str(const struct buf *b)
 {
 	return b->data ? b->data : "";

@@ -28,6 +28,12 @@ void buf_add_json_str(struct buf *b, const char *s);
 /* Append S quoted for a POSIX shell (for logs and dry-run records only:
  * berth never runs a shell on it). */
 void buf_add_shquoted(struct buf *b, const char *s);
+/* Append LEN bytes of DATA as base64 (RFC 4648, padded, no line breaks). */
+void buf_add_base64(struct buf *b, const void *data, size_t len);
+/* Append the bytes that the base64 text S (LEN characters; padded or not,
+ * no whitespace) stands for.  0, or -1 (nothing appended) when S is not
+ * base64. */
+int buf_add_unbase64(struct buf *b, const char *s, size_t len);
 /* Return the contents ("" when empty); the buffer keeps ownership. */
 const char *buf_str(const struct buf *b);
 /* Hand the contents to the caller (free() it); the buffer is emptied. */

@@ -53,10 +53,25 @@ static size_t on_data(char *p, size_t size, size_t n, void *data)
 int hostapi_call(const char *sock, const char *method, const char *path, json_t *body,
 		 long *status, json_t **resp, char *err, size_t errlen)
 {
+	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	int ret;
+
+	if (body && !text)
+		abort();
+	ret = hostapi_send(sock, method, path, text, text ? strlen(text) : 0,
+			   text ? "application/json" : NULL, status, resp, err, errlen);
+	free(text);
+	return ret;
+}
+
+int hostapi_send(const char *sock, const char *method, const char *path, const void *data,
+		 size_t len, const char *type, long *status, json_t **resp, char *err,
+		 size_t errlen)
+{
 	CURL *h = curl_easy_init();
 	struct curl_slist *hdrs = NULL;
 	struct buf out = BUF_INIT;
-	char url[1024], *text = NULL;
+	char url[1024], ctype[128];
 	CURLcode rc;
 	int ret = -1;
 
@@ -76,10 +91,11 @@ int hostapi_call(const char *sock, const char *method, const char *path, json_t 
 	/* No timeout: a wake waits for a boot, an image build for its recipe,
 	 * and hostd bounds those itself. */
 	hdrs = curl_slist_append(hdrs, "Expect:");
-	if (body) {
-		text = json_dumps(body, JSON_COMPACT);
-		hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
-		curl_easy_setopt(h, CURLOPT_POSTFIELDS, text);
+	if (type) {
+		snprintf(ctype, sizeof(ctype), "Content-Type: %s", type);
+		hdrs = curl_slist_append(hdrs, ctype);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, len ? data : "");
 	}
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
 	rc = perform(h);
@@ -93,7 +109,6 @@ int hostapi_call(const char *sock, const char *method, const char *path, json_t 
 		*resp = json_loadb(out.data, out.len, 0, NULL);
 	ret = 0;
 out:
-	free(text);
 	buf_free(&out);
 	curl_slist_free_all(hdrs);
 	curl_easy_cleanup(h);
@@ -106,7 +121,9 @@ struct stream {
 	uint64_t size;
 	hostapi_progress_fn fn;
 	void *data;
-	bool download;         /* a 2xx body goes to FD */
+	bool download;         /* a 2xx body goes to FD (or SINK) */
+	hostapi_sink_fn sink;
+	const char *json;      /* the request's body, JSON text (NULL: none) */
 	struct buf err_body;   /* any other body: hostd's JSON answer */
 	int io_errno;          /* a failed read or write of FD */
 };
@@ -137,6 +154,8 @@ static size_t on_write(char *p, size_t size, size_t n, void *data)
 		buf_add(&s->err_body, p, len);
 		return len;
 	}
+	if (s->sink)
+		return s->sink(p, len, s->data) == 0 ? len : 0;
 	while (done < len) {
 		ssize_t w = write(s->fd, p + done, len - done);
 		if (w < 0 && errno == EINTR)
@@ -184,7 +203,7 @@ static int transfer(const char *sock, const char *method, const char *path,
 	curl_easy_setopt(s->h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(s->h, CURLOPT_WRITEFUNCTION, on_write);
 	curl_easy_setopt(s->h, CURLOPT_WRITEDATA, s);
-	curl_easy_setopt(s->h, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(s->h, CURLOPT_NOPROGRESS, s->sink ? 1L : 0L);
 	curl_easy_setopt(s->h, CURLOPT_XFERINFOFUNCTION, on_progress);
 	curl_easy_setopt(s->h, CURLOPT_XFERINFODATA, s);
 	hdrs = curl_slist_append(hdrs, "Expect:");
@@ -196,6 +215,12 @@ static int transfer(const char *sock, const char *method, const char *path,
 		curl_easy_setopt(s->h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)s->size);
 		curl_easy_setopt(s->h, CURLOPT_UPLOAD_BUFFERSIZE, 1L << 20);
 		hdrs = curl_slist_append(hdrs, "Content-Type: application/octet-stream");
+	} else {
+		curl_easy_setopt(s->h, CURLOPT_CUSTOMREQUEST, method);
+		if (s->json) {
+			curl_easy_setopt(s->h, CURLOPT_POSTFIELDS, s->json);
+			hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+		}
 	}
 	curl_easy_setopt(s->h, CURLOPT_HTTPHEADER, hdrs);
 	rc = perform(s->h);
@@ -207,7 +232,9 @@ static int transfer(const char *sock, const char *method, const char *path,
 		goto out;
 	}
 	if (rc != CURLE_OK) {
-		if (*status)
+		if (*status && s->sink && rc == CURLE_WRITE_ERROR)
+			snprintf(err, errlen, "the transfer from berth-hostd was ended");
+		else if (*status)
 			snprintf(err, errlen, "the transfer from berth-hostd broke off: %s "
 				 "(hostd's log says why)", curl_easy_strerror(rc));
 		else
@@ -240,6 +267,22 @@ int hostapi_download(const char *sock, const char *path, int fd, hostapi_progres
 			    .err_body = BUF_INIT };
 
 	return transfer(sock, "GET", path, &s, false, status, resp, err, errlen);
+}
+
+int hostapi_stream(const char *sock, const char *method, const char *path, json_t *body,
+		   hostapi_sink_fn sink, void *data, long *status, json_t **resp, char *err,
+		   size_t errlen)
+{
+	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	struct stream s = { .download = true, .sink = sink, .data = data, .json = text,
+			    .err_body = BUF_INIT };
+	int ret;
+
+	if (body && !text)
+		abort();
+	ret = transfer(sock, method, path, &s, false, status, resp, err, errlen);
+	free(text);
+	return ret;
 }
 
 char *hostapi_escape(const char *s)

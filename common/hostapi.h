@@ -15,6 +15,20 @@
 int hostapi_call(const char *sock, const char *method, const char *path, json_t *body,
 		 long *status, json_t **resp, char *err, size_t errlen);
 
+/* METHOD PATH with the LEN bytes of DATA as the body, of Content-Type TYPE
+ * (NULL: no body).  Otherwise as hostapi_call. */
+int hostapi_send(const char *sock, const char *method, const char *path, const void *data,
+		 size_t len, const char *type, long *status, json_t **resp, char *err,
+		 size_t errlen);
+/* Called with each piece of a 2xx body as it arrives: 0, or -1 to end the
+ * transfer. */
+typedef int (*hostapi_sink_fn)(const char *p, size_t len, void *data);
+/* METHOD PATH with BODY (JSON; NULL: none); a 2xx body goes to SINK (with
+ * DATA) as it arrives, any other is parsed into *RESP.  Returns -1 with
+ * ERR also when the transfer breaks off or SINK ended it. */
+int hostapi_stream(const char *sock, const char *method, const char *path, json_t *body,
+		   hostapi_sink_fn sink, void *data, long *status, json_t **resp, char *err,
+		   size_t errlen);
 /* Called as bytes move: DONE so far of TOTAL (0 when unknown). */
 typedef void (*hostapi_progress_fn)(uint64_t done, uint64_t total, void *data);
 

@@ -232,22 +232,41 @@ static const struct sshexec_signal {
 	{ "WINCH", SIGWINCH },	{ "XCPU", SIGXCPU },	{ "XFSZ", SIGXFSZ },
 };
 
-/* The shell-style status of death by the named signal: 128+N, or 255 for a
- * name we do not know. */
-static int signal_status(const char *name)
+#define NSIGNALS (sizeof(sshexec_signals) / sizeof(sshexec_signals[0]))
+
+int sshexec_signal_number(const char *name)
 {
 	size_t i;
 
 	if (name == NULL)
-		return 255;
+		return 0;
 	if (strncmp(name, "SIG", 3) == 0)
 		name += 3;
-	for (i = 0; i < sizeof(sshexec_signals) / sizeof(sshexec_signals[0]);
-	     i++) {
+	for (i = 0; i < NSIGNALS; i++) {
 		if (strcmp(name, sshexec_signals[i].name) == 0)
-			return 128 + sshexec_signals[i].num;
+			return sshexec_signals[i].num;
 	}
-	return 255;
+	return 0;
+}
+
+const char *sshexec_signal_name(int num)
+{
+	size_t i;
+
+	for (i = 0; i < NSIGNALS; i++) {
+		if (sshexec_signals[i].num == num)
+			return sshexec_signals[i].name;
+	}
+	return NULL;
+}
+
+/* The shell-style status of death by the named signal: 128+N, or 255 for a
+ * name we do not know. */
+static int signal_status(const char *name)
+{
+	int n = sshexec_signal_number(name);
+
+	return n ? 128 + n : 255;
 }
 
 /* ---- quoting ---------------------------------------------------------- */
@@ -295,11 +314,18 @@ struct sshexec_run {
 	int fd_in;
 	int fd_out;
 	int fd_err;
+	int fd_ctl;		/* signals to send (sshexec_run_io), or -1 */
 	bool in_open;		/* still copying fd_in to the channel */
 	bool in_polled;		/* fd_in is in the event */
+	bool ctl_polled;	/* fd_ctl is in the event */
+	bool ended;		/* SSHEXEC_CTL_END arrived, or fd_ctl's writer went */
+	long long started;	/* now_ms() when the server took the command */
+	unsigned char held[16];	/* signals held until SSHEXEC_SIGNAL_HOLD_MS after it */
+	int nheld;
 	bool closed;		/* the server closed the channel */
 	bool have_status;
 	int status;		/* exit status, or 128+N after signal N */
+	char signal[16];	/* the signal's name after death by one */
 	int write_errno;	/* first failed write to fd_out/fd_err */
 	const char *write_what;	/* "stdout" or "stderr" */
 	int read_errno;		/* failed read of fd_in */
@@ -356,6 +382,57 @@ static void on_exit_signal(ssh_session session, ssh_channel channel,
 	(void)lang;
 	r->status = signal_status(signal);
 	r->have_status = true;
+	if (signal != NULL)
+		snprintf(r->signal, sizeof(r->signal), "%s",
+			 strncmp(signal, "SIG", 3) == 0 ? signal + 3 : signal);
+}
+
+/* A signal sent the moment the server took the command reaches the
+ * process the server forked before that process started the command (the
+ * server's own handlers then catch it, and it is lost): signals are held
+ * until this long after the command was taken. */
+#define SSHEXEC_SIGNAL_HOLD_MS 500
+
+static void send_signals(struct sshexec_run *r)
+{
+	const char *name;
+
+	for (int i = 0; i < r->nheld; i++) {
+		name = sshexec_signal_name(r->held[i]);
+		if (name != NULL)
+			ssh_channel_request_send_signal(r->channel, name);
+	}
+	r->nheld = 0;
+}
+
+/* fd_ctl is readable: each byte a signal to send, SSHEXEC_CTL_END (or the
+ * writer gone) the end of the run. */
+static int on_ctl(socket_t fd, int revents, void *userdata)
+{
+	struct sshexec_run *r = userdata;
+	unsigned char b[16];
+	ssize_t n, i;
+
+	(void)revents;
+	n = read(fd, b, sizeof(b));
+	if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	if (n <= 0) {
+		r->ended = true;
+		return 0;
+	}
+	for (i = 0; i < n; i++) {
+		if (b[i] == SSHEXEC_CTL_END) {
+			send_signals(r);
+			r->ended = true;
+			return 0;
+		}
+		if (r->nheld < (int)sizeof(r->held))
+			r->held[r->nheld++] = b[i];
+	}
+	if (now_ms() - r->started >= SSHEXEC_SIGNAL_HOLD_MS)
+		send_signals(r);
+	return 0;
 }
 
 /* fd_in is readable (or at EOF, or failed): move at most one window's worth
@@ -437,7 +514,14 @@ static int pump(ssh_session session, struct sshexec_run *r,
 		goto out;
 	}
 	in_event = true;
-	while (!r->closed && r->write_errno == 0 && r->read_errno == 0) {
+	if (r->fd_ctl >= 0) {
+		if (ssh_event_add_fd(ev, r->fd_ctl, POLLIN, on_ctl, r) != SSH_OK) {
+			set_err(err, errlen, t->host, t->port, "cannot poll the control pipe");
+			goto out;
+		}
+		r->ctl_polled = true;
+	}
+	while (!r->closed && !r->ended && r->write_errno == 0 && r->read_errno == 0) {
 		want_in = r->in_open && ssh_channel_window_size(r->channel) > 0;
 		if (want_in && !r->in_polled) {
 			if (ssh_event_add_fd(ev, r->fd_in, POLLIN, on_stdin,
@@ -453,8 +537,15 @@ static int pump(ssh_session session, struct sshexec_run *r,
 		}
 		/* Waits for the socket (and stdin); runs the callbacks.
 		 * libssh retries poll() on EINTR itself. */
-		if (ssh_event_dopoll(ev, -1) == SSH_ERROR)
+		int wait = -1;
+		if (r->nheld) {
+			long long left = r->started + SSHEXEC_SIGNAL_HOLD_MS - now_ms();
+			wait = left > 0 ? (int)left : 0;
+		}
+		if (ssh_event_dopoll(ev, wait) == SSH_ERROR)
 			break;
+		if (r->nheld && now_ms() - r->started >= SSHEXEC_SIGNAL_HOLD_MS)
+			send_signals(r);
 		if (!ssh_is_connected(session) ||
 		    (ssh_get_status(session) & (SSH_CLOSED | SSH_CLOSED_ERROR)))
 			break;
@@ -465,6 +556,9 @@ out:
 		if (r->in_polled)
 			ssh_event_remove_fd(ev, r->fd_in);
 		r->in_polled = false;
+		if (r->ctl_polled)
+			ssh_event_remove_fd(ev, r->fd_ctl);
+		r->ctl_polled = false;
 		if (in_event)
 			ssh_event_remove_session(ev, session);
 		ssh_event_free(ev);
@@ -755,6 +849,21 @@ int sshexec_run(const struct sshexec_target *t, const char *cmd,
 		int fd_in, int fd_out, int fd_err, int *status,
 		char *err, size_t errlen)
 {
+	struct sshexec_io io = { .in = fd_in, .out = fd_out, .err = fd_err, .ctl = -1 };
+
+	if (status == NULL) {
+		set_err(err, errlen, t ? t->host : NULL, t ? t->port : 0, "invalid arguments");
+		return -1;
+	}
+	if (sshexec_run_io(t, cmd, &io, err, errlen) < 0)
+		return -1;
+	*status = io.status;
+	return 0;
+}
+
+int sshexec_run_io(const struct sshexec_target *t, const char *cmd, struct sshexec_io *io,
+		   char *err, size_t errlen)
+{
 	struct ssh_channel_callbacks_struct cb;
 	struct sshexec_run r;
 	ssh_session session = NULL;
@@ -766,17 +875,20 @@ int sshexec_run(const struct sshexec_target *t, const char *cmd,
 	int ret = -1;
 
 	memset(&r, 0, sizeof(r));
-	r.fd_in = fd_in;
-	r.fd_out = fd_out;
-	r.fd_err = fd_err;
 	if (err != NULL && errlen > 0)
 		err[0] = '\0';
 	if (t == NULL || t->host == NULL || t->user == NULL ||
-	    t->key_b64 == NULL || cmd == NULL || status == NULL) {
+	    t->key_b64 == NULL || cmd == NULL || io == NULL) {
 		set_err(err, errlen, t ? t->host : NULL, t ? t->port : 0,
 			"invalid arguments");
 		goto out;
 	}
+	r.fd_in = io->in;
+	r.fd_out = io->out;
+	r.fd_err = io->err;
+	r.fd_ctl = io->ctl;
+	io->status = 0;
+	io->signal[0] = '\0';
 	timeout_ms = t->connect_timeout_ms > 0 ? t->connect_timeout_ms
 					       : SSHEXEC_DEFAULT_TIMEOUT_MS;
 	deadline = now_ms() + timeout_ms;
@@ -841,8 +953,9 @@ int sshexec_run(const struct sshexec_target *t, const char *cmd,
 	}
 
 	/* The command runs: no time limit on it or on its streams. */
+	r.started = now_ms();
 	set_timeout(session, 0);
-	r.in_open = fd_in >= 0;
+	r.in_open = r.fd_in >= 0;
 	if (!r.in_open)
 		ssh_channel_send_eof(channel);
 	if (pump(session, &r, t, err, errlen) < 0)
@@ -853,8 +966,16 @@ int sshexec_run(const struct sshexec_target *t, const char *cmd,
 		 * report what a local pipeline would, unless the command had
 		 * already ended. */
 		ssh_channel_close(channel);
-		*status = r.have_status ? r.status : 128 + SIGPIPE;
+		io->status = r.have_status ? r.status : 128 + SIGPIPE;
+		if (!r.have_status)
+			snprintf(io->signal, sizeof(io->signal), "PIPE");
+		else
+			snprintf(io->signal, sizeof(io->signal), "%s", r.signal);
 		ret = 0;
+		goto out;
+	}
+	if (r.ended && !r.closed) {
+		set_err(err, errlen, t->host, t->port, "ended before the command did");
 		goto out;
 	}
 	if (r.write_errno != 0) {
@@ -877,7 +998,8 @@ int sshexec_run(const struct sshexec_target *t, const char *cmd,
 			"the command ended without an exit status");
 		goto out;
 	}
-	*status = r.status;
+	io->status = r.status;
+	snprintf(io->signal, sizeof(io->signal), "%s", r.signal);
 	ret = 0;
 out:
 	if (session != NULL)	/* bound the goodbye packets' flushing */

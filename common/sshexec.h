@@ -71,6 +71,31 @@ int sshexec_run(const struct sshexec_target *t, const char *cmd,
 		int fd_in, int fd_out, int fd_err, int *status,
 		char *err, size_t errlen);
 
+/* What sshexec_run_io is given and reports. */
+struct sshexec_io {
+	int in, out, err;	/* as sshexec_run's FD_IN, FD_OUT, FD_ERR */
+	/* -1, or a descriptor (a pipe's read end) read while the command
+	 * runs: each byte a signal number (SIGTERM...) sent to the command
+	 * (an SSH "signal" request; OpenSSH and dropbear deliver it to the
+	 * process they started), SSHEXEC_CTL_END, or the writer closing it,
+	 * the end of the run: the channel is closed and -1 returned ("ended
+	 * before the command did") unless the command had ended. */
+	int ctl;
+	int status;		/* out: as sshexec_run's *STATUS */
+	char signal[16];	/* out: "TERM" when it died of a signal, else "" */
+};
+#define SSHEXEC_CTL_END 0
+
+/* sshexec_run with IO's descriptors, a control descriptor and the signal
+ * reported by name.  Returns as sshexec_run does. */
+int sshexec_run_io(const struct sshexec_target *t, const char *cmd, struct sshexec_io *io,
+		   char *err, size_t errlen);
+
+/* The number of signal NAME ("TERM" or "SIGTERM"), 0 when unknown; and
+ * the name of number NUM ("TERM"), NULL when unknown. */
+int sshexec_signal_number(const char *name);
+const char *sshexec_signal_name(int num);
+
 /*
  * Connect to T and authenticate with its key before DEADLINE (milliseconds
  * of CLOCK_MONOTONIC, see sshexec_now_ms): the first half of sshexec_run,

@@ -58,5 +58,45 @@ int main(void)
 	}
 	check(round_trip("", out, sizeof(out), json, sizeof(json)) == 0 && !strcmp(json, "\"\""),
 	      "empty string");
+
+	/* base64: RFC 4648's vectors both ways, every byte value, bad text. */
+	static const char *const vec[][2] = {
+		{ "", "" }, { "f", "Zg==" }, { "fo", "Zm8=" }, { "foo", "Zm9v" },
+		{ "foob", "Zm9vYg==" }, { "fooba", "Zm9vYmE=" }, { "foobar", "Zm9vYmFy" },
+	};
+	for (size_t i = 0; i < sizeof(vec) / sizeof(vec[0]); i++) {
+		struct buf e = BUF_INIT, d = BUF_INIT;
+		buf_add_base64(&e, vec[i][0], strlen(vec[i][0]));
+		check(!strcmp(buf_str(&e), vec[i][1]), "base64 of '%s' is '%s' (got '%s')",
+		      vec[i][0], vec[i][1], buf_str(&e));
+		check(buf_add_unbase64(&d, vec[i][1], strlen(vec[i][1])) == 0 &&
+		      d.len == strlen(vec[i][0]) && !memcmp(buf_str(&d), vec[i][0], d.len),
+		      "'%s' decodes to '%s'", vec[i][1], vec[i][0]);
+		buf_free(&e);
+		buf_free(&d);
+	}
+	{
+		unsigned char all[256];
+		struct buf e = BUF_INIT, d = BUF_INIT;
+		for (int i = 0; i < 256; i++)
+			all[i] = (unsigned char)i;
+		buf_add_base64(&e, all, sizeof(all));
+		check(buf_add_unbase64(&d, e.data, e.len) == 0 && d.len == 256 &&
+		      !memcmp(d.data, all, 256), "every byte value survives base64 both ways");
+		buf_reset(&d);
+		check(buf_add_unbase64(&d, "Zm9vYg", 6) == 0 && d.len == 4 &&
+		      !memcmp(d.data, "foob", 4), "unpadded base64 decodes");
+		static const char *const nots[] = { "Zm9vY", "Zm9v=", "Zg===", "Zm9v Yg==",
+						    "Zm=9", "Zm9v\n", "Zg=a", "====", "*A==" };
+		for (size_t i = 0; i < sizeof(nots) / sizeof(nots[0]); i++) {
+			buf_reset(&d);
+			buf_adds(&d, "kept");
+			check(buf_add_unbase64(&d, nots[i], strlen(nots[i])) < 0 &&
+			      !strcmp(buf_str(&d), "kept"), "'%s' is not base64, nothing appended",
+			      nots[i]);
+		}
+		buf_free(&e);
+		buf_free(&d);
+	}
 	return tap_done("test_buf");
 }

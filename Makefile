@@ -45,7 +45,8 @@ HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/busy.c hostd/config.c hostd/db.c
                hostd/gwkey.c hostd/sshkey.c hostd/egress.c hostd/net.c hostd/net_rules.c hostd/checkpoint.c hostd/userkeys.c hostd/sessions.c \
                hostd/transfer.c hostd/zmem.c hostd/billing.c hostd/usage.c hostd/sampler.c \
                hostd/prometheus.c \
-               hostd/idle.c hostd/tokens.c hostd/http.c hostd/desktop.c hostd/keyproof.c hostd/quota.c
+               hostd/idle.c hostd/tokens.c hostd/http.c hostd/desktop.c hostd/keyproof.c hostd/quota.c \
+               hostd/exec.c
 CLI_SRC     := cli/main.c cli/cli.c cli/client.c cli/up.c cli/image.c cli/usage.c \
                cli/token.c cli/info.c cli/key.c cli/machine.c
 SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/pool.c sshgw/algos.c

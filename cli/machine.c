@@ -2,14 +2,20 @@
  * one machine (show, set, start, stop, suspend, resume, restart, rm,
  * checkpoints, checkpoint, checkpoint rm, restore, fork, desktop), which are
  * rows of one table run by verb_run. */
+#include <errno.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "common/buf.h"
+#include "common/hostapi.h"
 #include "common/sshexec.h"
 #include "common/util.h"
 #include "common/banned.h"
@@ -215,11 +221,189 @@ out:
 	return rc;
 }
 
+/* ---- berth exec through hostd (every user but root) ----------------------
+ *
+ * POST /v1/machines/NAME/exec runs the command in hostd, which streams its
+ * output as NDJSON lines (hostd/exec.h); the CLI writes them to its stdout
+ * and stderr, and a thread sends its own stdin, piece by piece, to
+ * .../exec/ID/stdin once the first line gave the id. */
+struct api_exec {
+	char sock[PATH_MAX];    /* hostd's (a copy: the thread outlives cmd_exec) */
+	const char *name;       /* in argv */
+	struct buf line;        /* a line not complete yet */
+	_Atomic long long id;   /* from the first line; 0 before */
+	int status;             /* the exit status; 255 until the last line */
+	bool ended;             /* the last line came */
+	bool bad;               /* a line that did not parse */
+};
+
+static int write_fd(int fd, const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* One NDJSON line of the stream. */
+static int api_exec_line(struct api_exec *x, const char *s, size_t n)
+{
+	json_t *j = json_loadb(s, n, 0, NULL), *v;
+	struct buf out = BUF_INIT;
+	int rc = 0;
+
+	if (!json_is_object(j)) {
+		json_decref(j);
+		x->bad = true;
+		return -1;
+	}
+	if ((v = json_object_get(j, "id")) && json_is_integer(v)) {
+		if (json_integer_value(json_object_get(j, "woke_ms")) > 0)
+			fprintf(stderr, "woke %s: ready in %.1f s\n", x->name,
+				(double)json_integer_value(json_object_get(j, "woke_ms")) / 1000.0);
+		atomic_store(&x->id, (long long)json_integer_value(v));
+	} else if ((v = json_object_get(j, "stdout")) || (v = json_object_get(j, "stderr"))) {
+		int fd = json_object_get(j, "stdout") ? 1 : 2;
+		if (!json_is_string(v) ||
+		    buf_add_unbase64(&out, json_string_value(v), json_string_length(v)) < 0) {
+			x->bad = true;
+			rc = -1;
+		} else if (out.len && write_fd(fd, out.data, out.len) < 0) {
+			rc = -1;	/* nobody reads (EPIPE): end, as a pipeline would */
+			x->status = 141;
+			x->ended = true;
+		}
+	} else if ((v = json_object_get(j, "exit")) && json_is_integer(v)) {
+		x->status = (int)json_integer_value(v);
+		if (json_is_true(json_object_get(j, "timed_out")))
+			fprintf(stderr, "berth exec %s: the command timed out and was killed\n",
+				x->name);
+		x->ended = true;
+	} else if ((v = json_object_get(j, "error"))) {
+		fprintf(stderr, "berth exec %s: %s\n", x->name, hostapi_message(j, "failed"));
+		x->status = 255;
+		x->ended = true;
+	}
+	buf_free(&out);
+	json_decref(j);
+	return rc;
+}
+
+static int api_exec_sink(const char *p, size_t len, void *data)
+{
+	struct api_exec *x = data;
+	size_t start = 0;
+
+	buf_add(&x->line, p, len);
+	for (size_t i = 0; i < x->line.len; i++) {
+		if (x->line.data[i] != '\n')
+			continue;
+		if (api_exec_line(x, x->line.data + start, i - start) < 0)
+			return -1;
+		start = i + 1;
+	}
+	/* What is left is the start of the next line. */
+	memmove(x->line.data, x->line.data + start, x->line.len - start);
+	x->line.len -= start;
+	x->line.data[x->line.len] = '\0';
+	return 0;
+}
+
+/* The thread sending the CLI's stdin, 32 KiB a request, then its EOF. */
+static void *api_exec_stdin(void *arg)
+{
+	struct api_exec *x = arg;
+	char path[256], err[512], piece[32 * 1024];
+	long long id;
+	long status;
+	json_t *r;
+	ssize_t n;
+
+	while (!(id = atomic_load(&x->id)))
+		usleep(2000);
+	snprintf(path, sizeof(path), "/v1/machines/%s/exec/%lld/stdin", x->name, id);
+	for (;;) {
+		do
+			n = read(0, piece, sizeof(piece));
+		while (n < 0 && errno == EINTR);
+		if (n <= 0) {
+			snprintf(path, sizeof(path), "/v1/machines/%s/exec/%lld/stdin?eof=1",
+				 x->name, id);
+			if (hostapi_send(x->sock, "POST", path, "", 0, "application/octet-stream",
+					 &status, &r, err, sizeof(err)) == 0)
+				json_decref(r);
+			return NULL;
+		}
+		size_t done = 0;
+		while (done < (size_t)n) {
+			if (hostapi_send(x->sock, "POST", path, piece + done, (size_t)n - done,
+					 "application/octet-stream", &status, &r, err,
+					 sizeof(err)) < 0)
+				return NULL;
+			json_int_t w = json_integer_value(json_object_get(r, "written"));
+			json_decref(r);
+			/* 503 stdin_full: it took W; the rest again.  Anything
+			 * else but 200 (stdin closed, the command ended): stop. */
+			if (status != 200 && status != 503)
+				return NULL;
+			done += (size_t)w;
+		}
+	}
+}
+
+static int exec_api(struct client *c, const char *name, bool wake, int connect_ms, char **argv)
+{
+	/* Static: the stdin thread may still read it while the process exits. */
+	static struct api_exec x;
+	json_t *args = json_array(), *body, *r = NULL;
+	char path[256], err[1024];
+	pthread_t in;
+	long status;
+	int rc;
+
+	x = (struct api_exec){ .name = name, .line = BUF_INIT, .status = 255 };
+	snprintf(x.sock, sizeof(x.sock), "%s", c->sock);
+	for (; *argv; argv++)
+		json_array_append_new(args, json_string(*argv));
+	body = json_pack("{s:o, s:b, s:b}", "argv", args, "wake", wake, "stdin_open", true);
+	/* Unless given, hostd's own (a third of its boot_timeout, 20 s at least). */
+	if (connect_ms > 0)
+		json_object_set_new(body, "connect_timeout", json_integer(connect_ms / 1000));
+	snprintf(path, sizeof(path), "/v1/machines/%s/exec", name);
+	if (pthread_create(&in, NULL, api_exec_stdin, &x) == 0)
+		pthread_detach(in);
+	rc = hostapi_stream(c->sock, "POST", path, body, api_exec_sink, &x, &status, &r, err,
+			    sizeof(err));
+	json_decref(body);
+	if (status && (status < 200 || status > 299)) {
+		fprintf(stderr, "berth: %s\n", hostapi_message(r, "unexpected answer from hostd"));
+		json_decref(r);
+		buf_free(&x.line);
+		return 255;
+	}
+	json_decref(r);
+	if (x.bad)
+		fprintf(stderr, "berth exec %s: a line of hostd's answer did not parse\n", name);
+	else if (rc < 0 && !x.ended)
+		fprintf(stderr, "berth exec %s: %s\n", name, err);
+	else if (!x.ended)
+		fprintf(stderr, "berth exec %s: hostd's answer ended without the command's\n",
+			name);
+	buf_free(&x.line);
+	return x.ended ? x.status : 255;
+}
+
 int cmd_exec(struct client *c, int argc, char **argv)
 {
 	const char *name = NULL, *v;
 	bool wake = true;
-	int i, status = 255, connect_ms = 15000;
+	int i, status = 255, connect_ms = 0;
 	char path[256], err[1024];
 	json_t *body, *r;
 	char *cmd;
@@ -249,6 +433,13 @@ int cmd_exec(struct client *c, int argc, char **argv)
 		fprintf(stderr, "berth: invalid machine name '%s'\n", name);
 		return 2;
 	}
+	signal(SIGPIPE, SIG_IGN);
+	/* Root speaks SSH itself with the gateway key; every other user has
+	 * hostd run the command. */
+	if (geteuid() != 0)
+		return exec_api(c, name, wake, connect_ms, argv + i + 1);
+	if (connect_ms == 0)
+		connect_ms = 15000;
 	snprintf(path, sizeof(path), "/v1/machines/%s/ssh", name);
 	body = json_pack("{s:b}", "wake", wake);
 	if (cli_call(c, "POST", path, body, &r) < 0) {

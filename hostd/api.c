@@ -15,10 +15,12 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/sshexec.h"
 #include "common/util.h"
 #include "hostd/checkpoint.h"
 #include "hostd/db.h"
 #include "hostd/desktop.h"
+#include "hostd/exec.h"
 #include "hostd/idle.h"
 #include "hostd/keyproof.h"
 #include "hostd/image.h"
@@ -657,46 +659,22 @@ static struct reply ssh_credential(struct hostd *h, const char *owner, const cha
 				   bool wake, bool gateway)
 {
 	struct err e = { 0 };
-	struct machine m;
-	struct image img;
-	char host[64];
-	int port, r;
-	int64_t woke = -1;
+	struct machine_ssh s;
 	struct reply rep;
 
-	if (wake ? machine_wake(h, owner, name, true, &m, &woke, &e) < 0
-		 : machine_settle(h, owner, name, &m, &e) < 0)
-		goto failed;
-	if (m.state != MS_RUNNING) {
-		rep = fail_now(409, "not_running", "machine %s is %s", name, mstate_name(m.state));
-		json_object_set_new(rep.body, "state", json_string(mstate_name(m.state)));
-		return rep;
-	}
-	if (db_image_get(h->db, m.image, &img, &e) < 0)
-		return fail(&e);
-	r = machine_endpoint(h, &m, host, sizeof(host), &port, &e);
-	if (r < 0)
-		return fail(&e);
-	if (r > 0)
-		return fail_now(503, "no_address", "machine %s has no address yet", name);
-	/* The client checks the machine's host key before it sends anything
-	 * of the user's: the key is confirmed (or first pinned) now. */
-	if (machine_host_key(h, &m, &e) < 0) {
-		log_warn("%s; the client is given the key pinned so far", e.msg);
-		err_clear(&e);
-	}
-	/* A connection is about to start: the idle policy must not take the
-	 * machine away before its session or exec is registered. */
-	idle_touch(h, m.id, "connect");
-	return ok(200, json_pack("{s:s, s:i, s:s, s:s, s:s, s:I}", "host", host, "port", port,
-				 "user", img.user, "private_key", h->key.private_pem,
-				 "host_key", m.host_key, "woke_ms", (json_int_t)woke));
-failed:
+	if (machine_ssh(h, owner, name, wake, &s, &e) == 0)
+		return ok(200, json_pack("{s:s, s:i, s:s, s:s, s:s, s:I}", "host", s.host,
+					 "port", s.port, "user", s.user,
+					 "private_key", h->key.private_pem,
+					 "host_key", s.m.host_key, "woke_ms", (json_int_t)s.woke_ms));
 	/* No such machine (or it went while waking): the gateway's answer
 	 * must not tell another owner's machine from none. */
 	if (gateway && e.status == 404)
 		return fail_now(404, "no_machine", "no machine %s", name);
-	return fail(&e);
+	rep = fail(&e);
+	if (!strcmp(e.code, "not_running"))
+		json_object_set_new(rep.body, "state", json_string(mstate_name(s.m.state)));
+	return rep;
 }
 
 /* POST /v1/machines/NAME/ssh: the credential `berth exec` uses. */
@@ -813,6 +791,142 @@ static void export_free(void *cls)
 	export_end(xc->x);
 	quota_end(xc->h, xc->owner, QUOTA_EXPORTS);
 	free(xc);
+}
+
+/* POST /v1/machines/NAME/exec: the command's NDJSON stream (hostd/exec.h),
+ * read while it runs; the client's going ends it. */
+struct exec_call {
+	struct exec *x;
+	int fd;                 /* the client's connection, watched */
+};
+
+static ssize_t exec_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct exec_call *xc = cls;
+	ssize_t n = exec_read(xc->x, xc->fd, buf, max);
+
+	(void)pos;
+	if (n > 0)
+		return n;
+	return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void exec_done(void *cls)
+{
+	struct exec_call *xc = cls;
+
+	exec_release(xc->x);
+	free(xc);
+}
+
+static struct reply do_exec(struct call *c)
+{
+	struct err e = { 0 };
+	json_t *j = api_parse_body(c->body, exec_fields, &e);
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	struct exec *x;
+
+	if (!j)
+		return fail(&e);
+	x = exec_start(c->h, c->owner, c->arg[0], j, &e);
+	json_decref(j);
+	if (!x)
+		return fail(&e);
+	struct exec_call *xc = calloc(1, sizeof(*xc));
+	if (!xc)
+		abort();
+	*xc = (struct exec_call){ .x = x, .fd = ci ? ci->connect_fd : -1 };
+	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 << 10,
+								       exec_reader, xc, exec_done);
+	if (!resp) {
+		exec_done(xc);
+		return fail_now(500, "internal", "cannot create the exec response");
+	}
+	MHD_add_response_header(resp, "Content-Type", "application/x-ndjson");
+	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+	MHD_add_response_header(resp, "Cache-Control", "no-store");
+	return (struct reply){ 200, NULL, resp };
+}
+
+/* The id of {id} in an exec route: a positive number, or 0 (E set). */
+static int64_t exec_id(const char *s, struct err *e)
+{
+	char *end;
+	long long id = strtoll(s, &end, 10);
+
+	if (end == s || *end || id <= 0) {
+		err_set(e, 400, "invalid_id", "invalid command id '%s'", s);
+		return 0;
+	}
+	return id;
+}
+
+/* POST /v1/machines/NAME/exec/ID/stdin[?eof=1]: the body (bytes) to its
+ * stdin; then its EOF with eof=1. */
+static struct reply do_exec_stdin(struct call *c)
+{
+	struct err e = { 0 };
+	const char *eof = query_arg(c->conn, "eof");
+	int64_t id = exec_id(c->arg[1], &e);
+	ssize_t n;
+
+	if (!id)
+		return fail(&e);
+	if (eof && strcmp(eof, "1") && strcmp(eof, "0") && strcmp(eof, "true") &&
+	    strcmp(eof, "false"))
+		return fail_now(400, "invalid_query", "eof must be 1 or 0");
+	n = exec_stdin(c->h->execs, c->owner, c->arg[0], id, c->body->data, c->body->len,
+		       eof && (!strcmp(eof, "1") || !strcmp(eof, "true")), &e);
+	if (n < 0)
+		return fail(&e);
+	if ((size_t)n < c->body->len) {
+		struct reply rep = fail_now(503, "stdin_full", "command %lld took %zd of %zu "
+					    "bytes in 5 s (it does not read its stdin); send the "
+					    "rest again", (long long)id, n, c->body->len);
+		json_object_set_new(rep.body, "written", json_integer(n));
+		return rep;
+	}
+	return ok(200, json_pack("{s:I}", "written", (json_int_t)n));
+}
+
+/* POST /v1/machines/NAME/exec/ID/signal {"signal": "TERM"}. */
+static struct reply do_exec_signal(struct call *c)
+{
+	static const char *const allowed[] = { "signal", NULL };
+	struct err e = { 0 };
+	int64_t id = exec_id(c->arg[1], &e);
+	json_t *j;
+	int sig;
+
+	if (!id)
+		return fail(&e);
+	j = api_parse_body(c->body, allowed, &e);
+	if (!j)
+		return fail(&e);
+	json_t *s = json_object_get(j, "signal");
+	sig = json_is_string(s) ? sshexec_signal_number(json_string_value(s)) : 0;
+	if (!sig) {
+		json_decref(j);
+		return fail_now(400, "invalid_signal", "\"signal\" must name a signal (TERM, KILL, "
+				"INT, HUP, USR1...)");
+	}
+	json_decref(j);
+	if (exec_signal(c->h->execs, c->owner, c->arg[0], id, sig, &e) < 0)
+		return fail(&e);
+	return ok(200, json_pack("{s:I, s:s}", "id", (json_int_t)id, "signal",
+				 sshexec_signal_name(sig)));
+}
+
+/* GET /v1/machines/NAME/exec: the commands running in it. */
+static struct reply do_exec_list(struct call *c)
+{
+	struct err e = { 0 };
+	struct machine m;
+
+	if (db_machine_get(c->h->db, c->owner, c->arg[0], &m, &e) < 0)
+		return fail(&e);
+	return ok(200, exec_list_json(c->h->execs, c->owner, m.id));
 }
 
 /* GET /v1/machines/NAME/export[?checkpoint=C]: the disk as one zstd frame.
@@ -1653,6 +1767,10 @@ static const struct api_route routes[] = {
 	{ "POST", "/v1/machines/{name}/ssh", ROOT,
 	  .refusal = "only root may obtain SSH credentials", .fn = do_ssh },
 	{ "GET", "/v1/machines/{name}/export", ANYONE, .fn = do_export },
+	{ "POST", "/v1/machines/{name}/exec", ANYONE, .fn = do_exec },
+	{ "GET", "/v1/machines/{name}/exec", ANYONE, .fn = do_exec_list },
+	{ "POST", "/v1/machines/{name}/exec/{id}/stdin", ANYONE, .fn = do_exec_stdin },
+	{ "POST", "/v1/machines/{name}/exec/{id}/signal", ANYONE, .fn = do_exec_signal },
 	{ "POST", "/v1/machines/{name}/checkpoints", ANYONE, .fn = do_checkpoint },
 	{ "GET", "/v1/machines/{name}/checkpoints", ANYONE, .fn = do_checkpoints },
 	{ "DELETE", "/v1/machines/{name}/checkpoints/{ckpt}", ANYONE,

@@ -70,6 +70,7 @@ static const struct copt options[] = {
 	INT("max_memory_checkpoints", max_memory_checkpoints, 0, 100000),
 	INT("max_operations", max_operations, 0, 10000),
 	INT("max_exports", max_exports, 0, 10000),
+	INT("max_execs", max_execs, 0, 10000),
 	SIZE("max_body", max_body),
 	INT("api_max_connections", api_max_connections, 16, 65536),
 	INT("api_max_connections_per_user", api_max_connections_per_user, 1, 65536),
@@ -141,6 +142,7 @@ void config_defaults(struct config *c, const char *state_dir)
 	c->max_memory_checkpoints = 8;
 	c->max_operations = 8;
 	c->max_exports = 2;
+	c->max_execs = 16;
 	c->max_body = 64 << 10;
 	/* A thread each (1 MiB of stack reserved, little used); a user's 32
 	 * are many CLIs at once; the gateways open one per login. */

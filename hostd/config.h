@@ -55,6 +55,7 @@ struct config {
 	int max_memory_checkpoints;
 	int max_operations;            /* requests changing machines at once */
 	int max_exports;               /* exports at once */
+	int max_execs;                 /* commands running through the API at once */
 	uint64_t max_body;             /* largest API request body, bytes */
 	int api_max_connections;       /* the socket's connections at once, everyone's */
 	int api_max_connections_per_user; /* a user's (not root's or the gateway's) */

@@ -45,6 +45,7 @@ struct hostd {
 	struct keyproof *keyproof;  /* challenges of berth key add */
 	char dashboard_url[160];    /* the HTTP listener's, "" when off (hostd/http.c) */
 	struct desktop *desktop;    /* desktop tokens and STATE/desktop.sock */
+	struct execs *execs;        /* commands running through the API (hostd/exec.h) */
 
 	struct idle *idle;          /* the idle policy (hostd/idle.c) */
 	struct net *net;            /* network = routed (hostd/net.h); NULL otherwise */

@@ -15,6 +15,8 @@
 #include "hostd/machine_steps.h"
 #include "hostd/desktop.h"
 #include "hostd/egress.h"
+#include "hostd/exec.h"
+#include "hostd/idle.h"
 #include "hostd/memimage.h"
 #include "hostd/net.h"
 #include "hostd/prometheus.h"
@@ -602,6 +604,39 @@ int machine_endpoint(struct hostd *h, const struct machine *m, char *host,
 	return 0;
 }
 
+int machine_ssh(struct hostd *h, const char *owner, const char *name, bool wake,
+		struct machine_ssh *out, struct err *e)
+{
+	struct image img;
+	int r;
+
+	memset(out, 0, sizeof(*out));
+	out->woke_ms = -1;
+	if (wake ? machine_wake(h, owner, name, true, &out->m, &out->woke_ms, e) < 0
+		 : machine_settle(h, owner, name, &out->m, e) < 0)
+		return -1;
+	if (out->m.state != MS_RUNNING)
+		return err_set(e, 409, "not_running", "machine %s is %s", name,
+			       mstate_name(out->m.state));
+	if (db_image_get(h->db, out->m.image, &img, e) < 0)
+		return -1;
+	snprintf(out->user, sizeof(out->user), "%s", img.user);
+	r = machine_endpoint(h, &out->m, out->host, sizeof(out->host), &out->port, e);
+	if (r < 0)
+		return -1;
+	if (r > 0)
+		return err_set(e, 503, "no_address", "machine %s has no address yet", name);
+	/* The client checks the machine's host key before it sends anything
+	 * of the user's: the key is confirmed (or first pinned) now. */
+	struct err ke = { 0 };
+	if (machine_host_key(h, &out->m, &ke) < 0)
+		log_warn("%s; the client is given the key pinned so far", ke.msg);
+	/* A connection is about to start: the idle policy must not take the
+	 * machine away before its session or exec is registered. */
+	idle_touch(h, out->m.id, "connect");
+	return 0;
+}
+
 int machine_wait_ready(struct hostd *h, const struct machine *m, int timeout_s,
 		      struct err *e)
 {
@@ -862,6 +897,7 @@ int machine_delete(struct hostd *h, const char *owner, const char *name,
 		return -1;
 	/* A deleted machine has no sessions left. */
 	sessions_drop_machine(h->sessions, m.id);
+	execs_machine_gone(h->execs, m.id);
 	/* Nor viewers: their grants end, and the bridge drops them. */
 	desktop_revoke(h->desktop, m.owner, m.name, 0, NULL, NULL);
 	log_info("deleted machine %s/%s", m.owner, m.name);

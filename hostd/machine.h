@@ -86,6 +86,24 @@ int machine_host_key(struct hostd *h, struct machine *m, struct err *e);
 int machine_endpoint(struct hostd *h, const struct machine *m, char *host,
 		     size_t hostlen, int *port, struct err *e);
 
+/* Where and how an SSH client reaches a running machine as berth. */
+struct machine_ssh {
+	struct machine m;
+	char host[64];
+	int port;
+	char user[64];     /* its image's login user */
+	int64_t woke_ms;   /* machine_wake's; -1 when it was running */
+};
+/* OWNER's running machine NAME for an SSH connection about to start
+ * (berth exec's credential, hostd's own exec): woken first when WAKE
+ * (machine_wake), its host key confirmed or first pinned
+ * (machine_host_key; a failure there is logged and the key pinned so far
+ * used), and marked active for the idle policy.  0, or -1 with E: 409
+ * "not_running" (OUT->m holds the machine, with its state), 503
+ * "no_address", the lookup's or the wake's errors. */
+int machine_ssh(struct hostd *h, const char *owner, const char *name, bool wake,
+		struct machine_ssh *out, struct err *e);
+
 /* Start an operation OP (a string with static storage) on OWNER's machine
  * NAME: look it up, mark it busy, read it again under the mark and read
  * libvirt's state into *VS.  409 "busy" while it is being created or

@@ -32,6 +32,7 @@
 #include "common/util.h"
 #include "hostd/api.h"
 #include "hostd/desktop.h"
+#include "hostd/exec.h"
 #include "hostd/hostd.h"
 #include "hostd/idle.h"
 #include "hostd/keyproof.h"
@@ -384,6 +385,7 @@ int main(int argc, char **argv)
 	if (check_qemu_reachable(path, h.qemu_gid, &e) < 0)
 		goto fail;
 	h.sessions = sessions_new();
+	h.execs = execs_new();
 	h.keyproof = keyproof_new();
 	snprintf(path, sizeof(path), "%s/hostd.lock", state);
 	lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -466,6 +468,7 @@ int main(int argc, char **argv)
 			break;
 	}
 	log_info("signal %d: stopping (machines keep running)", sig);
+	execs_stop(h.execs);
 	http_stop(http);
 	api_stop(api);
 	unlink(path);
@@ -473,6 +476,7 @@ int main(int argc, char **argv)
 	goto out;
 fail:
 	log_error("%s", e.msg);
+	execs_stop(h.execs);
 	api_stop(api);
 out:
 	idle_stop(&h);
@@ -484,6 +488,7 @@ out:
 	gwkey_free(&h.key);
 	db_close(h.db);
 	sessions_free(h.sessions);
+	execs_free(h.execs);
 	keyproof_free(h.keyproof);
 	busy_free(h.busy);
 	if (lock_fd >= 0)

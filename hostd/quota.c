@@ -14,7 +14,7 @@ static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Work in flight per owner: a small table, found by name. */
 struct inflight {
 	char owner[64];
-	int n[2];
+	int n[3];
 };
 static pthread_mutex_t inflight_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct inflight *inflight;
@@ -77,6 +77,7 @@ int quota_use(struct hostd *h, const char *owner, bool checkpoints, struct quota
 	if ((f = inflight_of(owner, false))) {
 		u->operations = f->n[QUOTA_OPERATIONS];
 		u->exports = f->n[QUOTA_EXPORTS];
+		u->execs = f->n[QUOTA_EXECS];
 	}
 	pthread_mutex_unlock(&inflight_lock);
 	return 0;
@@ -192,11 +193,15 @@ int quota_check_checkpoint(struct hostd *h, const struct machine *m, bool memory
 			  u.memory_checkpoints, 1, "checkpoints with memory");
 }
 
-static const char *const kind_quota[] = { "max_operations", "max_exports" };
+static const char *const kind_quota[] = { "max_operations", "max_exports", "max_execs" };
+static const char *const kind_what[] = { "operations at once", "exports at once",
+					 "commands running at once" };
 
 static int kind_limit(const struct hostd *h, enum quota_kind k)
 {
-	return k == QUOTA_OPERATIONS ? h->cfg.max_operations : h->cfg.max_exports;
+	return k == QUOTA_OPERATIONS ? h->cfg.max_operations
+	       : k == QUOTA_EXPORTS  ? h->cfg.max_exports
+				     : h->cfg.max_execs;
 }
 
 int quota_begin(struct hostd *h, const char *owner, enum quota_kind k, struct err *e)
@@ -207,8 +212,7 @@ int quota_begin(struct hostd *h, const char *owner, enum quota_kind k, struct er
 	pthread_mutex_lock(&inflight_lock);
 	f = inflight_of(owner, true);
 	if (!quota_exempt(owner))
-		rc = over_count(e, kind_quota[k], limit, f->n[k], 1,
-				k == QUOTA_OPERATIONS ? "operations at once" : "exports at once");
+		rc = over_count(e, kind_quota[k], limit, f->n[k], 1, kind_what[k]);
 	if (rc == 0)
 		f->n[k]++;
 	pthread_mutex_unlock(&inflight_lock);
@@ -235,7 +239,7 @@ json_t *quota_json(struct hostd *h, const char *owner, struct err *e)
 	if (quota_use(h, owner, true, &u, e) < 0)
 		return NULL;
 	return json_pack("{s:b, s:{s:{s:i, s:i}, s:{s:i, s:i}, s:{s:I, s:I}, s:{s:I, s:I},"
-			 " s:{s:i, s:i}, s:{s:i, s:i}, s:{s:i, s:i}, s:{s:i, s:i}}}",
+			 " s:{s:i, s:i}, s:{s:i, s:i}, s:{s:i, s:i}, s:{s:i, s:i}, s:{s:i, s:i}}}",
 			 "exempt", quota_exempt(owner), "quotas",
 			 "max_machines", "limit", c->max_machines, "used", u.machines,
 			 "max_running_vcpus", "limit", c->max_running_vcpus, "used",
@@ -248,5 +252,6 @@ json_t *quota_json(struct hostd *h, const char *owner, struct err *e)
 			 "max_memory_checkpoints", "limit", c->max_memory_checkpoints, "used",
 			 u.memory_checkpoints,
 			 "max_operations", "limit", c->max_operations, "used", u.operations,
-			 "max_exports", "limit", c->max_exports, "used", u.exports);
+			 "max_exports", "limit", c->max_exports, "used", u.exports,
+			 "max_execs", "limit", c->max_execs, "used", u.execs);
 }

@@ -1,6 +1,6 @@
 /* Per-user quotas (berth.conf: max_machines, max_running_vcpus,
  * max_running_memory, max_total_disk, max_checkpoints,
- * max_memory_checkpoints, max_operations, max_exports), so that one user
+ * max_memory_checkpoints, max_operations, max_exports, max_execs), so that one user
  * of a shared host cannot take every other's capacity.  Root's machines
  * are exempt.  A limit of 0 means none.
  *
@@ -30,6 +30,7 @@ struct quota_use {
 	int most_checkpoints;     /* of one machine */
 	int operations;           /* requests changing machines, in flight */
 	int exports;              /* exports streaming */
+	int execs;                /* commands running (POST .../exec) */
 };
 
 bool quota_exempt(const char *owner);
@@ -52,9 +53,10 @@ int quota_check_checkpoint(struct hostd *h, const struct machine *m, bool memory
 			   struct err *e);
 
 /* Concurrent work of OWNER: KIND QUOTA_OPERATIONS (a request that changes
- * machines) or QUOTA_EXPORTS (an export streaming).  _begin counts it in
+ * machines), QUOTA_EXPORTS (an export streaming) or QUOTA_EXECS (a
+ * command running through hostd/exec.c).  _begin counts it in
  * or refuses; _end counts it out. */
-enum quota_kind { QUOTA_OPERATIONS, QUOTA_EXPORTS };
+enum quota_kind { QUOTA_OPERATIONS, QUOTA_EXPORTS, QUOTA_EXECS };
 int quota_begin(struct hostd *h, const char *owner, enum quota_kind k, struct err *e);
 void quota_end(struct hostd *h, const char *owner, enum quota_kind k);
 

@@ -104,6 +104,13 @@ FORK_PID=$!
 
 check_eq "berth exec runs as debian" debian "$(ex web id -un)"
 check_eq "the hostname is the machine's" web "$(ex web hostname)"
+# hostd's own exec (POST .../exec, hostd/exec.c) against OpenSSH's sshd,
+# logged in as debian: another user through sudo -n, and a signal.
+xc() { python3 "$ROOT/tests/exec_client.py" --sock "$STATE/hostd.sock" "$@"; }
+check_match "exec through hostd as user root: sudo -n -u root" '"stdout": "root\\n".*"exit": 0' \
+	"$(xc stream /v1/machines/web/exec '{"argv": ["id", "-un"], "user": "root"}' | tr '\n' ' ')"
+check_match "  a signal reaches the command through OpenSSH" '\{"exit": 143, "signal": "TERM"\}$' \
+	"$(xc stream-then /v1/machines/web/exec '{"argv": ["sleep", "100"]}' sleep:1 signal:TERM | tail -n 1)"
 out=$(ex web sudo -n true)
 rc=$?
 check_eq "sudo -n true works" 0 "$rc"

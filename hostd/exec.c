@@ -1,0 +1,764 @@
+#include "hostd/exec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/log.h"
+#include "common/sshexec.h"
+#include "common/util.h"
+#include "hostd/api.h"
+#include "hostd/hostd.h"
+#include "hostd/idle.h"
+#include "hostd/machine.h"
+#include "hostd/quota.h"
+#include "common/banned.h"
+
+/* Output is read in pieces of this much: a line of about 43 KiB. */
+#define EXEC_PIECE (32 * 1024)
+/* The longest timeout a request may ask for: a week. */
+#define EXEC_TIMEOUT_MAX (7 * 24 * 3600)
+/* After the timeout's SIGKILL, how long the command gets to be reported
+ * dead before its run is ended without it. */
+#define EXEC_KILL_GRACE_MS 5000
+/* How long exec_stdin waits for the command to take its bytes. */
+#define EXEC_STDIN_WAIT_MS 5000
+
+enum stage { ST_HEAD, ST_RUNNING, ST_LAST, ST_DONE };
+
+struct exec {
+	struct execs *xs;
+	struct hostd *h;
+	int64_t id;
+	char owner[64], machine_id[37], machine[64];
+	char user[33];           /* the request's "user", "" for the image's */
+	char *what;              /* for the list: the argv or the shell string, as JSON */
+	int64_t started;         /* seconds since the epoch */
+	int64_t deadline_ms;     /* mono_ms of the timeout, 0 for none */
+	int64_t woke_ms;         /* how long its machine took to wake, -1: it ran */
+
+	/* What the thread runs: the strings are the exec's. */
+	struct sshexec_target t;
+	char host[64], login[64], *host_key, *cmd;
+
+	pthread_t thread;
+	bool thread_on;
+	/* The thread's ends of the pipes (closed by the thread when it ends)
+	 * and the reader's. */
+	int in_r, out_w, err_w, ctl_r;
+	int out_r, err_r;
+	/* Others' ends, under lock: stdin (-1 once closed) and signals. */
+	pthread_mutex_t lock;
+	int in_w, ctl_w;
+	const char *ended_why;   /* set when berth ended it: "its machine was deleted" */
+
+	/* The thread's outcome, read after the join. */
+	int rc;
+	struct sshexec_io io;
+	char err[512];
+
+	/* The reader's. */
+	enum stage stage;
+	bool out_eof, err_eof, timed_out, killed;
+	int64_t kill_ms, touched_ms;
+	int64_t said_ms;         /* when the stream last had a line */
+	struct buf line;
+	size_t line_off;
+
+	struct exec *next;
+};
+
+struct execs {
+	pthread_mutex_t lock;
+	struct exec *list;
+	int64_t next_id;
+	bool stopping;
+};
+
+const char *const exec_fields[] = { "argv", "cmd", "env", "cwd", "user", "stdin",
+				    "stdin_open", "timeout", "wake", "connect_timeout", NULL };
+
+struct execs *execs_new(void)
+{
+	struct execs *xs = calloc(1, sizeof(*xs));
+
+	if (!xs)
+		abort();
+	pthread_mutex_init(&xs->lock, NULL);
+	xs->next_id = 1;
+	return xs;
+}
+
+/* Ask X's run to end: SIGKILL to the command, then the end of the run. */
+static void end_run(struct exec *x, const char *why)
+{
+	unsigned char b[2] = { SIGKILL, SSHEXEC_CTL_END };
+
+	pthread_mutex_lock(&x->lock);
+	if (why && !x->ended_why)
+		x->ended_why = why;
+	if (x->ctl_w >= 0 && write(x->ctl_w, b, sizeof(b)) < 0)
+		log_debug("exec %lld: control pipe: %s", (long long)x->id, strerror(errno));
+	pthread_mutex_unlock(&x->lock);
+}
+
+void execs_stop(struct execs *xs)
+{
+	struct exec *x;
+
+	if (!xs)
+		return;
+	pthread_mutex_lock(&xs->lock);
+	xs->stopping = true;
+	for (x = xs->list; x; x = x->next)
+		end_run(x, "berth-hostd stopped");
+	pthread_mutex_unlock(&xs->lock);
+}
+
+void execs_free(struct execs *xs)
+{
+	if (!xs)
+		return;
+	/* The streams ended with the API's connections (api_stop): each
+	 * took its exec out of the list. */
+	if (xs->list)
+		log_warn("%s: commands still listed at exit", __func__);
+	pthread_mutex_destroy(&xs->lock);
+	free(xs);
+}
+
+void execs_machine_gone(struct execs *xs, const char *machine_id)
+{
+	struct exec *x;
+
+	pthread_mutex_lock(&xs->lock);
+	for (x = xs->list; x; x = x->next)
+		if (!strcmp(x->machine_id, machine_id))
+			end_run(x, "its machine was deleted");
+	pthread_mutex_unlock(&xs->lock);
+}
+
+static void *run(void *arg)
+{
+	struct exec *x = arg;
+
+	x->io = (struct sshexec_io){ .in = x->in_r, .out = x->out_w, .err = x->err_w,
+				     .ctl = x->ctl_r };
+	x->rc = sshexec_run_io(&x->t, x->cmd, &x->io, x->err, sizeof(x->err));
+	/* EOF for the reader: the stream's last line follows. */
+	close(x->out_w);
+	close(x->err_w);
+	close(x->in_r);
+	close(x->ctl_r);
+	x->out_w = x->err_w = x->in_r = x->ctl_r = -1;
+	return NULL;
+}
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+static void exec_free(struct exec *x)
+{
+	close_fd(&x->in_r);
+	close_fd(&x->out_w);
+	close_fd(&x->err_w);
+	close_fd(&x->ctl_r);
+	close_fd(&x->out_r);
+	close_fd(&x->err_r);
+	close_fd(&x->in_w);
+	close_fd(&x->ctl_w);
+	pthread_mutex_destroy(&x->lock);
+	buf_free(&x->line);
+	free(x->what);
+	free(x->host_key);
+	free(x->cmd);
+	free(x);
+}
+
+/* ---- the request ------------------------------------------------------- */
+
+/* A POSIX shell word for S (single quotes, ' as '\''). */
+static void add_word(struct buf *b, const char *s)
+{
+	char *argv[2] = { (char *)s, NULL };
+	char *q = sshexec_quote(argv);
+
+	if (!q)
+		abort();
+	buf_adds(b, q);
+	free(q);
+}
+
+static bool env_name_valid(const char *k)
+{
+	if (!*k || strlen(k) > 128 || (*k >= '0' && *k <= '9'))
+		return false;
+	return strspn(k, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") ==
+	       strlen(k);
+}
+
+static bool login_name_valid(const char *u)
+{
+	if (!*u || strlen(u) > 32 || *u == '-')
+		return false;
+	return strspn(u, "abcdefghijklmnopqrstuvwxyz0123456789_-.") == strlen(u);
+}
+
+/* The guest's command line for REQ into CMD, and its description (the
+ * argv or the shell string, as JSON) into *WHAT.  LOGIN is the image's
+ * user: another "user" runs through su (as root) or sudo -n.  0, or -1
+ * with E (400 "invalid_exec") naming the field. */
+static int build_cmd(json_t *req, const char *login, struct buf *cmd, char **what, char *user,
+		     size_t userlen, struct err *e)
+{
+	json_t *argv = json_object_get(req, "argv"), *sh = json_object_get(req, "cmd");
+	json_t *env = json_object_get(req, "env"), *cwd = json_object_get(req, "cwd");
+	json_t *u = json_object_get(req, "user"), *v;
+	struct buf inner = BUF_INIT;
+	const char *k;
+	size_t i;
+
+	if (!argv == !sh)
+		return err_set(e, 400, "invalid_exec", "give the command as \"argv\" (a list of "
+			       "strings) or as \"cmd\" (a shell command line), one of them");
+	if (argv && (!json_is_array(argv) || json_array_size(argv) == 0))
+		return err_set(e, 400, "invalid_exec", "\"argv\" must be a list of one or more "
+			       "strings");
+	if (sh && (!json_is_string(sh) || !*json_string_value(sh)))
+		return err_set(e, 400, "invalid_exec", "\"cmd\" must be a non-empty string");
+	json_array_foreach(argv, i, v)
+		if (!json_is_string(v))
+			return err_set(e, 400, "invalid_exec", "argv[%zu] is not a string", i);
+	if (env && !json_is_object(env))
+		return err_set(e, 400, "invalid_exec", "\"env\" must be an object of strings");
+	json_object_foreach(env, k, v) {
+		if (!env_name_valid(k))
+			return err_set(e, 400, "invalid_exec", "env: '%.64s' is not a variable name "
+				       "(letters, digits and _, not starting with a digit)", k);
+		if (!json_is_string(v))
+			return err_set(e, 400, "invalid_exec", "env: %s must be a string", k);
+	}
+	if (cwd && (!json_is_string(cwd) || !*json_string_value(cwd)))
+		return err_set(e, 400, "invalid_exec", "\"cwd\" must be a non-empty string");
+	if (u && (!json_is_string(u) || !login_name_valid(json_string_value(u))))
+		return err_set(e, 400, "invalid_exec", "\"user\" must be a user name of the "
+			       "machine's (letters, digits, _ - ., at most 32)");
+
+	/* cd DIR && exec env K=V... ARGV (or: sh -c CMD) */
+	if (cwd) {
+		buf_adds(&inner, "cd ");
+		add_word(&inner, json_string_value(cwd));
+		buf_adds(&inner, " && ");
+	}
+	buf_adds(&inner, "exec");
+	if (json_object_size(env)) {
+		buf_adds(&inner, " env");
+		json_object_foreach(env, k, v) {
+			char *kv = NULL;
+			if (asprintf(&kv, "%s=%s", k, json_string_value(v)) < 0)
+				abort();
+			buf_adds(&inner, " ");
+			add_word(&inner, kv);
+			free(kv);
+		}
+	}
+	if (argv) {
+		json_array_foreach(argv, i, v) {
+			buf_adds(&inner, " ");
+			add_word(&inner, json_string_value(v));
+		}
+	} else {
+		buf_adds(&inner, " sh -c ");
+		add_word(&inner, json_string_value(sh));
+	}
+	json_t *w = json_pack("{s:O}", argv ? "argv" : "cmd", argv ? argv : sh);
+	*what = json_dumps(w, JSON_COMPACT);
+	json_decref(w);
+	if (!*what)
+		abort();
+	user[0] = '\0';
+	if (u && strcmp(json_string_value(u), login)) {
+		snprintf(user, userlen, "%s", json_string_value(u));
+		/* The image's user is root (su) or may sudo (berth's images). */
+		if (!strcmp(login, "root"))
+			buf_adds(cmd, "exec su -s /bin/sh -c ");
+		else
+			buf_adds(cmd, "exec sudo -n -u ");
+		if (strcmp(login, "root")) {
+			add_word(cmd, user);
+			buf_adds(cmd, " -- sh -c ");
+		}
+		add_word(cmd, buf_str(&inner));
+		if (!strcmp(login, "root")) {
+			buf_adds(cmd, " ");
+			add_word(cmd, user);
+		}
+	} else {
+		buf_add(cmd, inner.data, inner.len);
+	}
+	buf_free(&inner);
+	return 0;
+}
+
+/* A pipe whose ends are close-on-exec; R and W may be made nonblocking. */
+static int pipe_pair(int *r, int *w, bool r_nonblock, bool w_nonblock)
+{
+	int p[2];
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -1;
+	if (r_nonblock)
+		fcntl(p[0], F_SETFL, O_NONBLOCK);
+	if (w_nonblock)
+		fcntl(p[1], F_SETFL, O_NONBLOCK);
+	*r = p[0];
+	*w = p[1];
+	return 0;
+}
+
+struct exec *exec_start(struct hostd *h, const char *owner, const char *name, json_t *req,
+			struct err *e)
+{
+	struct buf cmd = BUF_INIT, in0 = BUF_INIT;
+	struct machine_ssh s;
+	struct exec *x = NULL;
+	json_int_t timeout = 0, connect_s = 0;
+	json_t *v;
+	char *what = NULL, user[33];
+	bool wake = true, stdin_open = false, counted = false;
+
+	if ((v = json_object_get(req, "wake")) && !json_is_boolean(v)) {
+		err_set(e, 400, "invalid_exec", "\"wake\" must be true or false");
+		goto fail;
+	}
+	wake = !v || json_is_true(v);
+	if ((v = json_object_get(req, "stdin_open")) && !json_is_boolean(v)) {
+		err_set(e, 400, "invalid_exec", "\"stdin_open\" must be true or false");
+		goto fail;
+	}
+	stdin_open = v && json_is_true(v);
+	if ((v = json_object_get(req, "timeout"))) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+		    json_integer_value(v) > EXEC_TIMEOUT_MAX) {
+			err_set(e, 400, "invalid_exec", "\"timeout\" must be whole seconds from 0 "
+				"(none) to %d", EXEC_TIMEOUT_MAX);
+			goto fail;
+		}
+		timeout = json_integer_value(v);
+	}
+	if ((v = json_object_get(req, "connect_timeout"))) {
+		if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+		    json_integer_value(v) > 3600) {
+			err_set(e, 400, "invalid_exec", "\"connect_timeout\" must be whole seconds "
+				"from 1 to 3600");
+			goto fail;
+		}
+		connect_s = json_integer_value(v);
+	}
+	if ((v = json_object_get(req, "stdin")) &&
+	    (!json_is_string(v) ||
+	     buf_add_unbase64(&in0, json_string_value(v), json_string_length(v)) < 0)) {
+		err_set(e, 400, "invalid_exec", "\"stdin\" must be base64");
+		goto fail;
+	}
+	/* The command is checked whole before anything wakes. */
+	{
+		struct buf probe = BUF_INIT;
+		int rc = build_cmd(req, "root", &probe, &what, user, sizeof(user), e);
+		buf_free(&probe);
+		free(what);
+		what = NULL;
+		if (rc < 0)
+			goto fail;
+	}
+	if (quota_begin(h, owner, QUOTA_EXECS, e) < 0)
+		goto fail;
+	counted = true;
+	if (machine_ssh(h, owner, name, wake, &s, e) < 0)
+		goto fail;
+	if (build_cmd(req, s.user, &cmd, &what, user, sizeof(user), e) < 0)
+		goto fail;
+
+	x = calloc(1, sizeof(*x));
+	if (!x)
+		abort();
+	x->in_r = x->out_w = x->err_w = x->ctl_r = x->out_r = x->err_r = x->in_w = x->ctl_w = -1;
+	pthread_mutex_init(&x->lock, NULL);
+	x->xs = h->execs;
+	x->h = h;
+	snprintf(x->owner, sizeof(x->owner), "%s", owner);
+	snprintf(x->machine_id, sizeof(x->machine_id), "%s", s.m.id);
+	snprintf(x->machine, sizeof(x->machine), "%s", name);
+	snprintf(x->user, sizeof(x->user), "%s", user);
+	snprintf(x->host, sizeof(x->host), "%s", s.host);
+	snprintf(x->login, sizeof(x->login), "%s", s.user);
+	x->what = what;
+	what = NULL;
+	x->host_key = strdup(s.m.host_key);
+	x->cmd = buf_detach(&cmd);
+	if (!x->host_key || !x->cmd)
+		abort();
+	x->started = now_s();
+	x->woke_ms = s.woke_ms;
+	x->deadline_ms = timeout ? mono_ms() + (int64_t)timeout * 1000 : 0;
+	x->t = (struct sshexec_target){ .host = x->host, .port = s.port, .user = x->login,
+					.key_b64 = h->key.private_pem,
+					.connect_timeout_ms = h->cfg.boot_timeout_s * 1000 / 3,
+					.host_key = x->host_key };
+	if (x->t.connect_timeout_ms < 20000)
+		x->t.connect_timeout_ms = 20000;
+	if (connect_s)
+		x->t.connect_timeout_ms = (int)connect_s * 1000;
+	if (pipe_pair(&x->in_r, &x->in_w, false, true) < 0 ||
+	    pipe_pair(&x->out_r, &x->out_w, true, false) < 0 ||
+	    pipe_pair(&x->err_r, &x->err_w, true, false) < 0 ||
+	    pipe_pair(&x->ctl_r, &x->ctl_w, false, true) < 0) {
+		err_errno(e, errno, "exec in %s: pipe", name);
+		goto fail;
+	}
+	/* The request's stdin goes in first; then the stream stays open for
+	 * POST .../exec/ID/stdin, or ends here. */
+	if (in0.len) {
+		if ((size_t)fcntl(x->in_w, F_GETPIPE_SZ) < in0.len)
+			fcntl(x->in_w, F_SETPIPE_SZ, (int)in0.len);
+		if (write(x->in_w, in0.data, in0.len) != (ssize_t)in0.len) {
+			err_set(e, 413, "stdin_too_large", "\"stdin\" of %zu bytes does not fit in "
+				"one request's pipe; send it with POST .../exec/ID/stdin", in0.len);
+			goto fail;
+		}
+	}
+	if (!stdin_open)
+		close_fd(&x->in_w);
+
+	pthread_mutex_lock(&h->execs->lock);
+	if (h->execs->stopping) {
+		pthread_mutex_unlock(&h->execs->lock);
+		err_set(e, 503, "stopping", "berth-hostd is stopping");
+		goto fail;
+	}
+	x->id = h->execs->next_id++;
+	if (pthread_create(&x->thread, NULL, run, x) != 0) {
+		pthread_mutex_unlock(&h->execs->lock);
+		err_set(e, 500, "internal", "exec in %s: cannot start a thread", name);
+		goto fail;
+	}
+	x->thread_on = true;
+	x->next = h->execs->list;
+	h->execs->list = x;
+	pthread_mutex_unlock(&h->execs->lock);
+	log_info("exec %lld in %s/%s%s%s: %s", (long long)x->id, owner, name,
+		 user[0] ? " as " : "", user, x->what);
+	buf_free(&in0);
+	return x;
+fail:
+	if (counted)
+		quota_end(h, owner, QUOTA_EXECS);
+	if (x)
+		exec_free(x);
+	buf_free(&cmd);
+	buf_free(&in0);
+	free(what);
+	return NULL;
+}
+
+/* ---- the stream -------------------------------------------------------- */
+
+/* The stream's last line, after the thread ended. */
+static void last_line(struct exec *x)
+{
+	json_t *j;
+
+	if (x->rc == 0) {
+		j = json_pack("{s:i}", "exit", x->io.status);
+		if (x->io.signal[0])
+			json_object_set_new(j, "signal", json_string(x->io.signal));
+	} else if (x->ended_why) {
+		j = json_pack("{s:{s:s, s:s}}", "error", "code", "ended", "message",
+			      x->ended_why);
+	} else {
+		j = json_pack("{s:{s:s, s:s}}", "error", "code", "ssh_failed", "message", x->err);
+	}
+	if (x->timed_out)
+		json_object_set_new(j, "timed_out", json_true());
+	char *s = json_dumps(j, JSON_COMPACT);
+	json_decref(j);
+	if (!s)
+		abort();
+	buf_adds(&x->line, s);
+	buf_adds(&x->line, "\n");
+	free(s);
+	log_info("exec %lld in %s/%s ended: %.*s", (long long)x->id, x->owner, x->machine,
+		 (int)x->line.len - 1, buf_str(&x->line));
+}
+
+/* One piece of FD (stdout or stderr) as a line, or EOF noted. */
+static void read_piece(struct exec *x, int fd, const char *key, bool *eof)
+{
+	char piece[EXEC_PIECE];
+	ssize_t n = read(fd, piece, sizeof(piece));
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		*eof = true;
+		return;
+	}
+	buf_printf(&x->line, "{\"%s\":\"", key);
+	buf_add_base64(&x->line, piece, (size_t)n);
+	buf_adds(&x->line, "\"}\n");
+}
+
+ssize_t exec_read(struct exec *x, int peer_fd, char *buf, size_t max)
+{
+	for (;;) {
+		if (x->line_off < x->line.len) {
+			size_t n = x->line.len - x->line_off;
+			if (n > max)
+				n = max;
+			memcpy(buf, x->line.data + x->line_off, n);
+			x->line_off += n;
+			if (x->line_off == x->line.len) {
+				buf_reset(&x->line);
+				x->line_off = 0;
+			}
+			return (ssize_t)n;
+		}
+		switch (x->stage) {
+		case ST_HEAD:
+			buf_printf(&x->line, "{\"id\":%lld", (long long)x->id);
+			if (x->woke_ms >= 0)
+				buf_printf(&x->line, ",\"woke_ms\":%lld", (long long)x->woke_ms);
+			buf_adds(&x->line, "}\n");
+			x->stage = ST_RUNNING;
+			continue;
+		case ST_LAST:
+			x->stage = ST_DONE;
+			return 0;
+		case ST_DONE:
+			return 0;
+		case ST_RUNNING:
+			break;
+		}
+		if (x->out_eof && x->err_eof) {
+			pthread_join(x->thread, NULL);
+			x->thread_on = false;
+			last_line(x);
+			x->stage = ST_LAST;
+			continue;
+		}
+		struct pollfd p[3] = {
+			{ .fd = x->out_eof ? -1 : x->out_r, .events = POLLIN },
+			{ .fd = x->err_eof ? -1 : x->err_r, .events = POLLIN },
+			{ .fd = peer_fd, .events = POLLRDHUP },
+		};
+		int64_t now = mono_ms(), wait = 1000;
+		/* A quiet command still sends a line now and then: the API
+		 * drops a stream without progress for api_send_timeout. */
+		int64_t keepalive_ms = (int64_t)x->h->cfg.api_send_timeout_s * 1000 / 2;
+		if (keepalive_ms > 30000)
+			keepalive_ms = 30000;
+		if (!x->said_ms)
+			x->said_ms = now;
+		if (now - x->said_ms >= keepalive_ms) {
+			buf_adds(&x->line, "{\"keepalive\":true}\n");
+			x->said_ms = now;
+			continue;
+		}
+		if (x->deadline_ms && !x->timed_out && x->deadline_ms - now < wait)
+			wait = x->deadline_ms > now ? x->deadline_ms - now : 0;
+		if (poll(p, 3, (int)wait) < 0 && errno != EINTR)
+			return -1;
+		now = mono_ms();
+		if (p[2].revents & (POLLRDHUP | POLLHUP | POLLERR))
+			return -1;	/* the client went: exec_release ends it */
+		/* Quiet or not, a running command is activity. */
+		if (now - x->touched_ms >= 5000) {
+			idle_touch(x->h, x->machine_id, "exec");
+			x->touched_ms = now;
+		}
+		if (x->deadline_ms && !x->timed_out && now >= x->deadline_ms) {
+			unsigned char b = SIGKILL;
+			x->timed_out = true;
+			x->kill_ms = now;
+			pthread_mutex_lock(&x->lock);
+			if (x->ctl_w >= 0 && write(x->ctl_w, &b, 1) < 0)
+				log_debug("exec %lld: control pipe: %s", (long long)x->id,
+					  strerror(errno));
+			pthread_mutex_unlock(&x->lock);
+			log_info("exec %lld in %s/%s: timed out; killed", (long long)x->id,
+				 x->owner, x->machine);
+		} else if (x->timed_out && !x->killed && now - x->kill_ms >= EXEC_KILL_GRACE_MS) {
+			/* An sshd that does not deliver signals: end the run. */
+			x->killed = true;
+			end_run(x, NULL);
+		}
+		if (p[0].revents)
+			read_piece(x, x->out_r, "stdout", &x->out_eof);
+		if (p[1].revents)
+			read_piece(x, x->err_r, "stderr", &x->err_eof);
+		if (x->line.len)
+			x->said_ms = now;
+	}
+}
+
+void exec_release(struct exec *x)
+{
+	struct execs *xs = x->xs;
+	struct exec **pp;
+
+	if (x->thread_on) {
+		/* The client went before the command ended: kill it.  What it
+		 * still writes is read and dropped until the thread has ended
+		 * (it may be blocked on a full pipe), for 5 s at most; then
+		 * the pipes close under it. */
+		int64_t until = mono_ms() + 5000;
+		char sink[EXEC_PIECE];
+		end_run(x, "its client went");
+		while ((!x->out_eof || !x->err_eof) && mono_ms() < until) {
+			struct pollfd p[2] = { { .fd = x->out_eof ? -1 : x->out_r, .events = POLLIN },
+					       { .fd = x->err_eof ? -1 : x->err_r, .events = POLLIN } };
+			if (poll(p, 2, 200) < 0 && errno != EINTR)
+				break;
+			for (int i = 0; i < 2; i++) {
+				bool *eof = i ? &x->err_eof : &x->out_eof;
+				ssize_t n;
+				if (!p[i].revents)
+					continue;
+				n = read(p[i].fd, sink, sizeof(sink));
+				if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+					*eof = true;
+			}
+		}
+		close_fd(&x->out_r);
+		close_fd(&x->err_r);
+		pthread_join(x->thread, NULL);
+		x->thread_on = false;
+		log_info("exec %lld in %s/%s: its client went; ended", (long long)x->id, x->owner,
+			 x->machine);
+	}
+	pthread_mutex_lock(&xs->lock);
+	for (pp = &xs->list; *pp; pp = &(*pp)->next)
+		if (*pp == x) {
+			*pp = x->next;
+			break;
+		}
+	pthread_mutex_unlock(&xs->lock);
+	/* Unlisted, X is found no more; a stdin or signal request that found
+	 * it before holds its lock: wait for it to let go. */
+	pthread_mutex_lock(&x->lock);
+	pthread_mutex_unlock(&x->lock);
+	quota_end(x->h, x->owner, QUOTA_EXECS);
+	exec_free(x);
+}
+
+/* ---- stdin, signals, the list ------------------------------------------ */
+
+/* OWNER's command ID in machine NAME, its lock held; NULL with E (404). */
+static struct exec *find_locked(struct execs *xs, const char *owner, const char *name,
+				int64_t id, struct err *e)
+{
+	struct exec *x;
+
+	pthread_mutex_lock(&xs->lock);
+	for (x = xs->list; x; x = x->next)
+		if (x->id == id && !strcmp(x->owner, owner) && !strcmp(x->machine, name))
+			break;
+	if (x)
+		pthread_mutex_lock(&x->lock);
+	pthread_mutex_unlock(&xs->lock);
+	if (!x)
+		err_set(e, 404, "not_found", "no command %lld running in %s (GET "
+			"/v1/machines/%s/exec lists them)", (long long)id, name, name);
+	return x;
+}
+
+ssize_t exec_stdin(struct execs *xs, const char *owner, const char *name, int64_t id,
+		   const void *data, size_t len, bool eof, struct err *e)
+{
+	struct exec *x = find_locked(xs, owner, name, id, e);
+	int64_t until = mono_ms() + EXEC_STDIN_WAIT_MS;
+	size_t done = 0;
+
+	if (!x)
+		return -1;
+	if (x->in_w < 0) {
+		pthread_mutex_unlock(&x->lock);
+		return err_set(e, 409, "stdin_closed", "command %lld's stdin is closed (it was "
+			       "not started with \"stdin_open\", or was sent its EOF)",
+			       (long long)id);
+	}
+	while (done < len) {
+		ssize_t n = write(x->in_w, (const char *)data + done, len - done);
+		if (n > 0) {
+			done += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno != EAGAIN && errno != EINTR) {
+			/* EPIPE: the command's run ended; its stream says how. */
+			pthread_mutex_unlock(&x->lock);
+			return err_set(e, 409, "stdin_closed", "command %lld no longer reads stdin",
+				       (long long)id);
+		}
+		if (mono_ms() >= until)
+			break;
+		struct pollfd p = { .fd = x->in_w, .events = POLLOUT };
+		poll(&p, 1, 100);
+	}
+	if (eof && done == len)
+		close_fd(&x->in_w);
+	pthread_mutex_unlock(&x->lock);
+	return (ssize_t)done;
+}
+
+int exec_signal(struct execs *xs, const char *owner, const char *name, int64_t id, int sig,
+		struct err *e)
+{
+	struct exec *x = find_locked(xs, owner, name, id, e);
+	unsigned char b = (unsigned char)sig;
+	int rc = 0;
+
+	if (!x)
+		return -1;
+	if (x->ctl_w < 0 || write(x->ctl_w, &b, 1) != 1)
+		rc = err_set(e, 409, "ended", "command %lld is ending", (long long)id);
+	pthread_mutex_unlock(&x->lock);
+	return rc;
+}
+
+json_t *exec_list_json(struct execs *xs, const char *owner, const char *machine_id)
+{
+	json_t *l = json_array();
+	struct exec *x;
+
+	pthread_mutex_lock(&xs->lock);
+	for (x = xs->list; x; x = x->next) {
+		bool open;
+		if (strcmp(x->owner, owner) || strcmp(x->machine_id, machine_id))
+			continue;
+		pthread_mutex_lock(&x->lock);
+		open = x->in_w >= 0;
+		pthread_mutex_unlock(&x->lock);
+		json_t *j = json_loads(x->what, 0, NULL);
+		if (!j)
+			j = json_object();
+		json_object_set_new(j, "id", json_integer(x->id));
+		json_object_set_new(j, "started", json_integer(x->started));
+		json_object_set_new(j, "user", json_string(x->user[0] ? x->user : x->login));
+		json_object_set_new(j, "stdin_open", json_boolean(open));
+		json_array_append_new(l, j);
+	}
+	pthread_mutex_unlock(&xs->lock);
+	return json_pack("{s:o}", "execs", l);
+}

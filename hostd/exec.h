@@ -1,0 +1,73 @@
+/* Commands run in machines on behalf of API callers (POST
+ * /v1/machines/NAME/exec): every user, not only root, and over HTTP with a
+ * token.  hostd runs each command over SSH itself, with the gateway key and
+ * the machine's pinned host key (common/sshexec.c), on a thread of its
+ * own, and the caller reads its output as NDJSON while it runs.  A running
+ * command is kept in memory (an id per hostd run): more stdin can be sent
+ * to it, a signal, and it is listed.  It ends when it exits, when the
+ * client reading its output goes (it is killed), at its timeout (killed),
+ * when its machine is deleted, or when hostd stops. */
+#ifndef BERTH_EXEC_H
+#define BERTH_EXEC_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/err.h"
+
+struct hostd;
+struct execs;
+struct exec;
+
+/* The fields of exec_start's REQ (for api_parse_body). */
+extern const char *const exec_fields[];
+
+struct execs *execs_new(void);
+/* Ends every command (killed) and refuses new ones: before the API's
+ * connections are stopped, whose streams then end. */
+void execs_stop(struct execs *xs);
+/* Frees XS, after the API's connections (and so every stream) ended. */
+void execs_free(struct execs *xs);
+/* Ends the commands on machine MACHINE_ID (it is being deleted). */
+void execs_machine_gone(struct execs *xs, const char *machine_id);
+
+/* Start the command REQ describes (the route's JSON body, its fields
+ * exec_fields: "argv" or "cmd", "env", "cwd", "user", "stdin",
+ * "stdin_open", "timeout", "wake", "connect_timeout"; docs/api.md) in OWNER's machine NAME, waking it unless "wake" is
+ * false.  Returns the running command, whose output exec_read gives, or
+ * NULL with E set (400 for a bad request, 404, 409 not_running, 429
+ * too_many_execs...): nothing runs then. */
+struct exec *exec_start(struct hostd *h, const char *owner, const char *name, json_t *req,
+			struct err *e);
+/* The next bytes of X's NDJSON stream into BUF (MAX bytes at most),
+ * waiting for them: first {"id": N} (with "woke_ms" when its machine was
+ * woken for it), then {"stdout": BASE64} and
+ * {"stderr": BASE64} as the command writes ({"keepalive": true} after a
+ * quiet while, so that the API's api_send_timeout does not drop the
+ * stream of a quiet command), and last {"exit": N} (with
+ * "signal": "TERM" when a signal ended it, "timed_out": true at its
+ * timeout) or {"error": {"code", "message"}} when SSH failed.  While
+ * waiting, it watches PEER_FD (the client's connection, -1: none) and
+ * gives up when the client has gone.  Returns the number of bytes (> 0),
+ * 0 at the end of the stream, -1 when the client went. */
+ssize_t exec_read(struct exec *x, int peer_fd, char *buf, size_t max);
+/* The stream's reader is done with X: a command still running is killed,
+ * its thread joined, X freed. */
+void exec_release(struct exec *x);
+
+/* Append LEN bytes of DATA to the stdin of command ID in OWNER's machine
+ * NAME, waiting up to a few seconds for room; then close it when EOF.
+ * Returns the bytes taken (LEN, or fewer when the command did not read in
+ * time), or -1 with E set (404 no such command, 409 stdin closed). */
+ssize_t exec_stdin(struct execs *xs, const char *owner, const char *name, int64_t id,
+		   const void *data, size_t len, bool eof, struct err *e);
+/* Send signal SIG (a number) to command ID.  0 or -1 with E set. */
+int exec_signal(struct execs *xs, const char *owner, const char *name, int64_t id, int sig,
+		struct err *e);
+/* OWNER's running commands in machine NAME (MACHINE_ID), as {"execs": [...]}. */
+json_t *exec_list_json(struct execs *xs, const char *owner, const char *machine_id);
+
+#endif

@@ -864,44 +864,57 @@ int sshexec_run(const struct sshexec_target *t, const char *cmd,
 int sshexec_run_io(const struct sshexec_target *t, const char *cmd, struct sshexec_io *io,
 		   char *err, size_t errlen)
 {
-	struct ssh_channel_callbacks_struct cb;
-	struct sshexec_run r;
-	ssh_session session = NULL;
-	ssh_channel channel = NULL;
+	ssh_session session;
 	long long deadline;
-	long long left;
-	int timeout_ms = SSHEXEC_DEFAULT_TIMEOUT_MS;
-	int rc;
-	int ret = -1;
+	int timeout_ms, ret;
 
-	memset(&r, 0, sizeof(r));
 	if (err != NULL && errlen > 0)
 		err[0] = '\0';
 	if (t == NULL || t->host == NULL || t->user == NULL ||
 	    t->key_b64 == NULL || cmd == NULL || io == NULL) {
 		set_err(err, errlen, t ? t->host : NULL, t ? t->port : 0,
 			"invalid arguments");
-		goto out;
+		return -1;
 	}
+	timeout_ms = t->connect_timeout_ms > 0 ? t->connect_timeout_ms
+					       : SSHEXEC_DEFAULT_TIMEOUT_MS;
+	deadline = now_ms() + timeout_ms;
+	session = sshexec_connect(t, deadline, err, errlen);
+	if (session == NULL)
+		return -1;
+	ret = sshexec_run_session(session, t, cmd, io, deadline, err, errlen);
+	set_timeout(session, timeout_ms);	/* bound the goodbye packets' flushing */
+	sshexec_disconnect(session);
+	return ret;
+}
+
+int sshexec_run_session(struct ssh_session_struct *session, const struct sshexec_target *t,
+			const char *cmd, struct sshexec_io *io, long long deadline,
+			char *err, size_t errlen)
+{
+	struct ssh_channel_callbacks_struct cb;
+	struct sshexec_run r;
+	ssh_channel channel = NULL;
+	long long left;
+	int rc;
+	int ret = -1;
+
+	memset(&r, 0, sizeof(r));
+	if (err != NULL && errlen > 0)
+		err[0] = '\0';
 	r.fd_in = io->in;
 	r.fd_out = io->out;
 	r.fd_err = io->err;
 	r.fd_ctl = io->ctl;
 	io->status = 0;
 	io->signal[0] = '\0';
-	timeout_ms = t->connect_timeout_ms > 0 ? t->connect_timeout_ms
-					       : SSHEXEC_DEFAULT_TIMEOUT_MS;
-	deadline = now_ms() + timeout_ms;
+	io->started = false;
 
 	r.buf = malloc(SSHEXEC_BUF_SIZE);
 	if (r.buf == NULL) {
 		set_err(err, errlen, t->host, t->port, "out of memory");
 		goto out;
 	}
-	session = sshexec_connect(t, deadline, err, errlen);
-	if (session == NULL)
-		goto out;
-
 	channel = ssh_channel_new(session);
 	if (channel == NULL) {
 		set_err(err, errlen, t->host, t->port,
@@ -953,6 +966,7 @@ int sshexec_run_io(const struct sshexec_target *t, const char *cmd, struct sshex
 	}
 
 	/* The command runs: no time limit on it or on its streams. */
+	io->started = true;
 	r.started = now_ms();
 	set_timeout(session, 0);
 	r.in_open = r.fd_in >= 0;
@@ -1002,11 +1016,11 @@ int sshexec_run_io(const struct sshexec_target *t, const char *cmd, struct sshex
 	snprintf(io->signal, sizeof(io->signal), "%s", r.signal);
 	ret = 0;
 out:
-	if (session != NULL)	/* bound the goodbye packets' flushing */
-		set_timeout(session, timeout_ms);
-	if (channel != NULL)
+	if (channel != NULL) {
+		/* Bound the close of a channel still open. */
+		set_timeout(session, SSHEXEC_DEFAULT_TIMEOUT_MS);
 		ssh_channel_free(channel);	/* closes it if still open */
-	sshexec_disconnect(session);
+	}
 	free(r.buf);
 	return ret;
 }

@@ -13,6 +13,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+struct ssh_session_struct;	/* libssh's ssh_session */
+
 struct sshexec_target {
 	const char *host;	/* numeric address or name, e.g. "127.0.0.1" */
 	int port;
@@ -83,6 +85,8 @@ struct sshexec_io {
 	int ctl;
 	int status;		/* out: as sshexec_run's *STATUS */
 	char signal[16];	/* out: "TERM" when it died of a signal, else "" */
+	bool started;		/* out: the server took the command (a run that
+				   failed before is safe to try again) */
 };
 #define SSHEXEC_CTL_END 0
 
@@ -90,6 +94,15 @@ struct sshexec_io {
  * reported by name.  Returns as sshexec_run does. */
 int sshexec_run_io(const struct sshexec_target *t, const char *cmd, struct sshexec_io *io,
 		   char *err, size_t errlen);
+
+/* sshexec_run_io on SESSION (from sshexec_connect, authenticated as T
+ * says), which stays open for the next run: the channel is opened and the
+ * command started before DEADLINE (sshexec_now_ms's clock).  A session
+ * kept for reuse may have died meanwhile: then this fails with
+ * IO->started false, and a new session may be tried. */
+int sshexec_run_session(struct ssh_session_struct *session, const struct sshexec_target *t,
+			const char *cmd, struct sshexec_io *io, long long deadline,
+			char *err, size_t errlen);
 
 /* The number of signal NAME ("TERM" or "SIGTERM"), 0 when unknown; and
  * the name of number NUM ("TERM"), NULL when unknown. */

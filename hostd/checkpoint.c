@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/sshexec.h"
 #include "common/util.h"
+#include "hostd/exec.h"
 #include "hostd/machine_steps.h"
 #include "hostd/net.h"
 #include "hostd/quota.h"
@@ -302,7 +303,11 @@ int checkpoint_restore(struct hostd *h, const char *owner, const char *name,
 		goto out;
 	}
 	was_running = vs == VS_RUNNING || vs == VS_PAUSED;
-	/* The present is being discarded: no shutdown grace. */
+	/* The present is being discarded: no shutdown grace.  SSH sessions
+	 * kept to it would meet a guest that never knew them, or (restored
+	 * from a memory image older than they) one that waits for old
+	 * sequence numbers: none is used again. */
+	execs_machine_reset(h->execs, m.id);
 	if (was_running && virt_destroy(h->virt, m.id, e) < 0)
 		goto out;
 	if (vs == VS_SUSPENDED && machine_do_stop(h, &m, vs, 1, e) < 0)

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <libssh/libssh.h>
+
 #include "common/buf.h"
 #include "common/log.h"
 #include "common/sshexec.h"
@@ -31,6 +33,12 @@
 #define EXEC_KILL_GRACE_MS 5000
 /* How long exec_stdin waits for the command to take its bytes. */
 #define EXEC_STDIN_WAIT_MS 5000
+/* SSH sessions kept for the next command in the same machine: for this
+ * long, this many per machine and in all (each holds an sshd process in
+ * its guest). */
+#define EXEC_POOL_TTL_MS 60000
+#define EXEC_POOL_PER_MACHINE 4
+#define EXEC_POOL_MAX 64
 
 enum stage { ST_HEAD, ST_RUNNING, ST_LAST, ST_DONE };
 
@@ -62,6 +70,7 @@ struct exec {
 
 	/* The thread's outcome, read after the join. */
 	int rc;
+	bool reused;             /* on a kept session */
 	struct sshexec_io io;
 	char err[512];
 
@@ -76,11 +85,26 @@ struct exec {
 	struct exec *next;
 };
 
+/* A session kept for reuse: to MACHINE_ID as LOGIN at HOST:PORT, which
+ * presented HOST_KEY.  A session runs one command at a time: taking it
+ * removes it. */
+struct pooled {
+	struct pooled *next;
+	ssh_session s;
+	char machine_id[37], login[64], host[64];
+	int port;
+	char *host_key;
+	int64_t expires;
+};
+
 struct execs {
 	pthread_mutex_t lock;
 	struct exec *list;
 	int64_t next_id;
 	bool stopping;
+	pthread_mutex_t pool_lock;
+	struct pooled *pool;
+	int npool;
 };
 
 const char *const exec_fields[] = { "argv", "cmd", "env", "cwd", "user", "stdin",
@@ -93,8 +117,123 @@ struct execs *execs_new(void)
 	if (!xs)
 		abort();
 	pthread_mutex_init(&xs->lock, NULL);
+	pthread_mutex_init(&xs->pool_lock, NULL);
 	xs->next_id = 1;
 	return xs;
+}
+
+/* ---- the sessions kept ------------------------------------------------- */
+
+static void pooled_close(struct pooled *p)
+{
+	sshexec_disconnect(p->s);
+	free(p->host_key);
+	free(p);
+}
+
+/* Unlink into *DEAD the entries that expired, or are MACHINE_ID's (NULL:
+ * none), or all (ALL); pool_lock held. */
+static void pool_unlink(struct execs *xs, const char *machine_id, bool all,
+			struct pooled **dead)
+{
+	int64_t now = mono_ms();
+
+	for (struct pooled **pp = &xs->pool; *pp;) {
+		struct pooled *p = *pp;
+		if (all || p->expires <= now || (machine_id && !strcmp(p->machine_id, machine_id))) {
+			*pp = p->next;
+			xs->npool--;
+			p->next = *dead;
+			*dead = p;
+		} else {
+			pp = &p->next;
+		}
+	}
+}
+
+static void pool_close_all(struct pooled *dead)
+{
+	while (dead) {
+		struct pooled *p = dead;
+		dead = p->next;
+		pooled_close(p);
+	}
+}
+
+static bool pooled_for(const struct pooled *p, const struct exec *x)
+{
+	return !strcmp(p->machine_id, x->machine_id) && !strcmp(p->login, x->login) &&
+	       !strcmp(p->host, x->host) && p->port == x->t.port &&
+	       !strcmp(p->host_key, x->host_key);
+}
+
+/* A kept session for X's machine, endpoint, user and host key, or NULL.
+ * One on which anything arrived while it was kept (its end, most likely:
+ * it has no channel) is closed instead. */
+static ssh_session pool_take(struct execs *xs, const struct exec *x)
+{
+	struct pooled *dead = NULL, *found = NULL;
+
+	pthread_mutex_lock(&xs->pool_lock);
+	pool_unlink(xs, NULL, false, &dead);
+	for (struct pooled **pp = &xs->pool; *pp && !found;) {
+		struct pooled *p = *pp;
+		if (!pooled_for(p, x)) {
+			pp = &p->next;
+			continue;
+		}
+		*pp = p->next;
+		xs->npool--;
+		struct pollfd pf = { .fd = ssh_get_fd(p->s), .events = POLLIN };
+		if (pf.fd >= 0 && ssh_is_connected(p->s) && poll(&pf, 1, 0) == 0) {
+			found = p;
+		} else {
+			p->next = dead;
+			dead = p;
+		}
+	}
+	pthread_mutex_unlock(&xs->pool_lock);
+	pool_close_all(dead);
+	if (!found)
+		return NULL;
+	ssh_session s = found->s;
+	found->s = NULL;
+	pooled_close(found);
+	return s;
+}
+
+/* Keep S (its channel closed) for X's machine's next command, or close it. */
+static void pool_put(struct execs *xs, const struct exec *x, ssh_session s)
+{
+	struct pooled *dead = NULL, *p;
+	int mine = 0;
+
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		abort();
+	p->s = s;
+	snprintf(p->machine_id, sizeof(p->machine_id), "%s", x->machine_id);
+	snprintf(p->login, sizeof(p->login), "%s", x->login);
+	snprintf(p->host, sizeof(p->host), "%s", x->host);
+	p->port = x->t.port;
+	p->host_key = strdup(x->host_key);
+	if (!p->host_key)
+		abort();
+	p->expires = mono_ms() + EXEC_POOL_TTL_MS;
+	pthread_mutex_lock(&xs->pool_lock);
+	pool_unlink(xs, NULL, false, &dead);
+	for (struct pooled *q = xs->pool; q; q = q->next)
+		mine += !strcmp(q->machine_id, x->machine_id);
+	if (!xs->stopping && xs->npool < EXEC_POOL_MAX && mine < EXEC_POOL_PER_MACHINE) {
+		p->next = xs->pool;
+		xs->pool = p;
+		xs->npool++;
+		p = NULL;
+	}
+	pthread_mutex_unlock(&xs->pool_lock);
+	if (p)
+		pooled_close(p);
+	pool_close_all(dead);
 }
 
 /* Ask X's run to end: SIGKILL to the command, then the end of the run. */
@@ -116,11 +255,17 @@ void execs_stop(struct execs *xs)
 
 	if (!xs)
 		return;
+	struct pooled *dead = NULL;
+
 	pthread_mutex_lock(&xs->lock);
 	xs->stopping = true;
 	for (x = xs->list; x; x = x->next)
 		end_run(x, "berth-hostd stopped");
 	pthread_mutex_unlock(&xs->lock);
+	pthread_mutex_lock(&xs->pool_lock);
+	pool_unlink(xs, NULL, true, &dead);
+	pthread_mutex_unlock(&xs->pool_lock);
+	pool_close_all(dead);
 }
 
 void execs_free(struct execs *xs)
@@ -132,6 +277,7 @@ void execs_free(struct execs *xs)
 	if (xs->list)
 		log_warn("%s: commands still listed at exit", __func__);
 	pthread_mutex_destroy(&xs->lock);
+	pthread_mutex_destroy(&xs->pool_lock);
 	free(xs);
 }
 
@@ -144,15 +290,53 @@ void execs_machine_gone(struct execs *xs, const char *machine_id)
 		if (!strcmp(x->machine_id, machine_id))
 			end_run(x, "its machine was deleted");
 	pthread_mutex_unlock(&xs->lock);
+	execs_machine_reset(xs, machine_id);
+}
+
+void execs_machine_reset(struct execs *xs, const char *machine_id)
+{
+	struct pooled *dead = NULL;
+
+	pthread_mutex_lock(&xs->pool_lock);
+	pool_unlink(xs, machine_id, false, &dead);
+	pthread_mutex_unlock(&xs->pool_lock);
+	pool_close_all(dead);
 }
 
 static void *run(void *arg)
 {
 	struct exec *x = arg;
 
+	long long deadline = sshexec_now_ms() + x->t.connect_timeout_ms;
+	ssh_session s = pool_take(x->xs, x);
+
 	x->io = (struct sshexec_io){ .in = x->in_r, .out = x->out_w, .err = x->err_w,
 				     .ctl = x->ctl_r };
-	x->rc = sshexec_run_io(&x->t, x->cmd, &x->io, x->err, sizeof(x->err));
+	if (s) {
+		x->rc = sshexec_run_session(s, &x->t, x->cmd, &x->io, deadline, x->err,
+					    sizeof(x->err));
+		x->reused = true;
+		if (x->rc < 0 && !x->io.started) {
+			/* The kept session had died: a new one. */
+			sshexec_disconnect(s);
+			s = NULL;
+			x->reused = false;
+		}
+	}
+	if (!s) {
+		/* The whole time again: a kept session that died may have
+		 * taken it all (a guest restored from memory older than it
+		 * never answers). */
+		deadline = sshexec_now_ms() + x->t.connect_timeout_ms;
+		s = sshexec_connect(&x->t, deadline, x->err, sizeof(x->err));
+		x->rc = s ? sshexec_run_session(s, &x->t, x->cmd, &x->io, deadline, x->err,
+						sizeof(x->err))
+			  : -1;
+	}
+	if (s && x->rc == 0 && ssh_is_connected(s))
+		pool_put(x->xs, x, s);
+	else
+		sshexec_disconnect(s);
 	/* EOF for the reader: the stream's last line follows. */
 	close(x->out_w);
 	close(x->err_w);
@@ -499,8 +683,8 @@ static void last_line(struct exec *x)
 	buf_adds(&x->line, s);
 	buf_adds(&x->line, "\n");
 	free(s);
-	log_info("exec %lld in %s/%s ended: %.*s", (long long)x->id, x->owner, x->machine,
-		 (int)x->line.len - 1, buf_str(&x->line));
+	log_info("exec %lld in %s/%s ended: %.*s%s", (long long)x->id, x->owner, x->machine,
+		 (int)x->line.len - 1, buf_str(&x->line), x->reused ? " (on a kept session)" : "");
 }
 
 /* One piece of FD (stdout or stderr) as a line, or EOF noted. */

@@ -31,8 +31,11 @@ struct execs *execs_new(void);
 void execs_stop(struct execs *xs);
 /* Frees XS, after the API's connections (and so every stream) ended. */
 void execs_free(struct execs *xs);
-/* Ends the commands on machine MACHINE_ID (it is being deleted). */
+/* Ends the commands on machine MACHINE_ID (it is being deleted), and
+ * closes the SSH sessions kept to it. */
 void execs_machine_gone(struct execs *xs, const char *machine_id);
+/* Closes the SSH sessions kept to MACHINE_ID (it is being restored). */
+void execs_machine_reset(struct execs *xs, const char *machine_id);
 
 /* Start the command REQ describes (the route's JSON body, its fields
  * exec_fields: "argv" or "cmd", "env", "cwd", "user", "stdin",

@@ -156,6 +156,19 @@ ub exec m -- true 2>"$T/err"
 check_eq "exec in a suspended machine: it wakes, the command runs" 0 "$?"
 check_match "  saying so" "woke m: ready in" "$(cat "$T/err")"
 
+# hostd keeps its SSH session to m for the next command; a restore from a
+# memory checkpoint older than that session must not reuse it (the guest
+# would wait for the sequence numbers of its past).
+ub exec m -- true
+ub checkpoint m c1 --memory >/dev/null
+ub exec m -- sh -c 'echo after > /tmp/v'
+ub restore m c1 >/dev/null
+t0=$(date +%s)
+out=$(ub exec m -- sh -c 'cat /tmp/v 2>/dev/null || echo none')
+check_eq "after a memory restore, a command sees the checkpoint's memory" none "$out"
+check "  within 10 s (no kept session from after the checkpoint reused)" test $(($(date +%s) - t0)) -lt 10
+check_match "  commands ran on kept sessions before" "ended: \{\"exit\":0\} \(on a kept session\)" "$(cat "$T/hostd.log")"
+
 # Its machine deleted: the command ends, and says why.
 ux stream $E '{"argv": ["sleep", "1000"]}' >"$T/s8" &
 sp=$!

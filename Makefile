@@ -46,7 +46,7 @@ HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/busy.c hostd/config.c hostd/db.c
                hostd/transfer.c hostd/zmem.c hostd/billing.c hostd/usage.c hostd/sampler.c \
                hostd/prometheus.c \
                hostd/idle.c hostd/tokens.c hostd/http.c hostd/desktop.c hostd/keyproof.c hostd/quota.c \
-               hostd/exec.c
+               hostd/exec.c hostd/files.c
 CLI_SRC     := cli/main.c cli/cli.c cli/client.c cli/up.c cli/image.c cli/usage.c \
                cli/token.c cli/info.c cli/key.c cli/machine.c
 SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/pool.c sshgw/algos.c

@@ -21,6 +21,7 @@
 #include "hostd/db.h"
 #include "hostd/desktop.h"
 #include "hostd/exec.h"
+#include "hostd/files.h"
 #include "hostd/idle.h"
 #include "hostd/keyproof.h"
 #include "hostd/image.h"
@@ -102,9 +103,9 @@ struct req {
 	char scratch[1024];
 	struct buf body;
 	bool too_big;
-	/* An upload's body streams into an import instead of being
-	 * buffered. */
-	struct import *import;
+	/* An upload's body streams into a sink instead of being
+	 * buffered (ctx NULL: none). */
+	struct upload up;
 	/* An answer decided at the head (a refusal): kept while the body is
 	 * read and dropped. */
 	bool has_early;
@@ -352,7 +353,8 @@ struct call {
 	enum api_caller who;        /* its class */
 	const char *arg[4];         /* the route's {params}, in order */
 	const struct buf *body;     /* the body (empty for an upload) */
-	struct import *import;      /* an upload's import, fed as it arrived */
+	struct upload *upload;      /* an upload's sink, fed as it arrived (the
+				       handler finishes it) */
 };
 
 /* GET /v1/quota: the caller's quotas, each with its limit and use. */
@@ -929,6 +931,191 @@ static struct reply do_exec_list(struct call *c)
 	return ok(200, exec_list_json(c->h->execs, c->owner, m.id));
 }
 
+/* ---- files (hostd/files.h) ---- */
+
+/* A mode given as octal text ("644", "0755") into *MODE; DEF when absent. */
+static int mode_arg(const char *s, unsigned def, unsigned *mode, struct err *e)
+{
+	char *end;
+	unsigned long v;
+
+	*mode = def;
+	if (!s)
+		return 0;
+	v = strtoul(s, &end, 8);
+	if (!*s || *end || v > 07777)
+		return err_set(e, 400, "invalid_mode", "mode '%s' is not a permission mode (octal, "
+			       "0 to 7777)", s);
+	*mode = (unsigned)v;
+	return 0;
+}
+
+static bool flag_arg(struct MHD_Connection *c, const char *key)
+{
+	const char *v = query_arg(c, key);
+
+	return v && (!strcmp(v, "1") || !strcmp(v, "true"));
+}
+
+static ssize_t file_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	ssize_t n = files_read(cls, buf, max);
+
+	(void)pos;
+	if (n > 0)
+		return n;
+	return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void file_reader_done(void *cls)
+{
+	files_read_end(cls);
+}
+
+/* GET /v1/machines/NAME/files?path=P: the file's bytes, streamed. */
+static struct reply do_file_get(struct call *c)
+{
+	struct err e = { 0 };
+	uint64_t size;
+	char len[32];
+	struct file_read *r = files_read_begin(c->h, c->owner, c->arg[0],
+					       query_arg(c->conn, "path"), &size, &e);
+
+	if (!r)
+		return fail(&e);
+	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 << 10,
+								       file_reader, r,
+								       file_reader_done);
+	if (!resp) {
+		files_read_end(r);
+		return fail_now(500, "internal", "cannot create the file's response");
+	}
+	snprintf(len, sizeof(len), "%llu", (unsigned long long)size);
+	MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
+	MHD_add_response_header(resp, "X-Berth-File-Size", len);
+	return (struct reply){ 200, NULL, resp };
+}
+
+static void file_feed_cb(void *ctx, const void *data, size_t len)
+{
+	files_write_feed(ctx, data, len);
+}
+
+static void file_abort_cb(void *ctx)
+{
+	files_write_abort(ctx);
+}
+
+/* PUT /v1/machines/NAME/files?path=P&mode=644: at the head, the file is
+ * opened (a temporary one beside P); the body streams into it. */
+static bool file_upload(struct call *c, struct upload *u, struct reply *early)
+{
+	struct err e = { 0 };
+	unsigned mode;
+	struct file_write *w = NULL;
+
+	if (mode_arg(query_arg(c->conn, "mode"), 0644, &mode, &e) == 0)
+		w = files_write_begin(c->h, c->owner, c->arg[0], query_arg(c->conn, "path"), mode,
+				      &e);
+	if (!w) {
+		*early = fail(&e);
+		return false;
+	}
+	*u = (struct upload){ w, file_feed_cb, file_abort_cb };
+	return true;
+}
+
+static struct reply do_file_put(struct call *c)
+{
+	struct err e = { 0 };
+	uint64_t size;
+
+	if (files_write_end(c->upload->ctx, &size, &e) < 0)
+		return fail(&e);
+	return ok(201, json_pack("{s:s, s:I}", "path", query_arg(c->conn, "path"), "size",
+				 (json_int_t)size));
+}
+
+/* DELETE /v1/machines/NAME/files?path=P[&recursive=1]. */
+static struct reply do_file_delete(struct call *c)
+{
+	struct err e = { 0 };
+	int64_t n;
+
+	if (files_remove(c->h, c->owner, c->arg[0], query_arg(c->conn, "path"),
+			 flag_arg(c->conn, "recursive"), &n, &e) < 0)
+		return fail(&e);
+	return ok(200, json_pack("{s:s, s:I}", "deleted", query_arg(c->conn, "path"),
+				 "entries", (json_int_t)n));
+}
+
+static struct reply do_file_list(struct call *c)
+{
+	struct err e = { 0 };
+	json_t *j = files_list(c->h, c->owner, c->arg[0], query_arg(c->conn, "path"), &e);
+
+	return j ? ok(200, j) : fail(&e);
+}
+
+static struct reply do_file_stat(struct call *c)
+{
+	struct err e = { 0 };
+	json_t *j = files_stat(c->h, c->owner, c->arg[0], query_arg(c->conn, "path"), &e);
+
+	return j ? ok(200, j) : fail(&e);
+}
+
+/* POST /v1/machines/NAME/files/mkdir {"path", "parents"?, "mode"?}. */
+static struct reply do_file_mkdir(struct call *c)
+{
+	static const char *const allowed[] = { "path", "parents", "mode", NULL };
+	struct err e = { 0 };
+	json_t *j = api_parse_body(c->body, allowed, &e);
+	const char *path = NULL, *mode_s = NULL;
+	int parents = 0;
+	unsigned mode;
+	struct reply rep;
+
+	if (!j)
+		return fail(&e);
+	if (json_unpack(j, "{s:s, s?b, s?s}", "path", &path, "parents", &parents, "mode",
+			&mode_s) < 0) {
+		json_decref(j);
+		return fail_now(400, "invalid_json", "path must be a string, parents true or false, "
+				"mode an octal string (\"755\")");
+	}
+	if (mode_arg(mode_s, 0755, &mode, &e) < 0 ||
+	    files_mkdir(c->h, c->owner, c->arg[0], path, parents, mode, &e) < 0)
+		rep = fail(&e);
+	else
+		rep = ok(201, json_pack("{s:s}", "path", path));
+	json_decref(j);
+	return rep;
+}
+
+/* POST /v1/machines/NAME/files/move {"from", "to"}. */
+static struct reply do_file_move(struct call *c)
+{
+	static const char *const allowed[] = { "from", "to", NULL };
+	struct err e = { 0 };
+	json_t *j = api_parse_body(c->body, allowed, &e);
+	const char *from = NULL, *to = NULL;
+	struct reply rep;
+
+	if (!j)
+		return fail(&e);
+	if (json_unpack(j, "{s:s, s:s}", "from", &from, "to", &to) < 0) {
+		json_decref(j);
+		return fail_now(400, "invalid_json", "from and to must be strings (paths)");
+	}
+	if (files_move(c->h, c->owner, c->arg[0], from, to, &e) < 0)
+		rep = fail(&e);
+	else
+		rep = ok(200, json_pack("{s:s, s:s}", "from", from, "to", to));
+	json_decref(j);
+	return rep;
+}
+
 /* GET /v1/machines/NAME/export[?checkpoint=C]: the disk as one zstd frame.
  * A failure half-way ends the chunked body without its last chunk, which
  * a client sees as a truncated transfer. */
@@ -1179,13 +1366,25 @@ static struct reply do_image_build(struct call *c)
 	return rep;
 }
 
+static void import_feed_cb(void *ctx, const void *data, size_t len)
+{
+	import_feed(ctx, data, len);
+}
+
+static void import_abort_cb(void *ctx)
+{
+	import_abort(ctx);
+}
+
 /* PUT /v1/images/NAME?sha256=&format=&like=&user=&origin=: the body is the
  * image file.  Boot settings come from the image LIKE (its kernel, initrd,
  * command line and user), else the disk boots by its own boot loader.
- * Called when the head arrived: NULL with *EARLY set when refused. */
-static struct import *import_start(struct hostd *h, struct MHD_Connection *c,
-				   const char *name, struct reply *early)
+ * Called when the head arrived: false with *EARLY set when refused. */
+static bool image_upload(struct call *call, struct upload *u, struct reply *early)
 {
+	struct hostd *h = call->h;
+	struct MHD_Connection *c = call->conn;
+	const char *name = call->arg[0];
 	struct import_opts o = { .name = name, .boot = "firmware", .user = "root" };
 	struct image like;
 	struct err e = { 0 };
@@ -1212,9 +1411,12 @@ static struct import *import_start(struct hostd *h, struct MHD_Connection *c,
 	if (query_arg(c, "user"))
 		o.user = query_arg(c, "user");
 	im = import_begin(h, &o, &e);
-	if (!im)
+	if (!im) {
 		*early = fail(&e);
-	return im;
+		return false;
+	}
+	*u = (struct upload){ im, import_feed_cb, import_abort_cb };
+	return true;
 }
 
 /* The end of PUT /v1/images/NAME: the whole body was fed to the import. */
@@ -1223,7 +1425,7 @@ static struct reply do_image_put(struct call *c)
 	struct image img;
 	struct err e = { 0 };
 
-	if (import_end(c->import, &img, &e) < 0)
+	if (import_end(c->upload->ctx, &img, &e) < 0)
 		return fail(&e);
 	return ok(201, image_json(c->h, &img));
 }
@@ -1771,6 +1973,13 @@ static const struct api_route routes[] = {
 	{ "GET", "/v1/machines/{name}/exec", ANYONE, .fn = do_exec_list },
 	{ "POST", "/v1/machines/{name}/exec/{id}/stdin", ANYONE, .fn = do_exec_stdin },
 	{ "POST", "/v1/machines/{name}/exec/{id}/signal", ANYONE, .fn = do_exec_signal },
+	{ "GET", "/v1/machines/{name}/files", ANYONE, .fn = do_file_get },
+	{ "PUT", "/v1/machines/{name}/files", ANYONE, .upload = file_upload, .fn = do_file_put },
+	{ "DELETE", "/v1/machines/{name}/files", ANYONE, .fn = do_file_delete },
+	{ "GET", "/v1/machines/{name}/files/list", ANYONE, .fn = do_file_list },
+	{ "GET", "/v1/machines/{name}/files/stat", ANYONE, .fn = do_file_stat },
+	{ "POST", "/v1/machines/{name}/files/mkdir", ANYONE, .fn = do_file_mkdir },
+	{ "POST", "/v1/machines/{name}/files/move", ANYONE, .fn = do_file_move },
 	{ "POST", "/v1/machines/{name}/checkpoints", ANYONE, .fn = do_checkpoint },
 	{ "GET", "/v1/machines/{name}/checkpoints", ANYONE, .fn = do_checkpoints },
 	{ "DELETE", "/v1/machines/{name}/checkpoints/{ckpt}", ANYONE,
@@ -1802,7 +2011,7 @@ static const struct api_route routes[] = {
 	  .fn = do_image_build },
 	{ "GET", "/v1/images/{image}", ANYONE, .fn = do_image_show },
 	{ "PUT", "/v1/images/{image}", ROOT, .refusal = "only root may import images",
-	  .upload = true, .fn = do_image_put },
+	  .upload = image_upload, .fn = do_image_put },
 	{ "PATCH", "/v1/images/{image}", ROOT, .refusal = "only root may publish images",
 	  .fn = do_image_patch },
 	{ "DELETE", "/v1/images/{image}", ANYONE, .fn = do_image_delete },
@@ -2037,8 +2246,11 @@ static void begin_request(struct api *a, struct req *r, struct MHD_Connection *c
 		return;
 	}
 	if (r->route->upload) {
-		r->import = import_start(a->h, c, r->args[0], &r->early);
-		r->has_early = !r->import;
+		struct call call = { .a = a, .h = a->h, .conn = c, .method = method, .url = url,
+				     .route = r->route, .owner = r->owner, .uid = r->uid,
+				     .who = caller_class(a, r->uid) };
+		memcpy(call.arg, r->args, sizeof(call.arg));
+		r->has_early = !r->route->upload(&call, &r->up, &r->early);
 		return;
 	}
 	if (cl && strtoull(cl, NULL, 10) > a->h->cfg.max_body) {
@@ -2352,8 +2564,8 @@ enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url
 	if (*upload_data_size) {
 		if (r->has_early)
 			;       /* refused: read and dropped */
-		else if (r->import)
-			import_feed(r->import, upload_data, *upload_data_size);
+		else if (r->up.ctx)
+			r->up.feed(r->up.ctx, upload_data, *upload_data_size);
 		else if (!r->too_big && r->body.len + *upload_data_size <= a->h->cfg.max_body)
 			buf_add(&r->body, upload_data, *upload_data_size);
 		else
@@ -2370,11 +2582,11 @@ enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url
 		struct call call = { .a = a, .h = a->h, .conn = c, .method = method, .url = url,
 				     .route = r->route, .owner = r->owner, .uid = r->uid,
 				     .who = caller_class(a, r->uid),
-				     .body = &r->body, .import = r->import };
+				     .body = &r->body, .upload = &r->up };
 		memcpy(call.arg, r->args, sizeof(call.arg));
-		/* The handler owns the import from here. */
-		r->import = NULL;
 		rep = changes_machines(r->route) ? call_counted(&call) : r->route->fn(&call);
+		/* The handler finished the sink. */
+		r->up.ctx = NULL;
 	}
 	if (rep.status >= 500)
 		log_warn("%s %s: %d %s", method, url, rep.status,
@@ -2394,8 +2606,9 @@ void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	/* Keep-alive: the next request's head is owed within the timeout. */
 	conn_request_done(cls, c);
 	if (r) {
-		/* The client went away during an import. */
-		import_abort(r->import);
+		/* The client went away during an upload. */
+		if (r->up.ctx)
+			r->up.abort(r->up.ctx);
 		if (r->has_early)
 			json_decref(r->early.body);
 		buf_free(&r->body);

@@ -38,12 +38,23 @@ enum api_caller {
 struct call;
 struct reply;
 
+/* A request body's sink (an upload route's): FEED with each piece as it
+ * arrives; ABORT when the client went before the end.  The handler, called
+ * at the end, finishes it (the call's "upload"). */
+struct upload {
+	void *ctx;
+	void (*feed)(void *ctx, const void *data, size_t len);
+	void (*abort)(void *ctx);
+};
+
 /* One route.  PATH's segments are literals or {param}; {name} is a machine
  * name (checked: 400 "invalid_name").  A caller whose class is not in WHO
  * gets 403 with REFUSAL (or a generic message); over HTTP a SOCKET_ONLY
  * route does not exist (404).  QUERY_ALL: the row matches only requests
  * with ?all=1 (a wider scope than the same path's other row).  UPLOAD: the
- * body streams into an import as it arrives instead of being buffered.
+ * body streams, as it arrives, into the sink this makes when the head is
+ * in (an image's import, a file being written) instead of being buffered;
+ * it returns false with *EARLY set to refuse the request.
  * CATCH_ALL: no route of its own but the 404 for what no row above matched
  * on that path (a better message); not in docs/api.md. */
 struct api_route {
@@ -53,7 +64,7 @@ struct api_route {
 	bool socket_only;
 	const char *refusal;
 	bool query_all;
-	bool upload;
+	bool (*upload)(struct call *c, struct upload *u, struct reply *early);
 	bool catch_all;
 	struct reply (*fn)(struct call *c);
 };

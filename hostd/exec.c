@@ -160,17 +160,22 @@ static void pool_close_all(struct pooled *dead)
 	}
 }
 
-static bool pooled_for(const struct pooled *p, const struct exec *x)
+/* Whose a kept session is: the machine, and the target it was made for. */
+struct pool_key {
+	const char *machine_id;
+	const struct sshexec_target *t;
+};
+
+static bool pooled_for(const struct pooled *p, const struct pool_key *k)
 {
-	return !strcmp(p->machine_id, x->machine_id) && !strcmp(p->login, x->login) &&
-	       !strcmp(p->host, x->host) && p->port == x->t.port &&
-	       !strcmp(p->host_key, x->host_key);
+	return !strcmp(p->machine_id, k->machine_id) && !strcmp(p->login, k->t->user) &&
+	       !strcmp(p->host, k->t->host) && p->port == k->t->port &&
+	       !strcmp(p->host_key, k->t->host_key ? k->t->host_key : "");
 }
 
-/* A kept session for X's machine, endpoint, user and host key, or NULL.
- * One on which anything arrived while it was kept (its end, most likely:
- * it has no channel) is closed instead. */
-static ssh_session pool_take(struct execs *xs, const struct exec *x)
+/* A kept session for K, or NULL.  One on which anything arrived while it
+ * was kept (its end, most likely: it has no channel) is closed instead. */
+static ssh_session pool_take(struct execs *xs, const struct pool_key *k)
 {
 	struct pooled *dead = NULL, *found = NULL;
 
@@ -178,7 +183,7 @@ static ssh_session pool_take(struct execs *xs, const struct exec *x)
 	pool_unlink(xs, NULL, false, &dead);
 	for (struct pooled **pp = &xs->pool; *pp && !found;) {
 		struct pooled *p = *pp;
-		if (!pooled_for(p, x)) {
+		if (!pooled_for(p, k)) {
 			pp = &p->next;
 			continue;
 		}
@@ -202,8 +207,8 @@ static ssh_session pool_take(struct execs *xs, const struct exec *x)
 	return s;
 }
 
-/* Keep S (its channel closed) for X's machine's next command, or close it. */
-static void pool_put(struct execs *xs, const struct exec *x, ssh_session s)
+/* Keep S (its channels closed) for K's next command, or close it. */
+static void pool_put(struct execs *xs, const struct pool_key *k, ssh_session s)
 {
 	struct pooled *dead = NULL, *p;
 	int mine = 0;
@@ -212,18 +217,18 @@ static void pool_put(struct execs *xs, const struct exec *x, ssh_session s)
 	if (!p)
 		abort();
 	p->s = s;
-	snprintf(p->machine_id, sizeof(p->machine_id), "%s", x->machine_id);
-	snprintf(p->login, sizeof(p->login), "%s", x->login);
-	snprintf(p->host, sizeof(p->host), "%s", x->host);
-	p->port = x->t.port;
-	p->host_key = strdup(x->host_key);
+	snprintf(p->machine_id, sizeof(p->machine_id), "%s", k->machine_id);
+	snprintf(p->login, sizeof(p->login), "%s", k->t->user);
+	snprintf(p->host, sizeof(p->host), "%s", k->t->host);
+	p->port = k->t->port;
+	p->host_key = strdup(k->t->host_key ? k->t->host_key : "");
 	if (!p->host_key)
 		abort();
 	p->expires = mono_ms() + EXEC_POOL_TTL_MS;
 	pthread_mutex_lock(&xs->pool_lock);
 	pool_unlink(xs, NULL, false, &dead);
 	for (struct pooled *q = xs->pool; q; q = q->next)
-		mine += !strcmp(q->machine_id, x->machine_id);
+		mine += !strcmp(q->machine_id, k->machine_id);
 	if (!xs->stopping && xs->npool < EXEC_POOL_MAX && mine < EXEC_POOL_PER_MACHINE) {
 		p->next = xs->pool;
 		xs->pool = p;
@@ -303,12 +308,36 @@ void execs_machine_reset(struct execs *xs, const char *machine_id)
 	pool_close_all(dead);
 }
 
+ssh_session exec_session_get(struct execs *xs, const char *machine_id,
+			     const struct sshexec_target *t, bool *kept, char *err, size_t errlen)
+{
+	struct pool_key k = { machine_id, t };
+	ssh_session s = pool_take(xs, &k);
+
+	*kept = s != NULL;
+	if (s)
+		return s;
+	return sshexec_connect(t, sshexec_now_ms() + t->connect_timeout_ms, err, errlen);
+}
+
+void exec_session_put(struct execs *xs, const char *machine_id, const struct sshexec_target *t,
+		      ssh_session s, bool keep)
+{
+	struct pool_key k = { machine_id, t };
+
+	if (s && keep && ssh_is_connected(s))
+		pool_put(xs, &k, s);
+	else
+		sshexec_disconnect(s);
+}
+
 static void *run(void *arg)
 {
 	struct exec *x = arg;
 
+	struct pool_key k = { x->machine_id, &x->t };
 	long long deadline = sshexec_now_ms() + x->t.connect_timeout_ms;
-	ssh_session s = pool_take(x->xs, x);
+	ssh_session s = pool_take(x->xs, &k);
 
 	x->io = (struct sshexec_io){ .in = x->in_r, .out = x->out_w, .err = x->err_w,
 				     .ctl = x->ctl_r };
@@ -334,7 +363,7 @@ static void *run(void *arg)
 			  : -1;
 	}
 	if (s && x->rc == 0 && ssh_is_connected(s))
-		pool_put(x->xs, x, s);
+		pool_put(x->xs, &k, s);
 	else
 		sshexec_disconnect(s);
 	/* EOF for the reader: the stream's last line follows. */

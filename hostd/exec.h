@@ -22,6 +22,20 @@ struct hostd;
 struct execs;
 struct exec;
 
+struct sshexec_target;
+struct ssh_session_struct;
+
+/* An SSH session to machine MACHINE_ID as T says, for hostd's own use
+ * (the files routes' SFTP): one kept from an earlier command (*KEPT: it
+ * may have died meanwhile; try a new one when it fails before anything
+ * happened) or a new one within T's connect timeout.  NULL with ERR.  Give
+ * it back with exec_session_put: KEEP when it is fine for the next use. */
+struct ssh_session_struct *exec_session_get(struct execs *xs, const char *machine_id,
+					    const struct sshexec_target *t, bool *kept,
+					    char *err, size_t errlen);
+void exec_session_put(struct execs *xs, const char *machine_id, const struct sshexec_target *t,
+		      struct ssh_session_struct *s, bool keep);
+
 /* The fields of exec_start's REQ (for api_parse_body). */
 extern const char *const exec_fields[];
 

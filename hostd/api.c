@@ -1116,6 +1116,75 @@ static struct reply do_file_move(struct call *c)
 	return rep;
 }
 
+static ssize_t tar_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	ssize_t n = files_tar_read(cls, buf, max);
+
+	(void)pos;
+	if (n > 0)
+		return n;
+	return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void tar_reader_done(void *cls)
+{
+	files_tar_end(cls, NULL);
+}
+
+/* GET /v1/machines/NAME/files/tar?path=DIR: the directory as tar. */
+static struct reply do_tar_get(struct call *c)
+{
+	struct err e = { 0 };
+	struct file_tar *t = files_tar_read_begin(c->h, c->owner, c->arg[0],
+						  query_arg(c->conn, "path"), &e);
+
+	if (!t)
+		return fail(&e);
+	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 << 10,
+								       tar_reader, t,
+								       tar_reader_done);
+	if (!resp) {
+		files_tar_end(t, NULL);
+		return fail_now(500, "internal", "cannot create the tar's response");
+	}
+	MHD_add_response_header(resp, "Content-Type", "application/x-tar");
+	return (struct reply){ 200, NULL, resp };
+}
+
+static void tar_feed_cb(void *ctx, const void *data, size_t len)
+{
+	files_tar_feed(ctx, data, len);
+}
+
+static void tar_abort_cb(void *ctx)
+{
+	files_tar_end(ctx, NULL);
+}
+
+static bool tar_upload(struct call *c, struct upload *u, struct reply *early)
+{
+	struct err e = { 0 };
+	struct file_tar *t = files_tar_write_begin(c->h, c->owner, c->arg[0],
+						   query_arg(c->conn, "path"), &e);
+
+	if (!t) {
+		*early = fail(&e);
+		return false;
+	}
+	*u = (struct upload){ t, tar_feed_cb, tar_abort_cb };
+	return true;
+}
+
+/* PUT /v1/machines/NAME/files/tar?path=DIR: the body (a tar) unpacked there. */
+static struct reply do_tar_put(struct call *c)
+{
+	struct err e = { 0 };
+
+	if (files_tar_end(c->upload->ctx, &e) < 0)
+		return fail(&e);
+	return ok(201, json_pack("{s:s}", "path", query_arg(c->conn, "path")));
+}
+
 /* GET /v1/machines/NAME/export[?checkpoint=C]: the disk as one zstd frame.
  * A failure half-way ends the chunked body without its last chunk, which
  * a client sees as a truncated transfer. */
@@ -1980,6 +2049,8 @@ static const struct api_route routes[] = {
 	{ "GET", "/v1/machines/{name}/files/stat", ANYONE, .fn = do_file_stat },
 	{ "POST", "/v1/machines/{name}/files/mkdir", ANYONE, .fn = do_file_mkdir },
 	{ "POST", "/v1/machines/{name}/files/move", ANYONE, .fn = do_file_move },
+	{ "GET", "/v1/machines/{name}/files/tar", ANYONE, .fn = do_tar_get },
+	{ "PUT", "/v1/machines/{name}/files/tar", ANYONE, .upload = tar_upload, .fn = do_tar_put },
 	{ "POST", "/v1/machines/{name}/checkpoints", ANYONE, .fn = do_checkpoint },
 	{ "GET", "/v1/machines/{name}/checkpoints", ANYONE, .fn = do_checkpoints },
 	{ "DELETE", "/v1/machines/{name}/checkpoints/{ckpt}", ANYONE,

@@ -1,14 +1,19 @@
 #include "hostd/files.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <libssh/libssh.h>
 #include <libssh/sftp.h>
 
+#include "common/buf.h"
 #include "common/log.h"
 #include "common/sshexec.h"
 #include "common/util.h"
@@ -569,5 +574,211 @@ int files_remove(struct hostd *h, const char *owner, const char *name, const cha
 			*count = 1;
 	}
 	fs_close(&f, rc == 0 || e->status < 500);
+	return rc;
+}
+
+/* ---- a directory as tar -------------------------------------------------
+ *
+ * The machine's own tar, run over the kept SSH session on a thread of its
+ * own: `tar -C DIR -cf - .` whose stdout is the answer, or `mkdir -p DIR
+ * && tar -C DIR -xf -` whose stdin is the request's body.  Its stderr goes
+ * to a memory file (never blocks), read for the error. */
+
+struct file_tar {
+	struct fsess f;
+	bool extract;
+	char *cmd;
+	pthread_t thread;
+	bool thread_on;
+	int in_r, in_w, out_r, out_w, err_fd;
+	struct sshexec_io io;
+	int rc;
+	char err[512];
+	bool broken;             /* a write of the body failed: the run ended */
+};
+
+static void *tar_run(void *arg)
+{
+	struct file_tar *t = arg;
+
+	t->io = (struct sshexec_io){ .in = t->in_r, .out = t->out_w, .err = t->err_fd, .ctl = -1 };
+	t->rc = sshexec_run_session(t->f.s, &t->f.t, t->cmd, &t->io,
+				    sshexec_now_ms() + t->f.t.connect_timeout_ms, t->err,
+				    sizeof(t->err));
+	if (t->out_w >= 0)
+		close(t->out_w);
+	if (t->in_r >= 0)
+		close(t->in_r);
+	t->out_w = t->in_r = -1;
+	return NULL;
+}
+
+static void tar_join(struct file_tar *t)
+{
+	if (t->thread_on)
+		pthread_join(t->thread, NULL);
+	t->thread_on = false;
+}
+
+/* What tar said on stderr, its first line, into OUT. */
+static void tar_stderr(struct file_tar *t, char *out, size_t outlen)
+{
+	ssize_t n = pread(t->err_fd, out, outlen - 1, 0);
+
+	out[n > 0 ? n : 0] = '\0';
+	out[strcspn(out, "\n")] = '\0';
+}
+
+static void tar_free(struct file_tar *t, bool keep)
+{
+	int *fds[] = { &t->in_r, &t->in_w, &t->out_r, &t->out_w, &t->err_fd };
+
+	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+		if (*fds[i] >= 0)
+			close(*fds[i]);
+	fs_close(&t->f, keep);
+	free(t->cmd);
+	free(t);
+}
+
+static struct file_tar *tar_begin(struct hostd *h, const char *owner, const char *name,
+				  const char *path, bool extract, struct err *e)
+{
+	struct file_tar *t;
+	struct buf cmd = BUF_INIT;
+	char *argv[2] = { (char *)path, NULL }, *q;
+	int p[2];
+
+	if (path_ok(path, e) < 0)
+		return NULL;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		abort();
+	t->in_r = t->in_w = t->out_r = t->out_w = t->err_fd = -1;
+	t->extract = extract;
+	if (fs_open(h, owner, name, &t->f, e) < 0) {
+		free(t);
+		return NULL;
+	}
+	sftp_attributes a = sftp_stat(t->f.sftp, path);
+	if (!a && !extract) {
+		sftp_fail(&t->f, path, "stat", e);
+		goto fail;
+	}
+	if (a) {
+		bool dir = a->type == SSH_FILEXFER_TYPE_DIRECTORY;
+		sftp_attributes_free(a);
+		if (!dir) {
+			err_set(e, 409, "not_a_directory", "machine %s: %s is not a directory", name,
+				path);
+			goto fail;
+		}
+	}
+	/* The session is the tar's now. */
+	sftp_free(t->f.sftp);
+	t->f.sftp = NULL;
+	q = sshexec_quote(argv);
+	if (!q)
+		abort();
+	if (extract)
+		buf_printf(&cmd, "mkdir -p %s && exec tar -C %s -xf -", q, q);
+	else
+		buf_printf(&cmd, "exec tar -C %s -cf - .", q);
+	free(q);
+	t->cmd = buf_detach(&cmd);
+	t->err_fd = memfd_create("berth-tar-stderr", MFD_CLOEXEC);
+	if (t->err_fd < 0 || pipe2(p, O_CLOEXEC) < 0) {
+		err_errno(e, errno, "tar in %s: pipe", name);
+		goto fail;
+	}
+	if (extract) {
+		t->in_r = p[0];
+		t->in_w = p[1];
+	} else {
+		t->out_r = p[0];
+		t->out_w = p[1];
+	}
+	if (pthread_create(&t->thread, NULL, tar_run, t) != 0) {
+		err_set(e, 500, "internal", "tar in %s: cannot start a thread", name);
+		goto fail;
+	}
+	t->thread_on = true;
+	return t;
+fail:
+	tar_free(t, e->status < 500);
+	return NULL;
+}
+
+struct file_tar *files_tar_read_begin(struct hostd *h, const char *owner, const char *name,
+				      const char *path, struct err *e)
+{
+	return tar_begin(h, owner, name, path, false, e);
+}
+
+ssize_t files_tar_read(struct file_tar *t, char *buf, size_t max)
+{
+	char said[256];
+	ssize_t n;
+
+	do
+		n = read(t->out_r, buf, max);
+	while (n < 0 && errno == EINTR);
+	if (n != 0)
+		return n;
+	tar_join(t);
+	if (t->rc == 0 && t->io.status == 0)
+		return 0;
+	tar_stderr(t, said, sizeof(said));
+	log_warn("machine %s: tar of a directory failed (%s): %s", t->f.name,
+		 t->rc < 0 ? t->err : "exit status", said);
+	return -1;
+}
+
+struct file_tar *files_tar_write_begin(struct hostd *h, const char *owner, const char *name,
+				       const char *path, struct err *e)
+{
+	return tar_begin(h, owner, name, path, true, e);
+}
+
+void files_tar_feed(struct file_tar *t, const void *data, size_t len)
+{
+	size_t done = 0;
+
+	while (!t->broken && done < len) {
+		ssize_t n = write(t->in_w, (const char *)data + done, len - done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			t->broken = true;	/* tar ended early: its status says why */
+			break;
+		}
+		done += (size_t)n;
+	}
+}
+
+int files_tar_end(struct file_tar *t, struct err *e)
+{
+	char said[256];
+	int rc = 0;
+	bool ended;
+
+	if (t->extract) {
+		close(t->in_w);
+		t->in_w = -1;
+	} else {
+		close(t->out_r);	/* a reader that went: the run ends (EPIPE) */
+		t->out_r = -1;
+	}
+	tar_join(t);
+	ended = t->rc == 0 && t->io.status == 0;
+	if (e && !ended) {
+		tar_stderr(t, said, sizeof(said));
+		if (t->rc < 0)
+			rc = err_set(e, 502, "ssh_failed", "machine %s: %s", t->f.name, t->err);
+		else
+			rc = err_set(e, 422, "tar_failed", "machine %s: tar -x exited with %d: %s",
+				     t->f.name, t->io.status, said[0] ? said : "(nothing on stderr)");
+	}
+	tar_free(t, t->rc == 0);
 	return rc;
 }

@@ -62,4 +62,22 @@ int files_move(struct hostd *h, const char *owner, const char *name, const char 
 int files_remove(struct hostd *h, const char *owner, const char *name, const char *path,
 		 bool recursive, int64_t *count, struct err *e);
 
+/* A directory as a tar stream, made and unpacked by the machine's own tar
+ * (over SSH; any image with tar).  Reading: PATH must be a directory;
+ * files_tar_read as files_read (-1 also when tar failed: the stream is
+ * then cut short), then files_tar_end(T, NULL).  Writing: PATH is made
+ * when missing; the body is fed, then files_tar_end says whether tar took
+ * it all (422 "tar_failed" with tar's first line of stderr).  What a tar
+ * cut short had unpacked stays. */
+struct file_tar;
+struct file_tar *files_tar_read_begin(struct hostd *h, const char *owner, const char *name,
+				      const char *path, struct err *e);
+ssize_t files_tar_read(struct file_tar *t, char *buf, size_t max);
+struct file_tar *files_tar_write_begin(struct hostd *h, const char *owner, const char *name,
+				       const char *path, struct err *e);
+void files_tar_feed(struct file_tar *t, const void *data, size_t len);
+/* The end (also of a reader that went, or a body cut off): 0, or -1 with E
+ * (may be NULL).  Frees T. */
+int files_tar_end(struct file_tar *t, struct err *e);
+
 #endif

@@ -2,6 +2,7 @@
 # A machine's files through hostd (/v1/machines/NAME/files..., SFTP,
 # hostd/files.c), for a user who is not root, on the socket and over HTTP
 # with a token: 100 MiB up and down byte-exact, a file replaced, its mode,
+# a directory as tar both ways,
 # list, stat (a symbolic link not followed), mkdir (with parents), move,
 # remove (a file, an empty directory, recursive), an upload cut off half
 # way (nothing left behind, the old file kept), and every refusal with its
@@ -93,6 +94,24 @@ for _ in $(seq 20); do
 done
 check_eq "  cut off, it leaves no temporary file" "" "$left"
 check_eq "  and the file it was replacing is as it was" old "$(uc "$F?path=/root/keep")"
+
+# A directory as tar, both ways.
+mkdir -p "$T/u/tree/sub dir/deep"
+head -c 300000 /dev/urandom >"$T/u/tree/sub dir/deep/bin"
+echo hello >"$T/u/tree/a.txt"
+ln -s a.txt "$T/u/tree/link"
+tar -C "$T/u/tree" -cf "$T/u/tree.tar" .
+check_eq "PUT a tar: unpacked into a directory made for it" '{"path":"/root/tree/new"}' \
+	"$(uc -T "$T/u/tree.tar" "$F/tar?path=/root/tree/new")"
+check_eq "  a file of it, byte-exact" "$(sha256sum <"$T/u/tree/sub dir/deep/bin" | cut -d' ' -f1)" \
+	"$(ub exec m -- sha256sum '/root/tree/new/sub dir/deep/bin' | cut -d' ' -f1)"
+mkdir -p "$T/u/back"
+uc "$F/tar?path=/root/tree/new" -o "$T/u/back.tar"
+tar -C "$T/u/back" -xf "$T/u/back.tar"
+check_absent "GET it back as tar: the same tree (files, directories, the link)" diff -r --no-dereference "$T/u/tree" "$T/u/back"
+check_match "a tar of a file: 409" '"code":"not_a_directory"' "$(uc "$F/tar?path=/root/keep")"
+check_match "PUT of what is not a tar: 422 with tar's word" '"code":"tar_failed","message":"machine m: tar -x exited with [0-9]+: .+"' \
+	"$(printf 'not a tar at all' | uc -T - "$F/tar?path=/root/tree/bad")"
 
 # Refusals.
 check_match "a path that does not exist: 404 naming it" \

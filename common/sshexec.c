@@ -322,6 +322,9 @@ struct sshexec_run {
 	long long started;	/* now_ms() when the server took the command */
 	unsigned char held[16];	/* signals held until SSHEXEC_SIGNAL_HOLD_MS after it */
 	int nheld;
+	unsigned char ctl[64];	/* what fd_ctl gave that is not a whole message yet */
+	size_t nctl;
+	bool pty;		/* the command runs on a terminal */
 	bool closed;		/* the server closed the channel */
 	bool have_status;
 	int status;		/* exit status, or 128+N after signal N */
@@ -410,26 +413,41 @@ static void send_signals(struct sshexec_run *r)
 static int on_ctl(socket_t fd, int revents, void *userdata)
 {
 	struct sshexec_run *r = userdata;
-	unsigned char b[16];
-	ssize_t n, i;
+	ssize_t n;
+	size_t i = 0;
 
 	(void)revents;
-	n = read(fd, b, sizeof(b));
+	n = read(fd, r->ctl + r->nctl, sizeof(r->ctl) - r->nctl);
 	if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
 		return 0;
 	if (n <= 0) {
 		r->ended = true;
 		return 0;
 	}
-	for (i = 0; i < n; i++) {
-		if (b[i] == SSHEXEC_CTL_END) {
+	r->nctl += (size_t)n;
+	while (i < r->nctl) {
+		unsigned char b = r->ctl[i];
+		if (b == SSHEXEC_CTL_END) {
 			send_signals(r);
 			r->ended = true;
 			return 0;
 		}
+		if (b == SSHEXEC_CTL_RESIZE) {
+			if (r->nctl - i < 5)
+				break;	/* the rest of it comes with the next read */
+			int cols = r->ctl[i + 1] << 8 | r->ctl[i + 2];
+			int rows = r->ctl[i + 3] << 8 | r->ctl[i + 4];
+			if (r->pty)
+				ssh_channel_change_pty_size(r->channel, cols, rows);
+			i += 5;
+			continue;
+		}
 		if (r->nheld < (int)sizeof(r->held))
-			r->held[r->nheld++] = b[i];
+			r->held[r->nheld++] = b;
+		i++;
 	}
+	memmove(r->ctl, r->ctl + i, r->nctl - i);
+	r->nctl -= i;
 	if (now_ms() - r->started >= SSHEXEC_SIGNAL_HOLD_MS)
 		send_signals(r);
 	return 0;
@@ -952,6 +970,16 @@ int sshexec_run_session(struct ssh_session_struct *session, const struct sshexec
 				"cannot open the channel: %s",
 				ssh_get_error(session));
 		goto out;
+	}
+	if (io->pty_cols > 0 && io->pty_rows > 0) {
+		rc = ssh_channel_request_pty_size(channel, io->term[0] ? io->term : "xterm-256color",
+						  io->pty_cols, io->pty_rows);
+		if (rc != SSH_OK) {
+			set_err(err, errlen, t->host, t->port, "the server refused a terminal: %s",
+				ssh_get_error(session));
+			goto out;
+		}
+		r.pty = true;
 	}
 	rc = ssh_channel_request_exec(channel, cmd);
 	if (rc != SSH_OK) {

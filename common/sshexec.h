@@ -79,16 +79,23 @@ struct sshexec_io {
 	/* -1, or a descriptor (a pipe's read end) read while the command
 	 * runs: each byte a signal number (SIGTERM...) sent to the command
 	 * (an SSH "signal" request; OpenSSH and dropbear deliver it to the
-	 * process they started), SSHEXEC_CTL_END, or the writer closing it,
-	 * the end of the run: the channel is closed and -1 returned ("ended
-	 * before the command did") unless the command had ended. */
+	 * process they started), SSHEXEC_CTL_RESIZE and 4 bytes (columns and
+	 * rows, 16 bits each, big-endian: the terminal's new size),
+	 * SSHEXEC_CTL_END, or the writer closing it, the end of the run: the
+	 * channel is closed and -1 returned ("ended before the command did")
+	 * unless the command had ended. */
 	int ctl;
+	/* > 0: the command runs on a terminal of this size (its stderr is
+	 * then its stdout), TERM its type ("": xterm-256color). */
+	int pty_cols, pty_rows;
+	char term[32];
 	int status;		/* out: as sshexec_run's *STATUS */
 	char signal[16];	/* out: "TERM" when it died of a signal, else "" */
 	bool started;		/* out: the server took the command (a run that
 				   failed before is safe to try again) */
 };
 #define SSHEXEC_CTL_END 0
+#define SSHEXEC_CTL_RESIZE 0xff
 
 /* sshexec_run with IO's descriptors, a control descriptor and the signal
  * reported by name.  Returns as sshexec_run does. */

@@ -920,6 +920,32 @@ static struct reply do_exec_signal(struct call *c)
 				 sshexec_signal_name(sig)));
 }
 
+/* POST /v1/machines/NAME/exec/ID/resize {"cols", "rows"}. */
+static struct reply do_exec_resize(struct call *c)
+{
+	static const char *const allowed[] = { "cols", "rows", NULL };
+	struct err e = { 0 };
+	int64_t id = exec_id(c->arg[1], &e);
+	json_int_t cols = 0, rows = 0;
+	json_t *j;
+
+	if (!id)
+		return fail(&e);
+	j = api_parse_body(c->body, allowed, &e);
+	if (!j)
+		return fail(&e);
+	if (json_unpack(j, "{s:I, s:I}", "cols", &cols, "rows", &rows) < 0 || cols < 1 || cols > 1000 ||
+	    rows < 1 || rows > 1000) {
+		json_decref(j);
+		return fail_now(400, "invalid_size", "cols and rows must be numbers (1 to 1000)");
+	}
+	json_decref(j);
+	if (exec_resize(c->h->execs, c->owner, c->arg[0], id, (int)cols, (int)rows, &e) < 0)
+		return fail(&e);
+	return ok(200, json_pack("{s:I, s:I, s:I}", "id", (json_int_t)id, "cols", cols, "rows",
+				 rows));
+}
+
 /* GET /v1/machines/NAME/exec: the commands running in it. */
 static struct reply do_exec_list(struct call *c)
 {
@@ -2042,6 +2068,7 @@ static const struct api_route routes[] = {
 	{ "GET", "/v1/machines/{name}/exec", ANYONE, .fn = do_exec_list },
 	{ "POST", "/v1/machines/{name}/exec/{id}/stdin", ANYONE, .fn = do_exec_stdin },
 	{ "POST", "/v1/machines/{name}/exec/{id}/signal", ANYONE, .fn = do_exec_signal },
+	{ "POST", "/v1/machines/{name}/exec/{id}/resize", ANYONE, .fn = do_exec_resize },
 	{ "GET", "/v1/machines/{name}/files", ANYONE, .fn = do_file_get },
 	{ "PUT", "/v1/machines/{name}/files", ANYONE, .upload = file_upload, .fn = do_file_put },
 	{ "DELETE", "/v1/machines/{name}/files", ANYONE, .fn = do_file_delete },

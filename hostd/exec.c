@@ -52,6 +52,8 @@ struct exec {
 	int64_t started;         /* seconds since the epoch */
 	int64_t deadline_ms;     /* mono_ms of the timeout, 0 for none */
 	int64_t woke_ms;         /* how long its machine took to wake, -1: it ran */
+	int cols, rows;          /* its terminal's size (0: none) */
+	char term[32];
 
 	/* What the thread runs: the strings are the exec's. */
 	struct sshexec_target t;
@@ -108,7 +110,8 @@ struct execs {
 };
 
 const char *const exec_fields[] = { "argv", "cmd", "env", "cwd", "user", "stdin",
-				    "stdin_open", "timeout", "wake", "connect_timeout", NULL };
+				    "stdin_open", "timeout", "wake", "connect_timeout", "pty",
+				    NULL };
 
 struct execs *execs_new(void)
 {
@@ -340,7 +343,8 @@ static void *run(void *arg)
 	ssh_session s = pool_take(x->xs, &k);
 
 	x->io = (struct sshexec_io){ .in = x->in_r, .out = x->out_w, .err = x->err_w,
-				     .ctl = x->ctl_r };
+				     .ctl = x->ctl_r, .pty_cols = x->cols, .pty_rows = x->rows };
+	snprintf(x->io.term, sizeof(x->io.term), "%s", x->term);
 	if (s) {
 		x->rc = sshexec_run_session(s, &x->t, x->cmd, &x->io, deadline, x->err,
 					    sizeof(x->err));
@@ -547,7 +551,8 @@ struct exec *exec_start(struct hostd *h, const char *owner, const char *name, js
 	struct buf cmd = BUF_INIT, in0 = BUF_INIT;
 	struct machine_ssh s;
 	struct exec *x = NULL;
-	json_int_t timeout = 0, connect_s = 0;
+	json_int_t timeout = 0, connect_s = 0, cols = 0, rows = 0;
+	const char *term = "";
 	json_t *v;
 	char *what = NULL, user[33];
 	bool wake = true, stdin_open = false, counted = false;
@@ -579,6 +584,16 @@ struct exec *exec_start(struct hostd *h, const char *owner, const char *name, js
 			goto fail;
 		}
 		connect_s = json_integer_value(v);
+	}
+	if ((v = json_object_get(req, "pty"))) {
+		if (json_unpack(v, "{s:I, s:I, s?s}", "cols", &cols, "rows", &rows, "term",
+				&term) < 0 || cols < 1 || cols > 1000 || rows < 1 || rows > 1000 ||
+		    strlen(term) >= 32 || strspn(term, "abcdefghijklmnopqrstuvwxyz0123456789-") !=
+		    strlen(term)) {
+			err_set(e, 400, "invalid_exec", "\"pty\" must be {\"cols\": 1-1000, "
+				"\"rows\": 1-1000, \"term\"?: \"xterm-256color\"}");
+			goto fail;
+		}
 	}
 	if ((v = json_object_get(req, "stdin")) &&
 	    (!json_is_string(v) ||
@@ -625,6 +640,9 @@ struct exec *exec_start(struct hostd *h, const char *owner, const char *name, js
 		abort();
 	x->started = now_s();
 	x->woke_ms = s.woke_ms;
+	x->cols = (int)cols;
+	x->rows = (int)rows;
+	snprintf(x->term, sizeof(x->term), "%s", term);
 	x->deadline_ms = timeout ? mono_ms() + (int64_t)timeout * 1000 : 0;
 	x->t = (struct sshexec_target){ .host = x->host, .port = s.port, .user = x->login,
 					.key_b64 = h->key.private_pem,
@@ -935,6 +953,27 @@ ssize_t exec_stdin(struct execs *xs, const char *owner, const char *name, int64_
 	return (ssize_t)done;
 }
 
+int exec_resize(struct execs *xs, const char *owner, const char *name, int64_t id, int cols,
+		int rows, struct err *e)
+{
+	struct exec *x;
+	unsigned char b[5] = { SSHEXEC_CTL_RESIZE, (unsigned char)(cols >> 8), (unsigned char)cols,
+			       (unsigned char)(rows >> 8), (unsigned char)rows };
+	int rc = 0;
+
+	if (cols < 1 || cols > 1000 || rows < 1 || rows > 1000)
+		return err_set(e, 400, "invalid_size", "cols and rows must be 1 to 1000");
+	if (!(x = find_locked(xs, owner, name, id, e)))
+		return -1;
+	if (!x->cols)
+		rc = err_set(e, 409, "no_pty", "command %lld runs without a terminal (start it with "
+			     "\"pty\")", (long long)id);
+	else if (x->ctl_w < 0 || write(x->ctl_w, b, sizeof(b)) != (ssize_t)sizeof(b))
+		rc = err_set(e, 409, "ended", "command %lld is ending", (long long)id);
+	pthread_mutex_unlock(&x->lock);
+	return rc;
+}
+
 int exec_signal(struct execs *xs, const char *owner, const char *name, int64_t id, int sig,
 		struct err *e)
 {
@@ -970,6 +1009,8 @@ json_t *exec_list_json(struct execs *xs, const char *owner, const char *machine_
 		json_object_set_new(j, "started", json_integer(x->started));
 		json_object_set_new(j, "user", json_string(x->user[0] ? x->user : x->login));
 		json_object_set_new(j, "stdin_open", json_boolean(open));
+		if (x->cols)
+			json_object_set_new(j, "pty", json_true());
 		json_array_append_new(l, j);
 	}
 	pthread_mutex_unlock(&xs->lock);

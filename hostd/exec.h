@@ -53,7 +53,7 @@ void execs_machine_reset(struct execs *xs, const char *machine_id);
 
 /* Start the command REQ describes (the route's JSON body, its fields
  * exec_fields: "argv" or "cmd", "env", "cwd", "user", "stdin",
- * "stdin_open", "timeout", "wake", "connect_timeout"; docs/api.md) in OWNER's machine NAME, waking it unless "wake" is
+ * "stdin_open", "timeout", "wake", "connect_timeout", "pty"; docs/api.md) in OWNER's machine NAME, waking it unless "wake" is
  * false.  Returns the running command, whose output exec_read gives, or
  * NULL with E set (400 for a bad request, 404, 409 not_running, 429
  * too_many_execs...): nothing runs then. */
@@ -81,6 +81,10 @@ void exec_release(struct exec *x);
  * time), or -1 with E set (404 no such command, 409 stdin closed). */
 ssize_t exec_stdin(struct execs *xs, const char *owner, const char *name, int64_t id,
 		   const void *data, size_t len, bool eof, struct err *e);
+/* The terminal of command ID (started with "pty") is now COLS x ROWS.  0
+ * or -1 with E set (409 "no_pty" without one). */
+int exec_resize(struct execs *xs, const char *owner, const char *name, int64_t id, int cols,
+		int rows, struct err *e);
 /* Send signal SIG (a number) to command ID.  0 or -1 with E set. */
 int exec_signal(struct execs *xs, const char *owner, const char *name, int64_t id, int sig,
 		struct err *e);

@@ -10,7 +10,7 @@ that a test sees the NDJSON stream as it arrives.
       "STATUS BODY", exit 1.
   ... stream-then PATH BODY ACTION...
       as stream, and after the first line (the id) runs each ACTION:
-      "signal:TERM", "stdin:TEXT", "eof", "list", "sleep:S", "close"
+      "signal:TERM", "stdin:TEXT", "eof", "resize:COLSxROWS", "list", "sleep:S", "close"
       (drops the connection and exits).
   ... call METHOD PATH [BODY]
       one request; prints "STATUS BODY".
@@ -80,6 +80,10 @@ def action(opts, base, a):
     elif kind == "stdin":
         print("stdin", *call(opts, "POST", base + "/stdin", arg.encode(),
                              "application/octet-stream"))
+    elif kind == "resize":
+        cols, rows = arg.split("x")
+        print("resize", *call(opts, "POST", base + "/resize",
+                              json.dumps({"cols": int(cols), "rows": int(rows)})))
     elif kind == "eof":
         print("eof", *call(opts, "POST", base + "/stdin?eof=1", b"",
                            "application/octet-stream"))

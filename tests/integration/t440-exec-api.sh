@@ -91,6 +91,19 @@ check_eq "env, cwd and user (a shell string)" "a b'c|/tmp|nobody|" \
 	"$(python3 -c 'import json,sys
 print("".join(json.loads(l.split(" ", 1)[1]).get("stdout", "") for l in open(sys.argv[1])).replace("\n", "|"))' "$T/s6")"
 
+# A terminal: its size, a resize while it runs.
+ux stream $E '{"argv": ["sh", "-c", "stty size; tty"], "pty": {"cols": 100, "rows": 30}}' >"$T/p1"
+check_match "a command on a terminal of 100 x 30" '"stdout": "30 100\\r\\n.*/dev/pts/' \
+	"$(python3 -c 'import json,sys
+print("".join(json.loads(l.split(" ", 1)[1]).get("stdout", "") for l in open(sys.argv[1]) if "{" in l).replace("\r", "\\r").replace("\n", "\\n"))' "$T/p1" | sed 's/^/"stdout": "/')"
+ux stream-then $E '{"cmd": "sleep 2; stty size", "pty": {"cols": 80, "rows": 24}}' sleep:0.5 resize:132x43 >"$T/p2"
+check_match "  resized while it runs: 132 x 43" '"stdout": "43 132' "$(cat "$T/p2")"
+check_match "  the resize is taken" '^resize 200 \{"cols": 132, "id": [0-9]+, "rows": 43\}' "$(grep '^resize' "$T/p2")"
+check_match "a resize of a command without a terminal: 409" '^resize 409 .*runs without a terminal' \
+	"$(ux stream-then $E '{"argv": ["sleep", "1"]}' resize:80x24 | grep '^resize')"
+check_match "a terminal of 0 columns: 400" '^400 .*"pty\\" must be' \
+	"$(ux stream $E '{"argv": ["true"], "pty": {"cols": 0, "rows": 24}}')"
+
 # A client that goes: its command is killed.
 alive() { ub exec m -- sh -c "kill -0 $1 2>/dev/null && echo alive || echo gone"; }
 ux stream-then $E '{"argv": ["sh", "-c", "echo $$ > /tmp/pid; exec sleep 1000"]}' sleep:4 close >/dev/null &

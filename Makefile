@@ -48,7 +48,7 @@ HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/busy.c hostd/config.c hostd/db.c
                hostd/idle.c hostd/tokens.c hostd/http.c hostd/desktop.c hostd/keyproof.c hostd/quota.c \
                hostd/exec.c hostd/files.c
 CLI_SRC     := cli/main.c cli/cli.c cli/client.c cli/up.c cli/image.c cli/usage.c \
-               cli/token.c cli/info.c cli/key.c cli/machine.c
+               cli/token.c cli/info.c cli/key.c cli/machine.c cli/cp.c
 SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/pool.c sshgw/algos.c
 DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c \
                desktop/vdagent.c desktop/request.c

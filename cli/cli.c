@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hostapi.h"
 #include "common/util.h"
 #include "common/banned.h"
 
@@ -109,4 +110,74 @@ const char *cli_optval(int argc, char **argv, int *i, const char *name)
 	if (strcmp(argv[*i], name) == 0 && *i + 1 < argc)
 		return argv[++*i];
 	return NULL;
+}
+
+/* ---- a progress bar ---- */
+
+/* Ask hostd how far the export of P's machine is. */
+static void export_poll(struct cli_progress *p)
+{
+	char path[160], err[256];
+	json_t *r = NULL, *op;
+	long status;
+
+	snprintf(path, sizeof(path), "/v1/machines/%s", p->machine);
+	if (hostapi_call(p->c->sock, "GET", path, NULL, &status, &r, err, sizeof(err)) == 0 &&
+	    status == 200 && (op = json_object_get(r, "operation"))) {
+		p->done = (uint64_t)cli_jint(op, "done");
+		p->total = (uint64_t)cli_jint(op, "total");
+	}
+	json_decref(r);
+}
+
+void cli_progress_draw(uint64_t done, uint64_t total, void *data)
+{
+	struct cli_progress *p = data;
+	int64_t now = mono_ms();
+	char d[32], t[32], rate[32], eta[32] = "";
+	double secs = (double)(now - p->t0) / 1000.0;
+
+	if (!p->on || (p->any && now - p->drawn < 200 && (!total || done < total)))
+		return;
+	p->any = true;
+	p->drawn = now;
+	uint64_t written = done;
+	if (p->machine) {
+		export_poll(p);
+		done = p->done;
+		total = p->total;
+		if (!total) {
+			size_format(written, d, sizeof(d));
+			fprintf(stderr, "\r\033[K%s  %s written  %.0f s", p->label, d, secs);
+			return;
+		}
+	}
+	size_format(done, d, sizeof(d));
+	size_format(secs > 0.05 ? (uint64_t)((double)done / secs) : 0, rate, sizeof(rate));
+	if (total) {
+		int width = 24, fill = (int)((double)width * (double)done / (double)total);
+		char bar[32];
+		for (int i = 0; i < width; i++)
+			bar[i] = i < fill ? '#' : '-';
+		bar[width] = '\0';
+		size_format(total, t, sizeof(t));
+		if (done > 0 && done < total) {
+			double left = secs * (double)(total - done) / (double)done;
+			snprintf(eta, sizeof(eta), "  ~%.0f s left", left);
+		}
+		fprintf(stderr, "\r\033[K%s [%s] %3d%%  %s / %s  %s/s%s", p->label, bar,
+			(int)(100.0 * (double)done / (double)total), d, t, rate, eta);
+		if (p->machine) {
+			size_format(written, d, sizeof(d));
+			fprintf(stderr, "  (%s written)", d);
+		}
+	} else {
+		fprintf(stderr, "\r\033[K%s  %s  %s/s  %.0f s", p->label, d, rate, secs);
+	}
+}
+
+void cli_progress_end(struct cli_progress *p)
+{
+	if (p->on && p->any)
+		fprintf(stderr, "\r\033[K");
 }

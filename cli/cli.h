@@ -6,7 +6,9 @@
 #define BERTH_CLI_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cli/client.h"
 
@@ -50,5 +52,26 @@ void cli_fmt_size(json_t *o, const char *k, char *out, size_t outlen);
  * unchanged (NAME last, without its value, is not NAME).  The value
  * points into ARGV. */
 const char *cli_optval(int argc, char **argv, int *i, const char *name);
+
+/* A transfer's progress on stderr (when ON: stderr is a terminal and
+ * --json is off), redrawn at most five times a second: LABEL, the bytes
+ * so far, of how many, the rate, the time left.  For an export (MACHINE
+ * set, C its client) the bar shows the disk read so far, which hostd
+ * tells in the machine's "operation". */
+struct cli_progress {
+	bool on;           /* stderr is a terminal and --json is off */
+	const char *label;
+	int64_t t0, drawn;
+	bool any;
+	/* An export: the bar shows the disk read so far, which hostd tells
+	 * in the machine's "operation"; the bytes written are compressed. */
+	const struct client *c;
+	const char *machine;
+	uint64_t done, total;
+};
+/* hostapi's progress callback; DATA a struct cli_progress. */
+void cli_progress_draw(uint64_t done, uint64_t total, void *data);
+/* The bar cleared from the terminal. */
+void cli_progress_end(struct cli_progress *p);
 
 #endif

@@ -16,86 +16,6 @@
 #include "common/util.h"
 #include "common/banned.h"
 
-struct progress {
-	bool on;           /* stderr is a terminal and --json is off */
-	const char *label;
-	int64_t t0, drawn;
-	bool any;
-	/* An export: the bar shows the disk read so far, which hostd tells
-	 * in the machine's "operation"; the bytes written are compressed. */
-	const struct client *c;
-	const char *machine;
-	uint64_t done, total;
-};
-
-/* Ask hostd how far the export of P's machine is. */
-static void export_poll(struct progress *p)
-{
-	char path[160], err[256];
-	json_t *r = NULL, *op;
-	long status;
-
-	snprintf(path, sizeof(path), "/v1/machines/%s", p->machine);
-	if (hostapi_call(p->c->sock, "GET", path, NULL, &status, &r, err, sizeof(err)) == 0 &&
-	    status == 200 && (op = json_object_get(r, "operation"))) {
-		p->done = (uint64_t)cli_jint(op, "done");
-		p->total = (uint64_t)cli_jint(op, "total");
-	}
-	json_decref(r);
-}
-
-static void progress_draw(uint64_t done, uint64_t total, void *data)
-{
-	struct progress *p = data;
-	int64_t now = mono_ms();
-	char d[32], t[32], rate[32], eta[32] = "";
-	double secs = (double)(now - p->t0) / 1000.0;
-
-	if (!p->on || (p->any && now - p->drawn < 200 && (!total || done < total)))
-		return;
-	p->any = true;
-	p->drawn = now;
-	uint64_t written = done;
-	if (p->machine) {
-		export_poll(p);
-		done = p->done;
-		total = p->total;
-		if (!total) {
-			size_format(written, d, sizeof(d));
-			fprintf(stderr, "\r\033[K%s  %s written  %.0f s", p->label, d, secs);
-			return;
-		}
-	}
-	size_format(done, d, sizeof(d));
-	size_format(secs > 0.05 ? (uint64_t)((double)done / secs) : 0, rate, sizeof(rate));
-	if (total) {
-		int width = 24, fill = (int)((double)width * (double)done / (double)total);
-		char bar[32];
-		for (int i = 0; i < width; i++)
-			bar[i] = i < fill ? '#' : '-';
-		bar[width] = '\0';
-		size_format(total, t, sizeof(t));
-		if (done > 0 && done < total) {
-			double left = secs * (double)(total - done) / (double)done;
-			snprintf(eta, sizeof(eta), "  ~%.0f s left", left);
-		}
-		fprintf(stderr, "\r\033[K%s [%s] %3d%%  %s / %s  %s/s%s", p->label, bar,
-			(int)(100.0 * (double)done / (double)total), d, t, rate, eta);
-		if (p->machine) {
-			size_format(written, d, sizeof(d));
-			fprintf(stderr, "  (%s written)", d);
-		}
-	} else {
-		fprintf(stderr, "\r\033[K%s  %s  %s/s  %.0f s", p->label, d, rate, secs);
-	}
-}
-
-static void progress_end(struct progress *p)
-{
-	if (p->on && p->any)
-		fprintf(stderr, "\r\033[K");
-}
-
 static void print_images(json_t *r, void *data)
 {
 	json_t *img;
@@ -211,15 +131,15 @@ static int image_import(struct client *c, int argc, char **argv)
 	query_add(&q, "like", like);
 	query_add(&q, "user", user);
 	snprintf(path, sizeof(path), "/v1/images/%s%s", name, buf_str(&q));
-	struct progress p = { .on = !c->json && isatty(2), .label = "importing", .t0 = mono_ms() };
+	struct cli_progress p = { .on = !c->json && isatty(2), .label = "importing", .t0 = mono_ms() };
 	int64_t t0 = mono_ms();
-	if (hostapi_upload(c->sock, "PUT", path, fd, (uint64_t)sb.st_size, progress_draw, &p,
+	if (hostapi_upload(c->sock, "PUT", path, fd, (uint64_t)sb.st_size, cli_progress_draw, &p,
 			   &status, &r, err, sizeof(err)) < 0) {
-		progress_end(&p);
+		cli_progress_end(&p);
 		fprintf(stderr, "berth: %s\n", err);
 		goto out;
 	}
-	progress_end(&p);
+	cli_progress_end(&p);
 	if (status < 200 || status > 299) {
 		fprintf(stderr, "berth: %s\n", hostapi_message(r, "the import failed"));
 		goto out;
@@ -297,12 +217,12 @@ static int image_export(struct client *c, int argc, char **argv)
 	}
 	snprintf(path, sizeof(path), "/v1/machines/%s/export%s%s", machine,
 		 at ? "?checkpoint=" : "", ckpt);
-	struct progress p = { .on = !c->json && isatty(2), .label = "exporting", .t0 = mono_ms(),
+	struct cli_progress p = { .on = !c->json && isatty(2), .label = "exporting", .t0 = mono_ms(),
 			      .c = c, .machine = machine };
 	int64_t t0 = mono_ms();
-	int hr = hostapi_download(c->sock, path, fd, progress_draw, &p, &status, &r, err,
+	int hr = hostapi_download(c->sock, path, fd, cli_progress_draw, &p, &status, &r, err,
 				  sizeof(err));
-	progress_end(&p);
+	cli_progress_end(&p);
 	if (hr < 0) {
 		fprintf(stderr, "berth: %s\n", err);
 		goto out;

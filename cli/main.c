@@ -33,6 +33,7 @@ static const char usage_text[] =
 	"  exec NAME [--no-wake] [--connect-timeout S] -- CMD...\n"
 	"                                 run CMD in the machine; exits with its status\n"
 	"                                 (S: seconds to connect and log in, 15 by default)\n"
+	"  cp FILE NAME:PATH | cp NAME:PATH FILE|DIR|-   a file into or out of a machine\n"
 	"  checkpoint NAME [CKPT] [--memory] | checkpoints NAME | checkpoint rm NAME CKPT\n"
 	"  restore NAME CKPT [--no-wait]      return the machine to a checkpoint\n"
 	"  fork NAME NEW [--from CKPT | --live] [--no-start] [--no-wait]\n"
@@ -64,6 +65,7 @@ static const struct command {
 	{ "list", cmd_ls },
 	{ "create", cmd_create },
 	{ "exec", cmd_exec },
+	{ "cp", cmd_cp },
 	{ "egress", cmd_egress },
 	{ "image", cmd_image },
 	{ "key", cmd_key },

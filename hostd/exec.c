@@ -815,7 +815,7 @@ ssize_t exec_read(struct exec *x, int peer_fd, char *buf, size_t max)
 		if (p[2].revents & (POLLRDHUP | POLLHUP | POLLERR))
 			return -1;	/* the client went: exec_release ends it */
 		/* Quiet or not, a running command is activity. */
-		if (now - x->touched_ms >= 5000) {
+		if (now - x->touched_ms >= 1000) {
 			idle_touch(x->h, x->machine_id, "exec");
 			x->touched_ms = now;
 		}

@@ -95,6 +95,24 @@ done
 check_eq "  cut off, it leaves no temporary file" "" "$left"
 check_eq "  and the file it was replacing is as it was" old "$(uc "$F?path=/root/keep")"
 
+# berth cp, as $U: in and out, its mode kept, into a directory, to stdout.
+head -c 200000 /dev/urandom >"$T/u/c.bin"
+chmod 640 "$T/u/c.bin"
+chown "$U" "$T/u/c.bin"
+check "berth cp FILE m:PATH" ub cp "$T/u/c.bin" m:/root/c.bin
+check_eq "  the file's mode kept" "-rw-r-----" "$(ub exec m -- ls -l /root/c.bin | cut -c1-10)"
+check "berth cp m:PATH FILE" ub cp m:/root/c.bin "$T/u/c2.bin"
+check "  byte-exact" cmp "$T/u/c.bin" "$T/u/c2.bin"
+mkdir -p "$T/u/into" && chown "$U" "$T/u/into"
+check "berth cp m:PATH DIR: the file's name in it" ub cp m:/root/c.bin "$T/u/into"
+check "  byte-exact" cmp "$T/u/c.bin" "$T/u/into/c.bin"
+check_eq "berth cp m:PATH -: to stdout" 200000 "$(ub cp m:/root/c.bin - | wc -c)"
+out=$(ub cp m:/nope "$T/u/nope" 2>&1)
+check_eq "berth cp of no such file: 1" "1|berth cp: machine m: /nope: no such file or directory" "$?|$out"
+check_absent "  nothing left behind (no part file)" find "$T/u" -name 'nope*'
+out=$(ub cp "$T/u/c.bin" "$T/u/c3.bin" 2>&1)
+check_match "berth cp with no machine side: 2, saying so" "one side must be MACHINE:PATH" "$out"
+
 # A directory as tar, both ways.
 mkdir -p "$T/u/tree/sub dir/deep"
 head -c 300000 /dev/urandom >"$T/u/tree/sub dir/deep/bin"

@@ -1,7 +1,8 @@
 #!/bin/bash
 # The idle policy on real machines: a quiet machine is suspended after its
 # timeout and billed for storage only from then on; `berth exec` wakes it
-# and holds it awake while it runs; a gateway session and guest CPU keep it
+# and holds it awake while it runs, and so does a command through hostd's
+# exec route; a gateway session and guest CPU keep it
 # awake; "never" (per machine) keeps it running; `berth set` changes the
 # timeout; bad values are refused.  (A real SSH connection through
 # berth-sshgw waking a suspended machine is t410's.)
@@ -69,6 +70,19 @@ check_eq "an exec in progress is the last activity" exec "$(berth show m --json 
 check "an exec longer than the timeout keeps it running" stays m running 8
 wait "$exec_pid"
 check "after the exec, quiet again: suspended" wait_state m suspended 20
+
+# A command through hostd (POST .../exec, what other users' berth exec
+# uses) wakes it and holds it the same way.
+python3 "$ROOT/tests/exec_client.py" --sock "$STATE/hostd.sock" stream /v1/machines/m/exec \
+	'{"argv": ["sleep", "11"]}' >"$T/x.out" &
+xpid=$!
+sleep 3
+check_eq "a command through hostd wakes it and is the last activity" "running exec" \
+	"$(state m) $(berth show m --json | json idle.last_activity)"
+check "  it keeps it running past the timeout" stays m running 7
+wait "$xpid"
+check_match "  the command ran to its end" '"exit": 0' "$(tail -n 1 "$T/x.out")"
+check "after it, quiet again: suspended" wait_state m suspended 20
 
 # A gateway session (what berth-sshgw and berth-desktop open) keeps it awake.
 berth exec m -- true >/dev/null 2>&1

@@ -112,6 +112,45 @@ def hostd(conf=None, tiny=True):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+SSH = ["ssh", "-F", "/dev/null", "-o", "StrictHostKeyChecking=no", "-o",
+       "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes"]
+
+
+def user_key(h):
+    """A new ed25519 key beside H's state, added with berth key add: its path."""
+    key = os.path.join(os.path.dirname(h.state), "user")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
+    h.must("key", "add", key + ".pub")
+    return key
+
+
+@contextlib.contextmanager
+def sshgw(h):
+    """berth-sshgw for H on a free loopback port, up: yields (process, port).
+    Its log tail is printed when the body failed."""
+    port = free_port()
+    logpath = os.path.join(os.path.dirname(h.state), "sshgw.log")
+    log = open(logpath, "w")
+    gw = subprocess.Popen([os.path.join(BIN, "berth-sshgw"), "--state", h.state,
+                           "--listen", f"127.0.0.1:{port}", "--log-level", "warn"],
+                          stdout=log, stderr=log)
+    try:
+        for _ in range(100):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        yield gw, port
+    except BaseException:
+        with open(logpath) as f:
+            print("# gateway log tail:\n" + "".join(f.readlines()[-8:]), end="")
+        raise
+    finally:
+        gw.terminate()
+        gw.wait()
+        log.close()
+
+
 def net_cleanup(state):
     """What network = routed left once hostd is gone: dnsmasq, the table, the taps."""
     import sqlite3

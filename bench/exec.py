@@ -19,16 +19,12 @@ Usage: bench/run exec [--n N]
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
-from berthbench import BIN, UnixHTTP, free_port, hostd, summary
-
-SSH = ["ssh", "-F", "/dev/null", "-o", "StrictHostKeyChecking=no", "-o",
-       "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes"]
+from berthbench import BIN, SSH, UnixHTTP, hostd, sshgw, summary, user_key
 
 
 def http_exec(sock, argv):
@@ -75,55 +71,41 @@ def main():
     a = ap.parse_args()
 
     with hostd() as h:
-        tmp = os.path.dirname(h.state)
-        key = os.path.join(tmp, "user")
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
-        h.must("key", "add", key + ".pub")
+        key = user_key(h)
         h.must("create", "bench")
-        port = free_port()
-        log = open(os.path.join(tmp, "sshgw.log"), "w")
-        gw = subprocess.Popen([os.path.join(BIN, "berth-sshgw"), "--state", h.state,
-                               "--listen", f"127.0.0.1:{port}", "--log-level", "warn"],
-                              stdout=log, stderr=log)
         try:
-            for _ in range(100):
-                with socket.socket() as s:
-                    if s.connect_ex(("127.0.0.1", port)) == 0:
-                        break
-                time.sleep(0.05)
-            berth = [os.path.join(BIN, "berth"), "--state", h.state, "exec", "bench", "--"]
-            via = SSH + ["-i", key, "-p", str(port), "bench@127.0.0.1"]
-            curl = ["curl", "-sS", "--fail", "-N", "--unix-socket", h.sock, "-H",
-                    "Content-Type: application/json", "-d", '{"argv": ["true"]}',
-                    "http://berth/v1/machines/bench/exec"]
-            # Warm every path once (the guest's first handshake is slower).
-            http_exec(h.sock, ["true"])
-            proc_ms(berth + ["true"])
-            proc_ms(via + ["true"])
-            ht, hc, be, gw_ms = [], [], [], []
-            for _ in range(a.n):
-                ht.append(http_exec(h.sock, ["true"])[1])
-                hc.append(proc_ms(curl))
-                be.append(proc_ms(berth + ["true"]))
-                gw_ms.append(proc_ms(via + ["true"]))
-            print("# one machine, the tiny image's dropbear under TCG")
-            print("exec true, HTTP (in-process client)  " + summary(ht))
-            print("exec true, HTTP (curl per command)   " + summary(hc))
-            print("exec true, berth exec (root, SSH)    " + summary(be))
-            print("exec true, ssh NAME@host (gateway)   " + summary(gw_ms))
-            best = min(statistics.median(be), statistics.median(gw_ms))
-            print(f"ratio HTTP/faster of the two: in-process {statistics.median(ht) / best:.2f}, "
-                  f"curl {statistics.median(hc) / best:.2f} (goal <= 1.1)")
-            hf, bf = [], []
-            for _ in range(a.n):
-                hf.append(http_exec(h.sock, ["echo", "x"])[0])
-                bf.append(first_byte_ms(berth + ["echo", "x"]))
-            print("first output byte, HTTP stream       " + summary(hf))
-            print("first output byte, berth exec        " + summary(bf))
-            print(f"ratio HTTP/berth exec: {statistics.median(hf) / statistics.median(bf):.2f}")
+            with sshgw(h) as (_, port):
+                berth = [os.path.join(BIN, "berth"), "--state", h.state, "exec", "bench", "--"]
+                via = SSH + ["-i", key, "-p", str(port), "bench@127.0.0.1"]
+                curl = ["curl", "-sS", "--fail", "-N", "--unix-socket", h.sock, "-H",
+                        "Content-Type: application/json", "-d", '{"argv": ["true"]}',
+                        "http://berth/v1/machines/bench/exec"]
+                # Warm every path once (the guest's first handshake is slower).
+                http_exec(h.sock, ["true"])
+                proc_ms(berth + ["true"])
+                proc_ms(via + ["true"])
+                ht, hc, be, gw_ms = [], [], [], []
+                for _ in range(a.n):
+                    ht.append(http_exec(h.sock, ["true"])[1])
+                    hc.append(proc_ms(curl))
+                    be.append(proc_ms(berth + ["true"]))
+                    gw_ms.append(proc_ms(via + ["true"]))
+                print("# one machine, the tiny image's dropbear under TCG")
+                print("exec true, HTTP (in-process client)  " + summary(ht))
+                print("exec true, HTTP (curl per command)   " + summary(hc))
+                print("exec true, berth exec (root, SSH)    " + summary(be))
+                print("exec true, ssh NAME@host (gateway)   " + summary(gw_ms))
+                best = min(statistics.median(be), statistics.median(gw_ms))
+                print(f"ratio HTTP/faster of the two: in-process {statistics.median(ht) / best:.2f}, "
+                      f"curl {statistics.median(hc) / best:.2f} (goal <= 1.1)")
+                hf, bf = [], []
+                for _ in range(a.n):
+                    hf.append(http_exec(h.sock, ["echo", "x"])[0])
+                    bf.append(first_byte_ms(berth + ["echo", "x"]))
+                print("first output byte, HTTP stream       " + summary(hf))
+                print("first output byte, berth exec        " + summary(bf))
+                print(f"ratio HTTP/berth exec: {statistics.median(hf) / statistics.median(bf):.2f}")
         finally:
-            gw.terminate()
-            gw.wait()
             h.berth("rm", "bench")
 
 

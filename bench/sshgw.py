@@ -16,16 +16,12 @@ Usage: bench/run sshgw [--ttfb N] [--mib N] [--rtts N] [--idle N] [--hold N]
 """
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
-from berthbench import BIN, free_port, hostd, rss_kib, summary
-
-SSH = ["ssh", "-F", "/dev/null", "-o", "StrictHostKeyChecking=no", "-o",
-       "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes"]
+from berthbench import SSH, hostd, rss_kib, sshgw, summary, user_key
 
 
 
@@ -86,91 +82,75 @@ def main():
 
     with hostd() as h:
         tmp = os.path.dirname(h.state)
-        key = os.path.join(tmp, "user")
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
-        h.must("key", "add", key + ".pub")
+        key = user_key(h)
         # Memory for --hold sessions' sshd processes in the guest.
         h.must("create", "bench", "--memory", "4G", "--cpus", "2")
         import json
         ep = json.loads(h.must("show", "bench", "--json").stdout)["ssh"]
-        port = free_port()
-        log = open(os.path.join(tmp, "sshgw.log"), "w")
-        gw = subprocess.Popen([os.path.join(BIN, "berth-sshgw"), "--state", h.state,
-                               "--listen", f"127.0.0.1:{port}", "--log-level", "warn"],
-                              stdout=log, stderr=log)
         try:
-            for _ in range(100):
-                with socket.socket() as s:
-                    if s.connect_ex(("127.0.0.1", port)) == 0:
-                        break
-                time.sleep(0.05)
-            via = SSH + ["-i", key, "-p", str(port), "bench@127.0.0.1"]
-            direct = SSH + ["-i", os.path.join(h.state, "keys", "gateway"), "-p",
-                            str(ep["port"]), f"root@{ep['host']}"]
-            print(f"# endpoint: the machine's dropbear at {ep['host']}:{ep['port']} (TCG guest)")
+            with sshgw(h) as (gw, port):
+                via = SSH + ["-i", key, "-p", str(port), "bench@127.0.0.1"]
+                direct = SSH + ["-i", os.path.join(h.state, "keys", "gateway"), "-p",
+                                str(ep["port"]), f"root@{ep['host']}"]
+                print(f"# endpoint: the machine's dropbear at {ep['host']}:{ep['port']} (TCG guest)")
 
-            first = run_timed(via + ["true"])
-            g, d = [], []
-            for _ in range(a.ttfb):
-                g.append(run_timed(via + ["true"]))
-                d.append(run_timed(direct + ["true"]))
-            print(f"ssh NAME@host true, first (new session to the machine): {first:.1f} ms")
-            print("ssh NAME@host true, gateway  " + summary(g))
-            print("ssh true, direct             " + summary(d))
-            print(f"ratio gateway/direct: {statistics.median(g) / statistics.median(d):.2f}"
-                  " (goal <= 1.2)")
+                first = run_timed(via + ["true"])
+                g, d = [], []
+                for _ in range(a.ttfb):
+                    g.append(run_timed(via + ["true"]))
+                    d.append(run_timed(direct + ["true"]))
+                print(f"ssh NAME@host true, first (new session to the machine): {first:.1f} ms")
+                print("ssh NAME@host true, gateway  " + summary(g))
+                print("ssh true, direct             " + summary(d))
+                print(f"ratio gateway/direct: {statistics.median(g) / statistics.median(d):.2f}"
+                      " (goal <= 1.2)")
 
-            data = os.path.join(tmp, "data")
-            with open(data, "wb") as f:
-                f.write(os.urandom(a.mib << 20))
-            up_g, up_d = [], []
-            for _ in range(3):
-                with open(data, "rb") as f:
-                    up_g.append(run_timed(via + ["cat >/dev/null"], stdin=f))
-                with open(data, "rb") as f:
-                    up_d.append(run_timed(direct + ["cat >/dev/null"], stdin=f))
-            mbps = lambda ms: a.mib / (ms / 1000.0)
-            print(f"upload {a.mib} MiB: gateway {mbps(statistics.median(up_g)):.1f} MiB/s, "
-                  f"direct {mbps(statistics.median(up_d)):.1f} MiB/s, ratio "
-                  f"{statistics.median(up_d) / statistics.median(up_g):.2f} (goal >= 0.9)")
-            dn_g, dn_d = [], []
-            cmd = f"head -c {a.mib << 20} /dev/zero"
-            for _ in range(3):
-                dn_g.append(run_timed(via + [cmd]))
-                dn_d.append(run_timed(direct + [cmd]))
-            print(f"download {a.mib} MiB: gateway {mbps(statistics.median(dn_g)):.1f} MiB/s, "
-                  f"direct {mbps(statistics.median(dn_d)):.1f} MiB/s, ratio "
-                  f"{statistics.median(dn_d) / statistics.median(dn_g):.2f} (goal >= 0.9)")
+                data = os.path.join(tmp, "data")
+                with open(data, "wb") as f:
+                    f.write(os.urandom(a.mib << 20))
+                up_g, up_d = [], []
+                for _ in range(3):
+                    with open(data, "rb") as f:
+                        up_g.append(run_timed(via + ["cat >/dev/null"], stdin=f))
+                    with open(data, "rb") as f:
+                        up_d.append(run_timed(direct + ["cat >/dev/null"], stdin=f))
+                mbps = lambda ms: a.mib / (ms / 1000.0)
+                print(f"upload {a.mib} MiB: gateway {mbps(statistics.median(up_g)):.1f} MiB/s, "
+                      f"direct {mbps(statistics.median(up_d)):.1f} MiB/s, ratio "
+                      f"{statistics.median(up_d) / statistics.median(up_g):.2f} (goal >= 0.9)")
+                dn_g, dn_d = [], []
+                cmd = f"head -c {a.mib << 20} /dev/zero"
+                for _ in range(3):
+                    dn_g.append(run_timed(via + [cmd]))
+                    dn_d.append(run_timed(direct + [cmd]))
+                print(f"download {a.mib} MiB: gateway {mbps(statistics.median(dn_g)):.1f} MiB/s, "
+                      f"direct {mbps(statistics.median(dn_d)):.1f} MiB/s, ratio "
+                      f"{statistics.median(dn_d) / statistics.median(dn_g):.2f} (goal >= 0.9)")
 
-            rg = rtt(via, a.rtts)
-            rd = rtt(direct, a.rtts)
-            print(f"one-byte round trip over {a.rtts}: gateway {rg:.3f} ms, direct {rd:.3f} ms,"
-                  f" added {rg - rd:.3f} ms (goal < 0.5 ms)")
+                rg = rtt(via, a.rtts)
+                rd = rtt(direct, a.rtts)
+                print(f"one-byte round trip over {a.rtts}: gateway {rg:.3f} ms, direct {rd:.3f} ms,"
+                      f" added {rg - rd:.3f} ms (goal < 0.5 ms)")
 
-            # Memory: settle, then grow by --idle sessions.
-            time.sleep(1)
-            base = rss_kib(gw.pid)
-            procs = hold(via, a.idle)
-            time.sleep(1)
-            grown = rss_kib(gw.pid)
-            print(f"gateway RSS: {base} KiB idle, {grown} KiB with {a.idle} idle sessions: "
-                  f"{(grown - base) / a.idle:.1f} KiB per session (goal < 200 KiB)")
-            release(procs)
+                # Memory: settle, then grow by --idle sessions.
+                time.sleep(1)
+                base = rss_kib(gw.pid)
+                procs = hold(via, a.idle)
+                time.sleep(1)
+                grown = rss_kib(gw.pid)
+                print(f"gateway RSS: {base} KiB idle, {grown} KiB with {a.idle} idle sessions: "
+                      f"{(grown - base) / a.idle:.1f} KiB per session (goal < 200 KiB)")
+                release(procs)
 
-            t0 = time.monotonic()
-            procs = hold(via, a.hold)
-            took = time.monotonic() - t0
-            live = json.loads(h.must("show", "bench", "--json").stdout).get("sessions")
-            rss = rss_kib(gw.pid)
-            print(f"{a.hold} idle sessions held (opened in {took:.1f} s); hostd counts {live};"
-                  f" gateway RSS {rss} KiB ({(rss - base) / a.hold:.1f} KiB per session)")
-            release(procs)
+                t0 = time.monotonic()
+                procs = hold(via, a.hold)
+                took = time.monotonic() - t0
+                live = json.loads(h.must("show", "bench", "--json").stdout).get("sessions")
+                rss = rss_kib(gw.pid)
+                print(f"{a.hold} idle sessions held (opened in {took:.1f} s); hostd counts {live};"
+                      f" gateway RSS {rss} KiB ({(rss - base) / a.hold:.1f} KiB per session)")
+                release(procs)
         finally:
-            gw.terminate()
-            gw.wait()
-            if sys.exc_info()[0] is not None:
-                with open(os.path.join(tmp, "sshgw.log")) as f:
-                    print("# gateway log tail:\n" + "".join(f.readlines()[-8:]), end="")
             h.berth("rm", "bench")
 
 

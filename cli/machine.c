@@ -237,20 +237,6 @@ struct api_exec {
 	bool bad;               /* a line that did not parse */
 };
 
-static int write_fd(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 /* One NDJSON line of the stream. */
 static int api_exec_line(struct api_exec *x, const char *s, size_t n)
 {
@@ -274,7 +260,7 @@ static int api_exec_line(struct api_exec *x, const char *s, size_t n)
 		    buf_add_unbase64(&out, json_string_value(v), json_string_length(v)) < 0) {
 			x->bad = true;
 			rc = -1;
-		} else if (out.len && write_fd(fd, out.data, out.len) < 0) {
+		} else if (out.len && fd_write_all(fd, out.data, out.len) < 0) {
 			rc = -1;	/* nobody reads (EPIPE): end, as a pipeline would */
 			x->status = 141;
 			x->ended = true;

@@ -850,6 +850,13 @@ out:
 	return rc;
 }
 
+bool sshexec_session_quiet(ssh_session session)
+{
+	struct pollfd p = { .fd = ssh_get_fd(session), .events = POLLIN };
+
+	return p.fd >= 0 && ssh_is_connected(session) && poll(&p, 1, 0) == 0;
+}
+
 void sshexec_disconnect(ssh_session session)
 {
 	int sock;

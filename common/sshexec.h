@@ -126,6 +126,10 @@ const char *sshexec_signal_name(int num);
  */
 struct ssh_session_struct *sshexec_connect(const struct sshexec_target *t, long long deadline,
 					   char *err, size_t errlen);
+/* True when SESSION, kept for reuse with no channel open, is connected and
+ * nothing arrived on it: what arrives on such a session can only be its
+ * end (or a keepalive, rare enough to cost one handshake). */
+bool sshexec_session_quiet(struct ssh_session_struct *session);
 /* Disconnect and free SESSION (may be NULL), closing its socket. */
 void sshexec_disconnect(struct ssh_session_struct *session);
 /* Now, in milliseconds of CLOCK_MONOTONIC. */

@@ -250,7 +250,7 @@ static int fsync_dir_of(const char *path)
 	return rc;
 }
 
-static int write_all(int fd, const void *data, size_t len)
+int fd_write_all(int fd, const void *data, size_t len)
 {
 	const char *p = data;
 
@@ -278,7 +278,7 @@ int file_write_atomic(const char *path, const void *data, size_t len,
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
 	if (fd < 0)
 		return err_errno(e, errno, "create %s", tmp);
-	if (fchmod(fd, mode) < 0 || write_all(fd, data, len) < 0 ||
+	if (fchmod(fd, mode) < 0 || fd_write_all(fd, data, len) < 0 ||
 	    fsync(fd) < 0) {
 		err_errno(e, errno, "write %s", tmp);
 		goto out;
@@ -568,7 +568,7 @@ int file_copy(const char *src, const char *dst, unsigned mode, struct err *e)
 			err_errno(e, errno, "read %s", src);
 			goto out;
 		}
-		if (write_all(out, data, (size_t)r) < 0) {
+		if (fd_write_all(out, data, (size_t)r) < 0) {
 			err_errno(e, errno, "write %s", dst);
 			goto out;
 		}

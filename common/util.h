@@ -52,6 +52,9 @@ int mkdir_p(const char *path, unsigned mode);
  * the directory) with MODE.  0 or -1 with E set. */
 int file_write_atomic(const char *path, const void *data, size_t len,
 		      unsigned mode, struct err *e);
+/* Write all LEN bytes of DATA to FD, across EINTR and short writes.  0, or
+ * -1 with errno set. */
+int fd_write_all(int fd, const void *data, size_t len);
 /* Read a whole (small) file into a NUL-terminated malloc'd string.
  * Returns NULL with E set (errno kept) on failure. */
 char *file_read(const char *path, size_t max, struct err *e);

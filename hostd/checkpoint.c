@@ -360,12 +360,7 @@ static void reseed_running(struct hostd *h, struct machine *f, const char *sourc
 	if (db_image_get(h->db, f->image, &img, NULL) < 0 ||
 	    machine_endpoint(h, f, host, sizeof(host), &port, NULL) != 0)
 		return;
-	/* A guest under TCG on a loaded host may take tens of seconds to
-	 * answer or to restart its sshd: up to a third of the boot timeout
-	 * (60 s by default), never less than 20 s. */
-	int64_t wait_ms = (int64_t)h->cfg.boot_timeout_s * 1000 / 3;
-	if (wait_ms < 20000)
-		wait_ms = 20000;
+	int64_t wait_ms = machine_ssh_timeout_ms(h);
 	struct sshexec_target t = { .host = host, .port = port, .user = img.user,
 				    .key_b64 = h->key.private_pem,
 				    .connect_timeout_ms = (int)wait_ms, .host_key = source_key };

@@ -192,8 +192,7 @@ static ssh_session pool_take(struct execs *xs, const struct pool_key *k)
 		}
 		*pp = p->next;
 		xs->npool--;
-		struct pollfd pf = { .fd = ssh_get_fd(p->s), .events = POLLIN };
-		if (pf.fd >= 0 && ssh_is_connected(p->s) && poll(&pf, 1, 0) == 0) {
+		if (sshexec_session_quiet(p->s)) {
 			found = p;
 		} else {
 			p->next = dead;
@@ -433,17 +432,13 @@ static bool login_name_valid(const char *u)
 	return strspn(u, "abcdefghijklmnopqrstuvwxyz0123456789_-.") == strlen(u);
 }
 
-/* The guest's command line for REQ into CMD, and its description (the
- * argv or the shell string, as JSON) into *WHAT.  LOGIN is the image's
- * user: another "user" runs through su (as root) or sudo -n.  0, or -1
- * with E (400 "invalid_exec") naming the field. */
-static int build_cmd(json_t *req, const char *login, struct buf *cmd, char **what, char *user,
-		     size_t userlen, struct err *e)
+/* REQ's command fields (argv or cmd, env, cwd, user), checked before
+ * anything wakes: 0, or -1 with E (400 "invalid_exec") naming the field. */
+static int check_cmd(json_t *req, struct err *e)
 {
 	json_t *argv = json_object_get(req, "argv"), *sh = json_object_get(req, "cmd");
 	json_t *env = json_object_get(req, "env"), *cwd = json_object_get(req, "cwd");
 	json_t *u = json_object_get(req, "user"), *v;
-	struct buf inner = BUF_INIT;
 	const char *k;
 	size_t i;
 
@@ -472,6 +467,22 @@ static int build_cmd(json_t *req, const char *login, struct buf *cmd, char **wha
 	if (u && (!json_is_string(u) || !login_name_valid(json_string_value(u))))
 		return err_set(e, 400, "invalid_exec", "\"user\" must be a user name of the "
 			       "machine's (letters, digits, _ - ., at most 32)");
+	return 0;
+}
+
+/* The guest's command line for REQ (check_cmd passed) into CMD, its
+ * description (the argv or the shell string, as JSON) into *WHAT, and the
+ * user it runs as, when not the image's, into USER.  LOGIN is the image's
+ * user: another "user" runs through su (as root) or sudo -n. */
+static void build_cmd(json_t *req, const char *login, struct buf *cmd, char **what, char *user,
+		      size_t userlen)
+{
+	json_t *argv = json_object_get(req, "argv"), *sh = json_object_get(req, "cmd");
+	json_t *env = json_object_get(req, "env"), *cwd = json_object_get(req, "cwd");
+	json_t *u = json_object_get(req, "user"), *v;
+	struct buf inner = BUF_INIT;
+	const char *k;
+	size_t i;
 
 	/* cd DIR && exec env K=V... ARGV (or: sh -c CMD) */
 	if (cwd) {
@@ -509,24 +520,21 @@ static int build_cmd(json_t *req, const char *login, struct buf *cmd, char **wha
 	if (u && strcmp(json_string_value(u), login)) {
 		snprintf(user, userlen, "%s", json_string_value(u));
 		/* The image's user is root (su) or may sudo (berth's images). */
-		if (!strcmp(login, "root"))
-			buf_adds(cmd, "exec su -s /bin/sh -c ");
-		else
-			buf_adds(cmd, "exec sudo -n -u ");
-		if (strcmp(login, "root")) {
-			add_word(cmd, user);
-			buf_adds(cmd, " -- sh -c ");
-		}
-		add_word(cmd, buf_str(&inner));
 		if (!strcmp(login, "root")) {
+			buf_adds(cmd, "exec su -s /bin/sh -c ");
+			add_word(cmd, buf_str(&inner));
 			buf_adds(cmd, " ");
 			add_word(cmd, user);
+		} else {
+			buf_adds(cmd, "exec sudo -n -u ");
+			add_word(cmd, user);
+			buf_adds(cmd, " -- sh -c ");
+			add_word(cmd, buf_str(&inner));
 		}
 	} else {
 		buf_add(cmd, inner.data, inner.len);
 	}
 	buf_free(&inner);
-	return 0;
 }
 
 /* A pipe whose ends are close-on-exec; R and W may be made nonblocking. */
@@ -601,23 +609,14 @@ struct exec *exec_start(struct hostd *h, const char *owner, const char *name, js
 		err_set(e, 400, "invalid_exec", "\"stdin\" must be base64");
 		goto fail;
 	}
-	/* The command is checked whole before anything wakes. */
-	{
-		struct buf probe = BUF_INIT;
-		int rc = build_cmd(req, "root", &probe, &what, user, sizeof(user), e);
-		buf_free(&probe);
-		free(what);
-		what = NULL;
-		if (rc < 0)
-			goto fail;
-	}
+	if (check_cmd(req, e) < 0)
+		goto fail;
 	if (quota_begin(h, owner, QUOTA_EXECS, e) < 0)
 		goto fail;
 	counted = true;
 	if (machine_ssh(h, owner, name, wake, &s, e) < 0)
 		goto fail;
-	if (build_cmd(req, s.user, &cmd, &what, user, sizeof(user), e) < 0)
-		goto fail;
+	build_cmd(req, s.user, &cmd, &what, user, sizeof(user));
 
 	x = calloc(1, sizeof(*x));
 	if (!x)
@@ -646,10 +645,8 @@ struct exec *exec_start(struct hostd *h, const char *owner, const char *name, js
 	x->deadline_ms = timeout ? mono_ms() + (int64_t)timeout * 1000 : 0;
 	x->t = (struct sshexec_target){ .host = x->host, .port = s.port, .user = x->login,
 					.key_b64 = h->key.private_pem,
-					.connect_timeout_ms = h->cfg.boot_timeout_s * 1000 / 3,
+					.connect_timeout_ms = machine_ssh_timeout_ms(h),
 					.host_key = x->host_key };
-	if (x->t.connect_timeout_ms < 20000)
-		x->t.connect_timeout_ms = 20000;
 	if (connect_s)
 		x->t.connect_timeout_ms = (int)connect_s * 1000;
 	if (pipe_pair(&x->in_r, &x->in_w, false, true) < 0 ||

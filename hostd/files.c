@@ -86,10 +86,9 @@ static int fs_open(struct hostd *h, const char *owner, const char *name, struct 
 	f->name = name;
 	if (machine_ssh(h, owner, name, true, &f->ms, e) < 0)
 		return -1;
-	int connect_ms = h->cfg.boot_timeout_s * 1000 / 3;
 	f->t = (struct sshexec_target){ .host = f->ms.host, .port = f->ms.port,
 					.user = f->ms.user, .key_b64 = h->key.private_pem,
-					.connect_timeout_ms = connect_ms < 20000 ? 20000 : connect_ms,
+					.connect_timeout_ms = machine_ssh_timeout_ms(h),
 					.host_key = f->ms.m.host_key };
 	for (int try = 0; try < 2; try++) {
 		f->s = exec_session_get(h->execs, f->ms.m.id, &f->t, &kept, err, sizeof(err));
@@ -742,18 +741,9 @@ struct file_tar *files_tar_write_begin(struct hostd *h, const char *owner, const
 
 void files_tar_feed(struct file_tar *t, const void *data, size_t len)
 {
-	size_t done = 0;
-
-	while (!t->broken && done < len) {
-		ssize_t n = write(t->in_w, (const char *)data + done, len - done);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			t->broken = true;	/* tar ended early: its status says why */
-			break;
-		}
-		done += (size_t)n;
-	}
+	/* A failure: tar ended early, and its status says why. */
+	if (!t->broken && fd_write_all(t->in_w, data, len) < 0)
+		t->broken = true;
 }
 
 int files_tar_end(struct file_tar *t, struct err *e)

@@ -637,6 +637,13 @@ int machine_ssh(struct hostd *h, const char *owner, const char *name, bool wake,
 	return 0;
 }
 
+int machine_ssh_timeout_ms(const struct hostd *h)
+{
+	int ms = h->cfg.boot_timeout_s * 1000 / 3;
+
+	return ms < 20000 ? 20000 : ms;
+}
+
 int machine_wait_ready(struct hostd *h, const struct machine *m, int timeout_s,
 		      struct err *e)
 {

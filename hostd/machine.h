@@ -103,6 +103,11 @@ struct machine_ssh {
  * "no_address", the lookup's or the wake's errors. */
 int machine_ssh(struct hostd *h, const char *owner, const char *name, bool wake,
 		struct machine_ssh *out, struct err *e);
+/* How long hostd's own SSH connections to a machine may take to connect
+ * and log in: a guest under TCG on a loaded host takes tens of seconds to
+ * answer, or to restart its sshd: a third of boot_timeout (60 s by
+ * default), 20 s at least. */
+int machine_ssh_timeout_ms(const struct hostd *h);
 
 /* Start an operation OP (a string with static storage) on OWNER's machine
  * NAME: look it up, mark it busy, read it again under the mark and read

@@ -29,19 +29,6 @@
 #define LEAD ((size_t)512 << 20) /* decoded ahead of the FIFO's reader, at most */
 #define READAHEAD ((off_t)256 << 20) /* the disk reads the image ahead of the decoder */
 
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
 
 static ssize_t read_some(int fd, char *p, size_t n)
 {
@@ -161,7 +148,7 @@ int zmem_compress(const char *src, const char *dst, int level, struct zmem_stats
 					ZSTD_getErrorName(left));
 				goto out;
 			}
-			if (write_all(out, obuf, zo.pos) < 0) {
+			if (fd_write_all(out, obuf, zo.pos) < 0) {
 				err_errno(e, errno, "write %s", part);
 				goto out;
 			}

@@ -1,6 +1,5 @@
 #include "sshgw/pool.h"
 
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,16 +27,6 @@ void upstream_close(struct upstream *u)
 	free(u->cb);
 	u->s = NULL;
 	u->cb = NULL;
-}
-
-/* Nothing may have arrived on a pooled session: no channel is open, so it
- * can only be the end of the connection (or a keepalive, rare enough to
- * cost one handshake). */
-static bool quiet(ssh_session s)
-{
-	struct pollfd p = { .fd = ssh_get_fd(s), .events = POLLIN };
-
-	return p.fd >= 0 && ssh_is_connected(s) && poll(&p, 1, 0) == 0;
 }
 
 /* Unlink expired entries into *DEAD (mu held). */
@@ -81,7 +70,7 @@ bool pool_take(const char *key, struct upstream *out)
 		}
 		*pp = e->next;
 		count--;
-		if (!found && quiet(e->u.s)) {
+		if (!found && sshexec_session_quiet(e->u.s)) {
 			found = e;
 		} else {
 			e->next = dead;

@@ -306,6 +306,13 @@ test_user() {
 	TEST_USERS+=("$1")
 }
 
+# as_user USER CMD...: CMD as USER (its group, no others).
+as_user() {
+	local u=$1
+	shift
+	setpriv --reuid="$u" --regid="$(id -g "$u")" --clear-groups "$@"
+}
+
 # agent_up: an ssh-agent of the test's own (SSH_AUTH_SOCK in $T), which
 # cleanup ends.
 agent_up() {

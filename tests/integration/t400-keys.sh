@@ -19,17 +19,11 @@ GW=berth-sshgw
 DT=berth-desktop
 start_hostd && build_tiny || { not_ok "hostd and image"; finish; }
 
-# as USER CMD...: run CMD as USER (its group, no others).
-as() {
-	local u=$1
-	shift
-	setpriv --reuid="$u" --regid="$(id -g "$u")" --clear-groups "$@"
-}
 # call [-u USER] [-H HEADER] METHOD PATH [BODY]: prints the status; the
 # answer is in $T/body.  (As another user curl cannot write into $T.)
 call() {
 	local pre=() hdr=() out
-	[ "$1" = -u ] && { pre=(as "$2"); shift 2; }
+	[ "$1" = -u ] && { pre=(as_user "$2"); shift 2; }
 	[ "$1" = -H ] && { hdr=(-H "$2"); shift 2; }
 	local args=(-s -w '\n%{http_code}' --unix-socket "$STATE/hostd.sock" -X "$1" "${hdr[@]}")
 	[ $# -ge 3 ] && args+=(-H 'Content-Type: application/json' --data-binary "$3")
@@ -56,7 +50,7 @@ check_eq "socket is 0666" 666 "$(stat -c %a "$STATE/hostd.sock")"
 # The desktop socket is open too: it answers root and the gateway user
 # only, by SO_PEERCRED.
 check_eq "desktop socket is 0666" 666 "$(stat -c %a "$STATE/desktop.sock")"
-out=$(as nobody /usr/bin/python3 -c 'import socket,sys
+out=$(as_user nobody /usr/bin/python3 -c 'import socket,sys
 s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
 try:  # hostd may answer (and close) before it reads a byte
     s.sendall(b"{\"op\":\"redeem\",\"user\":\"root\",\"machine\":\"x\",\"token\":\"t\"}\n")
@@ -83,9 +77,9 @@ private() {
 check_absent "what hostd made is private (umask 077)" private
 # Refused for the right reason, not because the path is wrong.
 check_match "  nobody cannot list the state directory" "^ls: .*: Permission denied$" \
-	"$(as nobody ls "$STATE" 2>&1)"
+	"$(as_user nobody ls "$STATE" 2>&1)"
 check_match "  nor read the database" "^head: .*: Permission denied$" \
-	"$(as nobody head -c1 "$STATE/berth.db" 2>&1)"
+	"$(as_user nobody head -c1 "$STATE/berth.db" 2>&1)"
 check "the database, the gateway key and the image are there" \
 	test -s "$STATE/berth.db" -a -s "$STATE/keys/gateway" -a -d "$STATE/images/tiny"
 check_match "hostd knows berth-desktop's user" "desktop_user $DT \\(uid $(id -u "$DT")\\)" \
@@ -165,15 +159,15 @@ berth key rm 2 2>/dev/null
 check_eq "key rm of a deleted key: exit 1" 1 "$?"
 
 # --- another local user, as itself ---
-out=$(as nobody "$BIN/berth" --state "$STATE" key ls --json)
+out=$(as_user nobody "$BIN/berth" --state "$STATE" key ls --json)
 check_eq "nobody reaches the socket: no keys of its own" "[]" "$(echo "$out" | json keys)"
 # nobody's own key files, which only nobody reads.
 install -d -o nobody -m 700 "$T/nb"
 install -o nobody -m 600 "$T/k6" "$T/k6.pub" "$T/nb/"
-out=$(as nobody "$BIN/berth" --state "$STATE" key add "$T/nb/k6.pub")
+out=$(as_user nobody "$BIN/berth" --state "$STATE" key add "$T/nb/k6.pub")
 check_match "nobody adds a key (signed with its file)" "^added key [0-9]+: ssh-ed25519 " "$out"
 check_eq "  and lists it" "$(fp_of "$T/k6.pub")" \
-	"$(as nobody "$BIN/berth" --state "$STATE" key ls --json | json keys.0.fingerprint)"
+	"$(as_user nobody "$BIN/berth" --state "$STATE" key ls --json | json keys.0.fingerprint)"
 expect "  X-Berth-User from nobody is ignored: it acts as itself" 200 "" -u nobody \
 	-H "X-Berth-User: root" GET /v1/keys
 check_eq "  (its own key only)" "1 $(fp_of "$T/k6.pub")" "$(len_of keys < "$T/body") $(body keys.0.fingerprint)"
@@ -191,10 +185,10 @@ ssh-keygen -q -t ed25519 -N '' -C mallory -f "$T/k7"
 install -d -o "$M" -m 700 "$T/m"
 install -o "$M" -m 600 "$T/k7" "$T/k7.pub" "$T/m/"
 install -o "$M" -m 644 "$T/k1.pub" "$T/m/root.pub"	# public, as on github.com/USER.keys
-out=$(as "$M" env -u SSH_AUTH_SOCK "$BIN/berth" --state "$STATE" key add "$T/m/root.pub" 2>&1)
+out=$(as_user "$M" env -u SSH_AUTH_SOCK "$BIN/berth" --state "$STATE" key add "$T/m/root.pub" 2>&1)
 check_eq "$M adds root's public key (no private key, no agent): exit 1" 1 "$?"
 check_match "  the CLI cannot sign it" "could not sign with the key in your agent" "$out"
-check_eq "  $M has no key" "[]" "$(as "$M" "$BIN/berth" --state "$STATE" key ls --json | json keys)"
+check_eq "  $M has no key" "[]" "$(as_user "$M" "$BIN/berth" --state "$STATE" key ls --json | json keys)"
 hdr="X-Berth-User: $M"	# root acting for M: the same rules, and curl can write $T/body
 expect "$M signs root's key's challenge with her own key: 400 invalid_key" 400 \
 	invalid_key -H "$hdr" POST /v1/keys "$(SIGNER=$T/k7 key_body "$T/k1" "$M")"
@@ -215,7 +209,7 @@ expect "a challenge for one key used for another: 400 invalid_challenge" 400 inv
 	-H "$hdr" POST /v1/keys "$(python3 -c 'import json,sys; b=json.loads(sys.argv[1]); b["key"]=open(sys.argv[2]).read().strip(); print(json.dumps(b))' "$good" "$T/k6.pub")"
 expect "  and it is spent by that try" 400 invalid_challenge -H "$hdr" POST /v1/keys "$good"
 expect "$M adds her own key, proved" 201 "" -H "$hdr" POST /v1/keys "$(key_body "$T/k7" "$M")"
-out=$(as "$M" env -u SSH_AUTH_SOCK "$BIN/berth" --state "$STATE" key ls --json | json keys.0.fingerprint)
+out=$(as_user "$M" env -u SSH_AUTH_SOCK "$BIN/berth" --state "$STATE" key ls --json | json keys.0.fingerprint)
 check_eq "  she lists it" "$(fp_of "$T/k7.pub")" "$out"
 expect "the gateway still maps root's key to root" 200 "" POST /v1/gateway/auth \
 	"{\"key\":\"$(keyline "$T/k1.pub")\"}"
@@ -232,7 +226,7 @@ expect "berth-desktop's user: the exec credential is 403" 403 forbidden -u "$DT"
 	POST /v1/machines/x/ssh '{}'
 expect "berth-desktop's user: GET /v1/machines is 403" 403 forbidden -u "$DT" GET /v1/machines
 expect "berth-desktop's user: the epoch is its too" 200 "" -u "$DT" GET /v1/gateway/epoch
-out=$(as "$GW" /usr/bin/python3 -c 'import socket,sys
+out=$(as_user "$GW" /usr/bin/python3 -c 'import socket,sys
 s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
 try:
     s.sendall(b"{\"op\":\"redeem\",\"user\":\"root\",\"machine\":\"x\",\"token\":\"t\"}\n")

@@ -23,7 +23,7 @@ EOF
 start_hostd && build_tiny || { not_ok "hostd and image"; finish; }
 
 # ub ARGS...: the berth CLI as $U.
-ub() { setpriv --reuid="$U" --regid="$U" --clear-groups "$BIN/berth" --state "$STATE" "$@"; }
+ub() { as_user "$U" "$BIN/berth" --state "$STATE" "$@"; }
 names() { ub ls --json | python3 -c 'import json,sys; print(" ".join(sorted(m["name"] for m in json.load(sys.stdin)["machines"])))'; }
 vol_count() { find "$STATE/volumes" -type f 2>/dev/null | wc -l; }
 

@@ -24,9 +24,9 @@ EOF
 start_hostd && build_tiny || { not_ok "hostd and image"; finish; }
 
 # ub ARGS...: the berth CLI as $U; ux ARGS...: exec_client.py as $U on the socket.
-ub() { setpriv --reuid="$U" --regid="$U" --clear-groups "$BIN/berth" --state "$STATE" "$@"; }
+ub() { as_user "$U" "$BIN/berth" --state "$STATE" "$@"; }
 # (/usr/bin/python3: a python of root's, pyenv's say, may be root's alone.)
-ux() { setpriv --reuid="$U" --regid="$U" --clear-groups /usr/bin/python3 "$ROOT/tests/exec_client.py" --sock "$STATE/hostd.sock" "$@"; }
+ux() { as_user "$U" /usr/bin/python3 "$ROOT/tests/exec_client.py" --sock "$STATE/hostd.sock" "$@"; }
 E=/v1/machines/m/exec
 # outs FILE: the stdout pieces of a stream exec_client.py printed, joined,
 # each newline as '|' (pieces may come joined or apart: both read the same).

@@ -21,9 +21,9 @@ mkdir -p "$STATE"
 echo "http_listen = 127.0.0.1:$PORT" >>"$STATE/berth.conf"
 start_hostd && build_tiny || { not_ok "hostd and image"; finish; }
 
-ub() { setpriv --reuid="$U" --regid="$U" --clear-groups "$BIN/berth" --state "$STATE" "$@"; }
+ub() { as_user "$U" "$BIN/berth" --state "$STATE" "$@"; }
 # uc ARGS...: curl as $U on hostd's socket; F is m's files route.
-uc() { setpriv --reuid="$U" --regid="$U" --clear-groups curl -sS --unix-socket "$STATE/hostd.sock" "$@"; }
+uc() { as_user "$U" curl -sS --unix-socket "$STATE/hostd.sock" "$@"; }
 F=http://berth/v1/machines/m/files
 chmod 755 "$T"
 mkdir -p "$T/u" && chown "$U" "$T/u"
@@ -73,7 +73,7 @@ check_match "  it is gone" '"code":"no_such_file"' "$(uc "$F/stat?path=/root/a")
 # An upload cut off half way: nothing left behind, the old file kept.
 printf 'old\n' | uc -T - "$F?path=/root/keep" >/dev/null
 temps() { uc "$F/list?path=/root" | python3 -c 'import json,sys; print(" ".join(sorted(e["name"] for e in json.load(sys.stdin)["entries"] if ".berth-" in e["name"])))'; }
-setpriv --reuid="$U" --regid="$U" --clear-groups /usr/bin/python3 - "$STATE/hostd.sock" <<'PY' &
+as_user "$U" /usr/bin/python3 - "$STATE/hostd.sock" <<'PY' &
 import socket, sys, time
 s = socket.socket(socket.AF_UNIX)
 s.connect(sys.argv[1])

@@ -142,7 +142,7 @@ install: $(PROGS)
 	$(Q)cp -R images/recipes $(D)$(RECIPEDIR)
 	$(Q)cp -R $(NOVNC) $(D)$(SHAREDIR)/novnc
 	$(Q)chmod -R u=rwX,go=rX $(D)$(RECIPEDIR) $(D)$(SHAREDIR)/novnc
-	$(Q)install -m 0644 web/index.html web/app.js web/style.css $(D)$(SHAREDIR)/web/
+	$(Q)install -m 0644 web/page/* $(D)$(SHAREDIR)/web/
 	$(Q)install -m 0644 desktop/page/* $(D)$(SHAREDIR)/desktop/
 	$(Q)install -m 0644 README.md docs/*.md $(D)$(DOCDIR)/
 	$(Q)for u in $(UNIT_NAMES); do \

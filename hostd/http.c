@@ -85,7 +85,7 @@ static void resolve_web(struct http *x)
 		snprintf(x->web, sizeof(x->web), "/usr/share/berth/web");
 		/* bin/ of a source tree, build/asan/bin/ (make asan), or an
 		 * installed PREFIX/bin/. */
-		static const char *const rel[] = { "../web", "../../../web", "../share/berth/web",
+		static const char *const rel[] = { "../web/page", "../../../web/page", "../share/berth/web",
 						   NULL };
 		for (int i = 0; rel[i] && exe_dir(dir, sizeof(dir)) == 0; i++) {
 			xsnprintf(probe, sizeof(probe), "%s/%s/index.html", dir, rel[i]);

@@ -28,7 +28,7 @@ for f in bin/berth bin/berth-hostd bin/berth-sshgw bin/berth-desktop; do
 done
 check "recipes in lib/berth/recipes (tiny.sh, executable; lib/)" \
 	test -x "$P/lib/berth/recipes/tiny.sh" -a -f "$P/lib/berth/recipes/lib/debian-build.sh"
-check "the dashboard in share/berth/web" cmp "$ROOT/web/app.js" "$P/share/berth/web/app.js"
+check "the dashboard in share/berth/web" cmp "$ROOT/web/page/app.js" "$P/share/berth/web/app.js"
 check "the desktop page in share/berth/desktop" \
 	cmp "$ROOT/desktop/page/desktop.js" "$P/share/berth/desktop/desktop.js"
 check "noVNC in share/berth/novnc" cmp "$SRC_NOVNC/core/rfb.js" "$P/share/berth/novnc/core/rfb.js"
@@ -77,7 +77,7 @@ if start_hostd; then
 		"recipes $P/bin/../lib/berth/recipes\$" "$(grep -o 'recipes /.*' "$T/hostd.log" | head -1)"
 	check "installed hostd: builds the tiny image from them" build_tiny
 	curl -s -o "$T/index.html" "http://127.0.0.1:$HTTP/"
-	check "installed hostd: serves the installed dashboard" cmp "$ROOT/web/index.html" "$T/index.html"
+	check "installed hostd: serves the installed dashboard" cmp "$ROOT/web/page/index.html" "$T/index.html"
 	check_absent "installed hostd: no warning about the dashboard" matching 'dashboard: no' cat "$T/hostd.log"
 
 	DPORT=$(free_port)

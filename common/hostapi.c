@@ -68,6 +68,28 @@ int hostapi_send(const char *sock, const char *method, const char *path, const v
 		 size_t len, const char *type, long *status, json_t **resp, char *err,
 		 size_t errlen)
 {
+	return hostapi_send_as(sock, NULL, method, path, data, len, type, status, resp, err,
+			       errlen);
+}
+
+/* "Authorization: Bearer TOKEN" onto HDRS when TOKEN is not NULL. */
+static struct curl_slist *add_token(struct curl_slist *hdrs, const char *token)
+{
+	char *line;
+
+	if (!token)
+		return hdrs;
+	if (asprintf(&line, "Authorization: Bearer %s", token) < 0)
+		abort();
+	hdrs = curl_slist_append(hdrs, line);
+	free(line);
+	return hdrs;
+}
+
+int hostapi_send_as(const char *sock, const char *token, const char *method, const char *path,
+		    const void *data, size_t len, const char *type, long *status, json_t **resp,
+		    char *err, size_t errlen)
+{
 	CURL *h = curl_easy_init();
 	struct curl_slist *hdrs = NULL;
 	struct buf out = BUF_INIT;
@@ -90,7 +112,7 @@ int hostapi_send(const char *sock, const char *method, const char *path, const v
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	/* No timeout: a wake waits for a boot, an image build for its recipe,
 	 * and hostd bounds those itself. */
-	hdrs = curl_slist_append(hdrs, "Expect:");
+	hdrs = add_token(curl_slist_append(hdrs, "Expect:"), token);
 	if (type) {
 		snprintf(ctype, sizeof(ctype), "Content-Type: %s", type);
 		hdrs = curl_slist_append(hdrs, ctype);
@@ -124,6 +146,7 @@ struct stream {
 	bool download;         /* a 2xx body goes to FD (or SINK) */
 	hostapi_sink_fn sink;
 	const char *json;      /* the request's body, JSON text (NULL: none) */
+	const char *token;     /* sent as a bearer token (NULL: none) */
 	struct buf err_body;   /* any other body: hostd's JSON answer */
 	int io_errno;          /* a failed read or write of FD */
 };
@@ -206,7 +229,7 @@ static int transfer(const char *sock, const char *method, const char *path,
 	curl_easy_setopt(s->h, CURLOPT_NOPROGRESS, s->sink ? 1L : 0L);
 	curl_easy_setopt(s->h, CURLOPT_XFERINFOFUNCTION, on_progress);
 	curl_easy_setopt(s->h, CURLOPT_XFERINFODATA, s);
-	hdrs = curl_slist_append(hdrs, "Expect:");
+	hdrs = add_token(curl_slist_append(hdrs, "Expect:"), s->token);
 	if (upload) {
 		curl_easy_setopt(s->h, CURLOPT_UPLOAD, 1L);
 		curl_easy_setopt(s->h, CURLOPT_CUSTOMREQUEST, method);
@@ -273,9 +296,17 @@ int hostapi_stream(const char *sock, const char *method, const char *path, json_
 		   hostapi_sink_fn sink, void *data, long *status, json_t **resp, char *err,
 		   size_t errlen)
 {
+	return hostapi_stream_as(sock, NULL, method, path, body, sink, data, status, resp, err,
+				 errlen);
+}
+
+int hostapi_stream_as(const char *sock, const char *token, const char *method,
+		      const char *path, json_t *body, hostapi_sink_fn sink, void *data,
+		      long *status, json_t **resp, char *err, size_t errlen)
+{
 	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	struct stream s = { .download = true, .sink = sink, .data = data, .json = text,
-			    .err_body = BUF_INIT };
+			    .token = token, .err_body = BUF_INIT };
 	int ret;
 
 	if (body && !text)

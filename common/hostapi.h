@@ -20,6 +20,12 @@ int hostapi_call(const char *sock, const char *method, const char *path, json_t 
 int hostapi_send(const char *sock, const char *method, const char *path, const void *data,
 		 size_t len, const char *type, long *status, json_t **resp, char *err,
 		 size_t errlen);
+/* hostapi_send, with "Authorization: Bearer TOKEN" when TOKEN is not
+ * NULL: on berth-web's socket (STATE/web.sock) hostd acts as the token's
+ * user (berth-web's own requests for a user). */
+int hostapi_send_as(const char *sock, const char *token, const char *method, const char *path,
+		    const void *data, size_t len, const char *type, long *status, json_t **resp,
+		    char *err, size_t errlen);
 /* Called with each piece of a 2xx body as it arrives: 0, or -1 to end the
  * transfer. */
 typedef int (*hostapi_sink_fn)(const char *p, size_t len, void *data);
@@ -29,6 +35,10 @@ typedef int (*hostapi_sink_fn)(const char *p, size_t len, void *data);
 int hostapi_stream(const char *sock, const char *method, const char *path, json_t *body,
 		   hostapi_sink_fn sink, void *data, long *status, json_t **resp, char *err,
 		   size_t errlen);
+/* hostapi_stream with a bearer TOKEN (NULL: none), as hostapi_send_as. */
+int hostapi_stream_as(const char *sock, const char *token, const char *method,
+		      const char *path, json_t *body, hostapi_sink_fn sink, void *data,
+		      long *status, json_t **resp, char *err, size_t errlen);
 /* Called as bytes move: DONE so far of TOTAL (0 when unknown). */
 typedef void (*hostapi_progress_fn)(uint64_t done, uint64_t total, void *data);
 

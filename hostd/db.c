@@ -116,6 +116,31 @@ struct migration {
 
 #define COLUMN(t, c, d) { NULL, t, c, d }
 
+/* Migration 15: the credential broker's (hostd/secrets.h).  A secret's
+ * grants go with it and with their machine (foreign keys, on); its log
+ * keeps names, not ids: it outlives both.  secret_env: what the broker's
+ * variables in a machine should be (want) and what hostd last wrote there
+ * ("?" unknown: a restored disk). */
+static const char secrets_schema[] =
+	"CREATE TABLE IF NOT EXISTS secrets("
+	"  id INTEGER PRIMARY KEY, owner TEXT NOT NULL, name TEXT NOT NULL,"
+	"  url TEXT NOT NULL, headers TEXT NOT NULL, created INTEGER NOT NULL,"
+	"  UNIQUE(owner, name));"
+	"CREATE TABLE IF NOT EXISTS secret_grants("
+	"  secret_id INTEGER NOT NULL REFERENCES secrets(id) ON DELETE CASCADE,"
+	"  machine_id TEXT NOT NULL REFERENCES machines(id) ON DELETE CASCADE,"
+	"  created INTEGER NOT NULL, PRIMARY KEY(secret_id, machine_id));"
+	"CREATE INDEX IF NOT EXISTS secret_grants_machine ON secret_grants(machine_id);"
+	"CREATE TABLE IF NOT EXISTS secret_env("
+	"  machine_id TEXT PRIMARY KEY REFERENCES machines(id) ON DELETE CASCADE,"
+	"  want TEXT NOT NULL, written TEXT NOT NULL);"
+	"CREATE TABLE IF NOT EXISTS broker_log("
+	"  id INTEGER PRIMARY KEY, t INTEGER NOT NULL, ms INTEGER NOT NULL,"
+	"  owner TEXT NOT NULL, machine TEXT NOT NULL, secret TEXT NOT NULL,"
+	"  method TEXT NOT NULL, path TEXT NOT NULL, status INTEGER NOT NULL,"
+	"  bytes_in INTEGER NOT NULL, bytes_out INTEGER NOT NULL, error TEXT NOT NULL);"
+	"CREATE INDEX IF NOT EXISTS broker_log_owner ON broker_log(owner, id);";
+
 static const struct migration migrations[] = {
 	{ schema, NULL, NULL, NULL },                                         /* 1 */
 	COLUMN("images", "source", "TEXT NOT NULL DEFAULT ''"),               /* 2 */
@@ -131,6 +156,7 @@ static const struct migration migrations[] = {
 	COLUMN("keys", "first_used", "INTEGER NOT NULL DEFAULT 0"),           /* 12 */
 	COLUMN("images", "owner", "TEXT NOT NULL DEFAULT ''"),                /* 13 */
 	COLUMN("images", "public", "INTEGER NOT NULL DEFAULT 1"),             /* 14 */
+	{ secrets_schema, NULL, NULL, NULL },                                 /* 15 */
 };
 
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
@@ -1567,4 +1593,329 @@ int db_token_delete(struct db *db, const char *owner, int64_t id, struct err *e)
 		rc = err_set(e, 404, "not_found", "no token %lld", (long long)id);
 	pthread_mutex_unlock(&db->lock);
 	return rc == 0 ? 0 : -1;
+}
+
+/* ---- the credential broker's secrets (hostd/secrets.h) ------------------- */
+
+#define SECRET_COLS "id, owner, name, url, headers, created"
+
+static void secret_from_row(sqlite3_stmt *st, void *out)
+{
+	struct db_secret *s = out;
+
+	memset(s, 0, sizeof(*s));
+	s->id = sqlite3_column_int64(st, 0);
+	copy_text(st, 1, s->owner, sizeof(s->owner));
+	copy_text(st, 2, s->name, sizeof(s->name));
+	copy_text(st, 3, s->url, sizeof(s->url));
+	copy_text(st, 4, s->headers, sizeof(s->headers));
+	s->created = sqlite3_column_int64(st, 5);
+}
+
+int db_secret_insert(struct db *db, struct db_secret *s, struct err *e)
+{
+	int rc;
+
+	s->created = now_s();
+	pthread_mutex_lock(&db->lock);
+	rc = execute(db, e, "insert secret", "INSERT INTO secrets(owner, name, url, headers, created)"
+		     " VALUES(?,?,?,?,?)", "ssssI", s->owner, s->name, s->url, s->headers,
+		     s->created);
+	if (rc == 0)
+		s->id = sqlite3_last_insert_rowid(db->h);
+	pthread_mutex_unlock(&db->lock);
+	if (rc == 1) {
+		err_clear(e);
+		return err_set(e, 409, "secret_exists", "%s has a secret %s already: remove it "
+			       "first (berth secret rm %s)", s->owner, s->name, s->name);
+	}
+	return rc;
+}
+
+int db_secret_get(struct db *db, const char *owner, const char *name, struct db_secret *s,
+		  struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT " SECRET_COLS " FROM secrets WHERE owner = ? AND name = ?", "ss",
+		   owner, name);
+	if (st) {
+		switch (sqlite3_step(st)) {
+		case SQLITE_ROW: secret_from_row(st, s); rc = 0; break;
+		case SQLITE_DONE: err_set(e, 404, "no_secret", "no secret %s", name); break;
+		default: sql_err(db, e, "select secret");
+		}
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_secret_list(struct db *db, const char *owner, struct db_secret **out, size_t *n,
+		   struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT " SECRET_COLS " FROM secrets WHERE owner = ? ORDER BY name", "s",
+		   owner);
+	if (st)
+		rc = collect(db, st, sizeof(**out), secret_from_row, (void **)out, n,
+			     "list secrets", e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+/* The machines whose grants a change touches get their broker variables
+ * recomputed by the caller (secrets.c); this only removes the rows. */
+int db_secret_delete(struct db *db, const char *owner, const char *name, struct err *e)
+{
+	int rc;
+
+	pthread_mutex_lock(&db->lock);
+	rc = execute(db, e, "delete secret", "DELETE FROM secrets WHERE owner = ? AND name = ?",
+		     "ss", owner, name);
+	if (rc == 0 && sqlite3_changes(db->h) == 0)
+		rc = err_set(e, 404, "no_secret", "no secret %s", name);
+	pthread_mutex_unlock(&db->lock);
+	return rc == 0 ? 0 : -1;
+}
+
+int db_secret_grant(struct db *db, int64_t secret_id, const char *machine_id, bool allow,
+		    bool *changed, struct err *e)
+{
+	int rc;
+
+	pthread_mutex_lock(&db->lock);
+	if (allow)
+		rc = execute(db, e, "grant secret", "INSERT OR IGNORE INTO secret_grants(secret_id,"
+			     " machine_id, created) VALUES(?,?,?)", "IsI", secret_id, machine_id,
+			     now_s());
+	else
+		rc = execute(db, e, "revoke secret", "DELETE FROM secret_grants WHERE secret_id = ?"
+			     " AND machine_id = ?", "Is", secret_id, machine_id);
+	*changed = rc == 0 && sqlite3_changes(db->h) > 0;
+	pthread_mutex_unlock(&db->lock);
+	return rc == 0 ? 0 : -1;
+}
+
+static void name_from_row(sqlite3_stmt *st, void *out)
+{
+	copy_text(st, 0, out, 64);
+}
+
+/* The names the query SQL with its one argument (TYPES "s" or "I") lists. */
+static int names_query(struct db *db, const char *sql, const char *types, const void *arg,
+		       char (**out)[64], size_t *n, const char *what, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	st = types[0] == 's' ? query(db, e, sql, types, (const char *)arg)
+			     : query(db, e, sql, types, *(const int64_t *)arg);
+	if (st)
+		rc = collect(db, st, 64, name_from_row, (void **)out, n, what, e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_secret_machines(struct db *db, int64_t secret_id, char (**out)[64], size_t *n,
+		       struct err *e)
+{
+	return names_query(db, "SELECT m.name FROM secret_grants g JOIN machines m ON"
+			   " m.id = g.machine_id WHERE g.secret_id = ? ORDER BY m.name", "I",
+			   &secret_id, out, n, "list a secret's machines", e);
+}
+
+int db_machine_secrets(struct db *db, const char *machine_id, char (**out)[64], size_t *n,
+		       struct err *e)
+{
+	return names_query(db, "SELECT s.name FROM secret_grants g JOIN secrets s ON"
+			   " s.id = g.secret_id WHERE g.machine_id = ? ORDER BY s.name", "s",
+			   machine_id, out, n, "list a machine's secrets", e);
+}
+
+int db_secret_grantees(struct db *db, int64_t secret_id, char (**out)[64], size_t *n,
+		       struct err *e)
+{
+	return names_query(db, "SELECT machine_id FROM secret_grants WHERE secret_id = ?", "I",
+			   &secret_id, out, n, "list a secret's machine ids", e);
+}
+
+int db_broker_lookup(struct db *db, int net_index, const char *secret, struct machine *m,
+		     struct db_secret *s, bool *allowed, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	memset(s, 0, sizeof(*s));
+	*allowed = false;
+	if (net_index <= 0)
+		return err_set(e, 404, "not_found", "no machine at network index %d", net_index);
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT " MACHINE_COLS " FROM machines WHERE net_index = ?", "i",
+		   net_index);
+	if (st) {
+		switch (sqlite3_step(st)) {
+		case SQLITE_ROW: machine_from_row(st, m); rc = 0; break;
+		case SQLITE_DONE: err_set(e, 404, "not_found", "no machine at network index %d",
+					  net_index); break;
+		default: sql_err(db, e, "select machine by network index");
+		}
+		sqlite3_finalize(st);
+	}
+	if (rc == 0) {
+		rc = -1;
+		st = query(db, e, "SELECT " SECRET_COLS ", EXISTS(SELECT 1 FROM secret_grants g"
+			   " WHERE g.secret_id = secrets.id AND g.machine_id = ?) FROM secrets"
+			   " WHERE owner = ? AND name = ?", "sss", m->id, m->owner, secret);
+		if (st) {
+			switch (sqlite3_step(st)) {
+			case SQLITE_ROW:
+				secret_from_row(st, s);
+				*allowed = sqlite3_column_int(st, 6) != 0;
+				rc = 0;
+				break;
+			case SQLITE_DONE: rc = 0; break;
+			default: sql_err(db, e, "select secret for the broker");
+			}
+			sqlite3_finalize(st);
+		}
+	}
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_broker_log_add(struct db *db, const struct db_broker_call *c, int keep, struct err *e)
+{
+	int rc;
+
+	pthread_mutex_lock(&db->lock);
+	rc = execute(db, e, "log a broker call",
+		     "INSERT INTO broker_log(t, ms, owner, machine, secret, method, path, status,"
+		     " bytes_in, bytes_out, error) VALUES(?,?,?,?,?,?,?,?,?,?,?)", "IIsssssiIIs",
+		     c->t, c->ms, c->owner, c->machine, c->secret, c->method, c->path,
+		     c->status, c->bytes_in, c->bytes_out, c->error);
+	/* An owner's log keeps its last KEEP calls. */
+	if (rc == 0)
+		rc = execute(db, e, "trim the broker log",
+			     "DELETE FROM broker_log WHERE owner = ? AND id <= (SELECT id FROM"
+			     " broker_log WHERE owner = ? ORDER BY id DESC LIMIT 1 OFFSET ?)", "ssi",
+			     c->owner, c->owner, keep);
+	pthread_mutex_unlock(&db->lock);
+	return rc == 0 ? 0 : -1;
+}
+
+static void call_from_row(sqlite3_stmt *st, void *out)
+{
+	struct db_broker_call *c = out;
+
+	memset(c, 0, sizeof(*c));
+	c->id = sqlite3_column_int64(st, 0);
+	c->t = sqlite3_column_int64(st, 1);
+	c->ms = sqlite3_column_int64(st, 2);
+	copy_text(st, 3, c->owner, sizeof(c->owner));
+	copy_text(st, 4, c->machine, sizeof(c->machine));
+	copy_text(st, 5, c->secret, sizeof(c->secret));
+	copy_text(st, 6, c->method, sizeof(c->method));
+	copy_text(st, 7, c->path, sizeof(c->path));
+	c->status = sqlite3_column_int(st, 8);
+	c->bytes_in = sqlite3_column_int64(st, 9);
+	c->bytes_out = sqlite3_column_int64(st, 10);
+	copy_text(st, 11, c->error, sizeof(c->error));
+}
+
+int db_broker_log_list(struct db *db, const char *owner, const char *secret,
+		       const char *machine, int limit, struct db_broker_call **out, size_t *n,
+		       struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	/* The last LIMIT, oldest first. */
+	st = query(db, e, "SELECT * FROM (SELECT id, t, ms, owner, machine, secret, method, path,"
+		   " status, bytes_in, bytes_out, error FROM broker_log WHERE owner = ?"
+		   " AND (? = '' OR secret = ?) AND (? = '' OR machine = ?)"
+		   " ORDER BY id DESC LIMIT ?) ORDER BY id", "sssssi", owner,
+		   secret ? secret : "", secret ? secret : "", machine ? machine : "",
+		   machine ? machine : "", limit);
+	if (st)
+		rc = collect(db, st, sizeof(**out), call_from_row, (void **)out, n,
+			     "list the broker log", e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_secret_env_want(struct db *db, const char *machine_id, const char *want, struct err *e)
+{
+	/* A machine that never had variables (no row) has none to remove. */
+	return execute_locked(db, e, "want broker variables",
+			      "INSERT INTO secret_env(machine_id, want, written) VALUES(?, ?, '')"
+			      " ON CONFLICT(machine_id) DO UPDATE SET want = excluded.want", "ss",
+			      machine_id, want) == 0 ? 0 : -1;
+}
+
+int db_secret_env_written(struct db *db, const char *machine_id, const char *written,
+			  struct err *e)
+{
+	return execute_locked(db, e, "broker variables written",
+			      "UPDATE secret_env SET written = ? WHERE machine_id = ?", "ss",
+			      written, machine_id) == 0 ? 0 : -1;
+}
+
+int db_secret_env_forked(struct db *db, const char *from_id, const char *to_id,
+			 struct err *e)
+{
+	return execute_locked(db, e, "copy broker variables",
+			      "INSERT OR IGNORE INTO secret_env(machine_id, want, written)"
+			      " SELECT ?, '', written FROM secret_env WHERE machine_id = ?", "ss",
+			      to_id, from_id) == 0 ? 0 : -1;
+}
+
+int db_secret_env_unknown(struct db *db, const char *machine_id, struct err *e)
+{
+	return execute_locked(db, e, "broker variables unknown",
+			      "UPDATE secret_env SET written = '?' WHERE machine_id = ?", "s",
+			      machine_id) == 0 ? 0 : -1;
+}
+
+static void env_from_row(sqlite3_stmt *st, void *out)
+{
+	struct db_secret_env *v = out;
+
+	memset(v, 0, sizeof(*v));
+	copy_text(st, 0, v->machine_id, sizeof(v->machine_id));
+	copy_text(st, 1, v->want, sizeof(v->want));
+	copy_text(st, 2, v->written, sizeof(v->written));
+}
+
+int db_secret_env_list(struct db *db, bool stale_running, struct db_secret_env **out,
+		       size_t *n, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, stale_running ?
+		   "SELECT v.machine_id, v.want, v.written FROM secret_env v JOIN machines m"
+		   " ON m.id = v.machine_id WHERE v.want != v.written AND m.state = 'running'" :
+		   "SELECT machine_id, want, written FROM secret_env", "");
+	if (st)
+		rc = collect(db, st, sizeof(**out), env_from_row, (void **)out, n,
+			     "list broker variables", e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
 }

@@ -323,4 +323,93 @@ int db_machine_ids(struct db *db, const char *owner, char (**out)[37], size_t *n
 int db_usage_rows(struct db *db, const char *owner, const char *machine_id, int64_t since,
 		  struct db_usage_row **out, size_t *n, struct err *e);
 
+/* ---- the credential broker's secrets (hostd/secrets.h) ---------------- */
+
+/* A secret of OWNER's: the upstream URL and the header lines the broker
+ * attaches (HEADERS: a JSON array of [name, value] pairs, as text; no
+ * route ever answers it). */
+struct db_secret {
+	int64_t id;
+	char owner[64];
+	char name[64];
+	char url[512];
+	char headers[8192];
+	int64_t created;      /* seconds since the epoch */
+};
+/* Insert S (owner, name, url, headers), setting S->id and S->created.
+ * 409 "secret_exists" when OWNER has one of that name. */
+int db_secret_insert(struct db *db, struct db_secret *s, struct err *e);
+/* OWNER's secret NAME.  404 "no_secret" ("no secret NAME") when none. */
+int db_secret_get(struct db *db, const char *owner, const char *name, struct db_secret *s,
+		  struct err *e);
+/* OWNER's secrets by name; *OUT malloc'd (free it). */
+int db_secret_list(struct db *db, const char *owner, struct db_secret **out, size_t *n,
+		   struct err *e);
+/* Remove OWNER's secret NAME and its grants.  404 "no_secret". */
+int db_secret_delete(struct db *db, const char *owner, const char *name, struct err *e);
+/* ALLOW: machine MACHINE_ID may use secret SECRET_ID from now on; else no
+ * more.  *CHANGED: whether that was not so already. */
+int db_secret_grant(struct db *db, int64_t secret_id, const char *machine_id, bool allow,
+		    bool *changed, struct err *e);
+/* The names of the machines allowed secret SECRET_ID, sorted; the names of
+ * the secrets MACHINE_ID is allowed, sorted; the ids of the machines
+ * allowed SECRET_ID.  *OUT malloc'd, 64 bytes each. */
+int db_secret_machines(struct db *db, int64_t secret_id, char (**out)[64], size_t *n,
+		       struct err *e);
+int db_machine_secrets(struct db *db, const char *machine_id, char (**out)[64], size_t *n,
+		       struct err *e);
+int db_secret_grantees(struct db *db, int64_t secret_id, char (**out)[64], size_t *n,
+		       struct err *e);
+/* The broker's question, in one read: the machine at network index
+ * NET_INDEX (404 "not_found" when none), and its owner's secret SECRET in
+ * *S (S->id 0 when there is none) with *ALLOWED, whether the machine may
+ * use it. */
+int db_broker_lookup(struct db *db, int net_index, const char *secret, struct machine *m,
+		     struct db_secret *s, bool *allowed, struct err *e);
+
+/* One call through the broker, as its log keeps it. */
+struct db_broker_call {
+	int64_t id;
+	int64_t t;            /* its start, seconds since the epoch */
+	int64_t ms;           /* how long it took */
+	char owner[64], machine[64], secret[64];
+	char method[16];
+	char path[512];       /* without the query */
+	int status;           /* the HTTP status the guest got (0: none, cut short) */
+	int64_t bytes_in;     /* the request body's bytes, from the guest */
+	int64_t bytes_out;    /* the answer body's bytes, to the guest */
+	char error[200];      /* why it failed, "" */
+};
+/* Append C (its id ignored), keeping OWNER's last KEEP rows. */
+int db_broker_log_add(struct db *db, const struct db_broker_call *c, int keep, struct err *e);
+/* OWNER's last LIMIT calls, of secret SECRET and machine MACHINE when not
+ * NULL, oldest first; *OUT malloc'd. */
+int db_broker_log_list(struct db *db, const char *owner, const char *secret,
+		       const char *machine, int limit, struct db_broker_call **out, size_t *n,
+		       struct err *e);
+
+/* The broker's variables in a machine: what they should be and what
+ * hostd last wrote there ("?": unknown). */
+struct db_secret_env {
+	char machine_id[37];
+	char want[4096];
+	char written[4096];
+};
+/* MACHINE_ID's variables should be WANT (a row made when missing, with
+ * nothing written). */
+int db_secret_env_want(struct db *db, const char *machine_id, const char *want, struct err *e);
+/* WRITTEN was written into MACHINE_ID (a machine without a row: nothing). */
+int db_secret_env_written(struct db *db, const char *machine_id, const char *written,
+			  struct err *e);
+/* TO_ID, a fork of FROM_ID, has on its disk what FROM_ID had, and wants
+ * nothing (its grants are its own, none yet). */
+int db_secret_env_forked(struct db *db, const char *from_id, const char *to_id,
+			 struct err *e);
+/* MACHINE_ID's disk went back to a checkpoint: what is on it is unknown. */
+int db_secret_env_unknown(struct db *db, const char *machine_id, struct err *e);
+/* The rows (STALE_RUNNING: only those of running machines whose want is
+ * not what was written); *OUT malloc'd. */
+int db_secret_env_list(struct db *db, bool stale_running, struct db_secret_env **out,
+		       size_t *n, struct err *e);
+
 #endif

@@ -525,6 +525,141 @@ static void column_default(const char *path, const char *table, const char *colu
 
 #define OLD_ID "e92cd413-db27-4e12-ac68-5f2463587bf0"
 
+/* The credential broker's tables: secrets per owner, grants that go with
+ * their machine or secret, the broker's lookup by network index, the log
+ * (trimmed per owner), the machines' variables (a fork, a restore). */
+static void test_secrets(struct db *db)
+{
+	struct machine a = machine_of("55555555-5555-4555-8555-555555555555", "carol", "a", 40031);
+	struct machine b = machine_of("66666666-6666-4666-8666-666666666666", "carol", "b", 40032);
+	struct machine d = machine_of("77777777-7777-4777-8777-777777777777", "dave", "a", 40033);
+	struct db_secret s = { 0 }, got, other = { 0 };
+	struct db_broker_call c = { 0 }, *calls = NULL;
+	struct db_secret_env *env = NULL;
+	struct machine m;
+	char (*names)[64] = NULL;
+	size_t n = 0;
+	bool allowed = false, changed = false;
+	struct err e = { 0 };
+
+	check(db_machine_insert(db, &a, NULL, &e) == 0 && db_machine_insert(db, &b, NULL, &e) == 0 &&
+	      db_machine_insert(db, &d, NULL, &e) == 0 &&
+	      db_machine_set_net(db, a.id, 7, "", &e) == 0 &&
+	      db_machine_set_net(db, b.id, 8, "", &e) == 0 &&
+	      db_machine_set_net(db, d.id, 9, "", &e) == 0, "secrets: three machines");
+	snprintf(s.owner, sizeof(s.owner), "carol");
+	snprintf(s.name, sizeof(s.name), "anthropic");
+	snprintf(s.url, sizeof(s.url), "https://api.example.com");
+	snprintf(s.headers, sizeof(s.headers), "[[\"x-api-key\",\"sk-1\"]]");
+	check(db_secret_insert(db, &s, &e) == 0 && s.id > 0, "secrets: insert");
+	other = s;
+	err_clear(&e);
+	check(db_secret_insert(db, &other, &e) < 0 && e.status == 409 &&
+	      !strcmp(e.code, "secret_exists"), "secrets: the same name again is 409");
+	snprintf(other.owner, sizeof(other.owner), "dave");
+	err_clear(&e);
+	check(db_secret_insert(db, &other, &e) == 0 && other.id != s.id,
+	      "secrets: another owner's of the same name");
+	check(db_secret_get(db, "carol", "anthropic", &got, &e) == 0 &&
+	      !strcmp(got.headers, s.headers) && !strcmp(got.url, s.url), "secrets: get");
+	err_clear(&e);
+	check(db_secret_get(db, "carol", "openai", &got, &e) < 0 && e.status == 404,
+	      "secrets: a missing one is 404");
+
+	check(db_secret_grant(db, s.id, a.id, true, &changed, &e) == 0 && changed,
+	      "grants: a may use carol's anthropic");
+	check(db_secret_grant(db, s.id, a.id, true, &changed, &e) == 0 && !changed,
+	      "grants: again changes nothing");
+	check(db_broker_lookup(db, 7, "anthropic", &m, &got, &allowed, &e) == 0 &&
+	      !strcmp(m.name, "a") && got.id == s.id && allowed, "lookup: index 7 is a, allowed");
+	check(db_broker_lookup(db, 8, "anthropic", &m, &got, &allowed, &e) == 0 &&
+	      !strcmp(m.name, "b") && got.id == s.id && !allowed, "lookup: b is not allowed");
+	check(db_broker_lookup(db, 9, "anthropic", &m, &got, &allowed, &e) == 0 &&
+	      !strcmp(m.owner, "dave") && got.id == other.id && !allowed,
+	      "lookup: dave's machine finds dave's secret of that name, not carol's grant");
+	check(db_broker_lookup(db, 7, "openai", &m, &got, &allowed, &e) == 0 && got.id == 0 &&
+	      !allowed, "lookup: no such secret");
+	err_clear(&e);
+	check(db_broker_lookup(db, 42, "anthropic", &m, &got, &allowed, &e) < 0 &&
+	      e.status == 404, "lookup: no machine at that index");
+	check(db_machine_secrets(db, a.id, &names, &n, &e) == 0 && n == 1 &&
+	      !strcmp(names[0], "anthropic"), "grants: a's secrets");
+	free(names);
+	check(db_secret_grant(db, s.id, b.id, true, &changed, &e) == 0 &&
+	      db_secret_machines(db, s.id, &names, &n, &e) == 0 && n == 2 &&
+	      !strcmp(names[0], "a") && !strcmp(names[1], "b"), "grants: the secret's machines");
+	free(names);
+	check(db_machine_delete(db, b.id, &e) == 0 &&
+	      db_secret_machines(db, s.id, &names, &n, &e) == 0 && n == 1,
+	      "grants: deleting a machine removes its grants");
+	free(names);
+
+	/* The machines' variables. */
+	check(db_secret_env_want(db, a.id, "A_BASE_URL=x\n", &e) == 0 &&
+	      db_secret_env_list(db, true, &env, &n, &e) == 0 && n == 0,
+	      "variables: a stopped machine's stale ones are not listed to write");
+	free(env);
+	check(db_machine_set_state(db, a.id, MS_RUNNING, &e) == 0 &&
+	      db_secret_env_list(db, true, &env, &n, &e) == 0 && n == 1 &&
+	      !strcmp(env[0].want, "A_BASE_URL=x\n") && !env[0].written[0],
+	      "variables: a running one is");
+	free(env);
+	check(db_secret_env_written(db, a.id, "A_BASE_URL=x\n", &e) == 0 &&
+	      db_secret_env_list(db, true, &env, &n, &e) == 0 && n == 0,
+	      "variables: written, nothing to do");
+	free(env);
+	check(db_secret_env_forked(db, a.id, d.id, &e) == 0 &&
+	      db_secret_env_list(db, false, &env, &n, &e) == 0 && n == 2,
+	      "variables: a fork has its source's");
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(env[i].machine_id, d.id))
+			check(!env[i].want[0] && !strcmp(env[i].written, "A_BASE_URL=x\n"),
+			      "variables: the fork wants none, has the source's");
+	free(env);
+	check(db_secret_env_unknown(db, a.id, &e) == 0 &&
+	      db_secret_env_list(db, true, &env, &n, &e) == 0 && n == 1 &&
+	      !strcmp(env[0].written, "?"), "variables: a restore makes them unknown");
+	free(env);
+
+	/* The log, trimmed per owner. */
+	snprintf(c.owner, sizeof(c.owner), "carol");
+	snprintf(c.machine, sizeof(c.machine), "a");
+	snprintf(c.secret, sizeof(c.secret), "anthropic");
+	snprintf(c.method, sizeof(c.method), "POST");
+	snprintf(c.path, sizeof(c.path), "/v1/messages");
+	for (int i = 0; i < 5; i++) {
+		c.status = 200 + i;
+		c.t = 1000 + i;
+		db_broker_log_add(db, &c, 3, &e);
+	}
+	snprintf(c.owner, sizeof(c.owner), "dave");
+	c.status = 403;
+	db_broker_log_add(db, &c, 3, &e);
+	check(db_broker_log_list(db, "carol", NULL, NULL, 100, &calls, &n, &e) == 0 && n == 3 &&
+	      calls[0].status == 202 && calls[2].status == 204, "log: carol's last 3, oldest first");
+	free(calls);
+	check(db_broker_log_list(db, "carol", NULL, NULL, 2, &calls, &n, &e) == 0 && n == 2 &&
+	      calls[0].status == 203, "log: a limit takes the last ones");
+	free(calls);
+	check(db_broker_log_list(db, "carol", "openai", NULL, 100, &calls, &n, &e) == 0 && n == 0 &&
+	      db_broker_log_list(db, "dave", NULL, "a", 100, &calls, &n, &e) == 0 && n == 1 &&
+	      calls[0].status == 403, "log: by secret, by machine, each owner's own");
+	free(calls);
+
+	check(db_secret_delete(db, "carol", "anthropic", &e) == 0 &&
+	      db_machine_secrets(db, a.id, &names, &n, &e) == 0 && n == 0,
+	      "secrets: deleting one removes its grants");
+	free(names);
+	err_clear(&e);
+	check(db_secret_delete(db, "carol", "anthropic", &e) < 0 && e.status == 404,
+	      "secrets: deleting it again is 404");
+	check(db_secret_list(db, "dave", (struct db_secret **)&calls, &n, &e) == 0 && n == 1,
+	      "secrets: dave's is still there");
+	free(calls);
+	db_machine_delete(db, a.id, &e);
+	db_machine_delete(db, d.id, &e);
+}
+
 static void test_from_5645291(void)
 {
 	char p[160], v[64], *dump;
@@ -677,6 +812,7 @@ int main(void)
 		test_meta(db);
 		test_machines(db);
 		test_images(db);
+		test_secrets(db);
 		db_close(db);
 		test_reopen();
 	} else {

@@ -52,6 +52,10 @@ CLI_SRC     := cli/main.c cli/cli.c cli/client.c cli/up.c cli/image.c cli/usage.
 SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/pool.c sshgw/algos.c
 DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c \
                desktop/vdagent.c desktop/request.c
+# The credential broker's privileged half (hostd/secrets.h) and berth-web's
+# descriptors (hostd/webctl.h).
+HOSTD_SRC   += hostd/secrets.c hostd/secrets_rules.c hostd/webctl.c
+CLI_SRC     += cli/secret.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 
 # Objects shared by the daemon and the unit tests (everything but main).

@@ -31,6 +31,7 @@
 #include "hostd/net.h"
 #include "hostd/prometheus.h"
 #include "hostd/quota.h"
+#include "hostd/secrets.h"
 #include "hostd/sessions.h"
 #include "hostd/tokens.h"
 #include "hostd/transfer.h"
@@ -536,8 +537,9 @@ static struct reply do_show(struct call *c)
 		return fail(&e);
 	rep = ok(200, machine_out(c->h, &m));
 	/* One machine: its cost so far, its rate and its allocation split
-	 * (the list skips them). */
+	 * (the list skips them); the secrets it may use through the broker. */
 	usage_machine(c->h, &m, rep.body);
+	json_object_set_new(rep.body, "secrets", secrets_of_machine(c->h, &m));
 	return rep;
 }
 
@@ -548,13 +550,14 @@ static struct reply do_show(struct call *c)
  * apply leaves the one in force. */
 static struct reply do_patch(struct call *c)
 {
-	static const char *const allowed[] = { "idle", "egress", NULL };
+	static const char *const allowed[] = { "idle", "egress", "secret", "no_secret", NULL };
 	struct err e = { 0 };
 	struct machine m;
 	int64_t idle = 0;
 	bool idle_set;
 	json_t *j = api_parse_body(c->body, allowed, &e), *v;
-	const char *egress = NULL;
+	const char *egress = NULL, *secret = NULL, *no_secret = NULL;
+	struct reply rep;
 
 	if (!j || get_idle(j, &idle, &idle_set, &e) < 0)
 		goto out;
@@ -565,12 +568,20 @@ static struct reply do_patch(struct call *c)
 		goto out;
 	}
 	egress = v ? json_string_value(v) : NULL;
-	if (!idle_set && !egress) {
-		err_set(&e, 400, "nothing_to_change", "nothing to change: give \"idle\" or "
-			"\"egress\"");
+	/* A secret the machine may use (the broker's), or no more. */
+	if (json_unpack_ex(j, NULL, 0, "{s?s, s?s}", "secret", &secret, "no_secret",
+			   &no_secret) < 0) {
+		err_set(&e, 400, "invalid_name", "secret and no_secret are secrets' names");
+		goto out;
+	}
+	if (!idle_set && !egress && !secret && !no_secret) {
+		err_set(&e, 400, "nothing_to_change", "nothing to change: give \"idle\", "
+			"\"egress\", \"secret\" or \"no_secret\"");
 		goto out;
 	}
 	if (db_machine_get(c->h->db, c->owner, c->arg[0], &m, &e) < 0 ||
+	    (secret && secrets_allow(c->h, &m, secret, true, &e) < 0) ||
+	    (no_secret && secrets_allow(c->h, &m, no_secret, false, &e) < 0) ||
 	    (egress && machine_set_egress(c->h, &m, egress, &e) < 0) ||
 	    (idle_set && db_machine_set_idle(c->h->db, m.id, idle, &e) < 0) ||
 	    db_machine_get_id(c->h->db, m.id, &m, &e) < 0)
@@ -582,7 +593,9 @@ out:
 	json_decref(j);
 	if (err_isset(&e))
 		return fail(&e);
-	return machine_reply(c, 200, &m, -1);
+	rep = machine_reply(c, 200, &m, -1);
+	json_object_set_new(rep.body, "secrets", secrets_of_machine(c->h, &m));
+	return rep;
 }
 
 /* GET /v1/machines/NAME/egress: its policy, and what its guest reached and
@@ -1834,6 +1847,54 @@ static struct reply do_token_delete(struct call *c)
 	return ok(200, json_pack("{s:I}", "deleted", (json_int_t)id));
 }
 
+/* ---- the credential broker's secrets (hostd/secrets.h) ---- */
+
+/* POST /v1/secrets: the caller's new secret (never answered back). */
+static struct reply do_secret_add(struct call *c)
+{
+	static const char *const allowed[] = { "name", "url", "headers", NULL };
+	struct err e = { 0 };
+	json_t *j = api_parse_body(c->body, allowed, &e), *r = NULL;
+
+	if (j)
+		r = secrets_add(c->h, c->owner, j, &e);
+	json_decref(j);
+	return r ? ok(201, r) : fail(&e);
+}
+
+static struct reply do_secrets(struct call *c)
+{
+	struct err e = { 0 };
+	json_t *r = secrets_list(c->h, c->owner, &e);
+
+	return r ? ok(200, r) : fail(&e);
+}
+
+static struct reply do_secret_delete(struct call *c)
+{
+	struct err e = { 0 };
+
+	if (secrets_remove(c->h, c->owner, c->arg[0], &e) < 0)
+		return fail(&e);
+	return ok(200, json_pack("{s:s}", "deleted", c->arg[0]));
+}
+
+/* GET /v1/secrets/log?secret=S&machine=M&limit=N: the calls made. */
+static struct reply do_secret_log(struct call *c)
+{
+	struct err e = { 0 };
+	const char *limit_s = query_arg(c->conn, "limit");
+	char *end = NULL;
+	long limit = limit_s ? strtol(limit_s, &end, 10) : 100;
+	json_t *r;
+
+	if ((limit_s && *end) || limit < 1 || limit > SECRETS_LOG_KEEP)
+		return fail_now(400, "invalid_limit", "limit must be 1 to %d", SECRETS_LOG_KEEP);
+	r = secrets_log(c->h, c->owner, query_arg(c->conn, "secret"),
+			query_arg(c->conn, "machine"), (int)limit, &e);
+	return r ? ok(200, r) : fail(&e);
+}
+
 /* The "user" and "machine" fields every gateway request but auth has. */
 static int get_user_machine(json_t *j, const char **user, const char **machine,
 			    struct err *e)
@@ -2103,6 +2164,12 @@ static const struct api_route routes[] = {
 	  .refusal = "tokens are added on the host (berth token create), not with an API "
 		     "token", .fn = do_token_create },
 	{ "DELETE", "/v1/tokens/{id}", ANYONE, .fn = do_token_delete },
+
+	/* The credential broker's secrets: each caller's own. */
+	{ "GET", "/v1/secrets", ANYONE, .fn = do_secrets },
+	{ "POST", "/v1/secrets", ANYONE, .fn = do_secret_add },
+	{ "GET", "/v1/secrets/log", ANYONE, .fn = do_secret_log },
+	{ "DELETE", "/v1/secrets/{secret}", ANYONE, .fn = do_secret_delete },
 
 	{ "GET", "/v1/images", ANYONE, .fn = do_images },
 	{ "POST", "/v1/images", ROOT, .refusal = "only root may build images",

@@ -14,6 +14,7 @@
 #include "hostd/machine_steps.h"
 #include "hostd/net.h"
 #include "hostd/quota.h"
+#include "hostd/secrets.h"
 #include "common/banned.h"
 
 /* A new volume name for machine M's next top: m-UUID-RANDOM. */
@@ -325,6 +326,7 @@ int checkpoint_restore(struct hostd *h, const char *owner, const char *name,
 		goto out;
 	volume_gc(h, old_top);
 	log_info("restored %s/%s to checkpoint %s", m.owner, m.name, ckpt);
+	secrets_machine_restored(h, m.id);
 	if (c.memory[0]) {
 		/* Back to the running machine of that moment, memory and all. */
 		if (restore_memory(h, &m, c.memory, false, e) < 0)
@@ -502,6 +504,8 @@ int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *o
 				 .egress = egress.len ? buf_str(&egress) : NULL };
 	rc = machine_create_from(h, &cr, base, &f, e);
 	buf_free(&egress);
+	if (rc == 0)
+		secrets_machine_forked(h, m.id, f.id, !from);
 	if (rc < 0) {
 		rc = -1;
 		if (!from)

@@ -51,6 +51,7 @@ static const struct copt options[] = {
 	STR("log_level", log_level, levels),
 	STR("sshgw_user", sshgw_user, NULL),
 	STR("desktop_user", desktop_user, NULL),
+	STR("web_user", web_user, NULL),
 	STR("currency", currency, NULL),
 	STR("price_vcpu_hour", price_vcpu_hour, NULL),
 	STR("price_memory_gib_hour", price_memory_gib_hour, NULL),
@@ -89,6 +90,10 @@ static const struct copt options[] = {
 	STR("web_dir", web_dir, NULL),
 	STR("desktop_url", desktop_url, NULL),
 	INT("desktop_token_ttl", desktop_token_ttl_s, 1, 3600),
+	INT("broker_port", broker_port, 0, 65535),
+	STR("broker_ca_file", broker_ca_file, NULL),
+	DUR("broker_timeout", broker_timeout_s, 1, 86400),
+	SIZE("broker_max_body", broker_max_body),
 };
 
 void config_defaults(struct config *c, const char *state_dir)
@@ -119,8 +124,15 @@ void config_defaults(struct config *c, const char *state_dir)
 	snprintf(c->log_level, sizeof(c->log_level), "info");
 	snprintf(c->sshgw_user, sizeof(c->sshgw_user), "berth-sshgw");
 	snprintf(c->desktop_user, sizeof(c->desktop_user), "berth-desktop");
+	snprintf(c->web_user, sizeof(c->web_user), "berth-web");
 	snprintf(c->desktop_url, sizeof(c->desktop_url), "http://127.0.0.1:6080");
 	c->desktop_token_ttl_s = 60;
+	/* A port no common service uses on the gateway address; model APIs'
+	 * streams stay quiet a while (a long think), and requests carry
+	 * images: Anthropic's API takes up to 32 MB. */
+	c->broker_port = 9480;
+	c->broker_timeout_s = 300;
+	c->broker_max_body = 32ULL << 20;
 	/* Example prices, of the order of hosted offers'; set your own. */
 	snprintf(c->currency, sizeof(c->currency), "USD");
 	snprintf(c->price_vcpu_hour, sizeof(c->price_vcpu_hour), "0.02");

@@ -37,6 +37,7 @@ struct config {
 	char log_level[16];
 	char sshgw_user[64];           /* local user berth-sshgw runs as ("" = none) */
 	char desktop_user[64];         /* local user berth-desktop runs as ("" = none) */
+	char web_user[64];             /* local user berth-web runs as ("" = none) */
 	char currency[16];             /* what prices are in (a label) */
 	char price_vcpu_hour[32];      /* per vCPU-hour while running (decimal) */
 	char price_memory_gib_hour[32]; /* per GiB-hour of memory while running */
@@ -79,6 +80,14 @@ struct config {
 	char web_dir[PATH_MAX];        /* the dashboard's files ("" = next to the binary) */
 	char desktop_url[256];         /* where berth-desktop serves browsers */
 	int desktop_token_ttl_s;       /* a desktop token must be used within this */
+	/* The credential broker (berth-web's, on the guests' gateway; hostd/
+	 * secrets.h): its port (0: off), the CA file it trusts for upstreams
+	 * ("" = the system's store), how long an upstream may stay silent, the
+	 * largest request body it forwards. */
+	int broker_port;
+	char broker_ca_file[PATH_MAX];
+	int64_t broker_timeout_s;
+	uint64_t broker_max_body;
 };
 
 #define HTTP_LISTEN_DEFAULT "127.0.0.1:8080"

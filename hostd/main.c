@@ -42,7 +42,9 @@
 #include "hostd/net.h"
 #include "hostd/reconcile.h"
 #include "hostd/sampler.h"
+#include "hostd/secrets.h"
 #include "hostd/usage.h"
+#include "hostd/webctl.h"
 #include "common/banned.h"
 
 static void usage(FILE *f)
@@ -122,18 +124,26 @@ static int lookup_gateway(const char *key, const char *name, bool *has, uid_t *u
 	return 0;
 }
 
-/* The two gateways' users: two, so that one cannot make the other's
- * requests (berth-desktop never gets an SSH credential). */
+/* The network daemons' users: three, so that none can make another's
+ * requests (berth-desktop never gets an SSH credential, berth-web acts
+ * only with the tokens it is given). */
 static int lookup_gateways(struct hostd *h, struct err *e)
 {
 	if (lookup_gateway("sshgw_user", h->cfg.sshgw_user, &h->has_sshgw, &h->sshgw_uid, e) < 0 ||
 	    lookup_gateway("desktop_user", h->cfg.desktop_user, &h->has_desktop,
-			   &h->desktop_uid, e) < 0)
+			   &h->desktop_uid, e) < 0 ||
+	    lookup_gateway("web_user", h->cfg.web_user, &h->has_web, &h->web_uid, e) < 0)
 		return -1;
 	if (h->has_sshgw && h->has_desktop && h->sshgw_uid == h->desktop_uid)
 		return err_set(e, 400, "invalid_config", "sshgw_user and desktop_user are the same "
 			       "user (uid %u): each gateway needs a user of its own",
 			       (unsigned)h->sshgw_uid);
+	if (h->has_web && ((h->has_sshgw && h->web_uid == h->sshgw_uid) ||
+			   (h->has_desktop && h->web_uid == h->desktop_uid)))
+		return err_set(e, 400, "invalid_config", "web_user is the user of %s (uid %u): "
+			       "berth-web needs a user of its own",
+			       h->has_sshgw && h->web_uid == h->sshgw_uid ? "sshgw_user" :
+			       "desktop_user", (unsigned)h->web_uid);
 	return 0;
 }
 
@@ -448,6 +458,12 @@ int main(int argc, char **argv)
 	h.desktop = desktop_start(&h, path, &e);
 	if (!h.desktop)
 		goto fail;
+	/* The credential broker's secrets, and berth-web's descriptors. */
+	if (secrets_start(&h, &e) < 0)
+		goto fail;
+	snprintf(path, sizeof(path), "%s/webctl.sock", state);
+	if (!(h.webctl = webctl_start(&h, path, &e)))
+		goto fail;
 	snprintf(path, sizeof(path), "%s/hostd.sock", state);
 	api = api_start(&h, path, &e);
 	if (!api)
@@ -479,6 +495,8 @@ fail:
 	execs_stop(h.execs);
 	api_stop(api);
 out:
+	webctl_stop(h.webctl);
+	secrets_stop(&h);
 	idle_stop(&h);
 	desktop_stop(h.desktop);
 	net_stop(&h);

@@ -84,6 +84,7 @@ int net_conf_make(struct hostd *h, struct net_conf *c, struct err *e)
 	c->gateway = c->net + 1;
 	c->has_gw_uid = h->has_sshgw;	/* SSH to the machines: berth-sshgw only */
 	c->gw_uid = (uint32_t)h->sshgw_uid;
+	c->broker_port = h->cfg.broker_port;
 	xsnprintf(list, sizeof(list), "%s", h->cfg.egress_closed);
 	for (char *s = strtok_r(list, ", ", &save); s; s = strtok_r(NULL, ", ", &save)) {
 		uint32_t n;

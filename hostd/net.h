@@ -8,7 +8,9 @@
  * the gateway, and fills the nftables sets of the domains egress policies
  * name with the addresses it answered.  One nftables table per instance
  * (inet berth-INSTANCE) decides, for every packet:
- *  - from a guest to the host: DHCP and DNS to the gateway, nothing else;
+ *  - from a guest to the host: DHCP and DNS to the gateway, and the
+ *    credential broker (broker_port, hostd/secrets.h) there, after the
+ *    check of its source; nothing else;
  *  - from a guest onwards: only from its own tap, address and MAC (other
  *    packets are dropped), never to another tap, never to the ranges the
  *    host keeps closed (loopback, link-local, the host's own networks,
@@ -48,6 +50,7 @@ struct net_conf {
 	uint32_t gateway;        /* net + 1 */
 	uint32_t gw_uid;         /* the gateway user's uid (SSH to guests) */
 	bool has_gw_uid;
+	int broker_port;         /* the credential broker's on the gateway (TCP); 0: none */
 	/* Closed to every guest: the configured egress_closed and the host's
 	 * own networks, CIDRs as text ("10.0.0.0/8"). */
 	char closed[64][20];

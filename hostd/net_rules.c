@@ -293,8 +293,12 @@ void net_ruleset(const struct net_conf *c, const struct net_machine *ms, size_t 
 		      "\t\tiifname . ip saddr . ether saddr != @guests counter drop\n"
 		      "\t\tct state established,related accept\n"
 		      "\t\tip daddr %s udp dport 53 accept\n"
-		      "\t\tip daddr %s tcp dport 53 accept\n"
-		      "\t\tcounter drop\n\t}\n", gw, gw);
+		      "\t\tip daddr %s tcp dport 53 accept\n", gw, gw);
+	/* The credential broker (berth-web's): after the source check, so
+	 * the address it sees is the machine's own. */
+	if (c->broker_port > 0)
+		buf_printf(b, "\t\tip daddr %s tcp dport %d accept\n", gw, c->broker_port);
+	buf_adds(b, "\t\tcounter drop\n\t}\n");
 	buf_printf(b, "\tchain forward { type filter hook forward priority filter; policy accept;\n"
 		      "\t\tiifname \"%s*\" jump guest_fwd\n"
 		      "\t\toifname \"%s*\" jump to_guest\n\t}\n", px, px);

@@ -76,6 +76,30 @@ static void test_rules(void)
 	check(has(r, "chain guest_in {\n\t\tmeta nfproto ipv6 counter drop\n") &&
 	      has(r, "\t\tcounter drop\n\t}\n\tchain forward"),
 	      "to the host: IPv6 and everything else dropped");
+	check(!has(r, "dport 9480"), "no broker port: no rule for it");
+	{
+		/* The broker: on the gateway only, after the source check (a
+		 * spoofed address never reaches it) and before the final drop. */
+		struct net_conf cb = conf();
+		struct buf bb = BUF_INIT;
+		cb.broker_port = 9480;
+		net_ruleset(&cb, ms, 2, &bb);
+		const char *rb = buf_str(&bb);
+		const char *in = strstr(rb, "chain guest_in {");
+		const char *spoof = in ? strstr(in, "iifname . ip saddr . ether saddr != @guests "
+						"counter drop") : NULL;
+		const char *broker = in ? strstr(in, "\t\tip daddr 10.87.0.1 tcp dport 9480 "
+						 "accept\n") : NULL;
+		const char *drop = broker ? strstr(broker, "\t\tcounter drop\n\t}") : NULL;
+		const char *end = in ? strstr(in, "\t}") : NULL;
+		check(spoof && broker && drop && spoof < broker && broker < end && drop == end - 15,
+		      "the broker: its port on the gateway, after the source check, before the "
+		      "drop, in guest_in only");
+		check(strstr(rb, "dport 9480") == strstr(broker, "dport 9480") &&
+		      !strstr(strstr(broker, "dport 9480") + 1, "dport 9480"),
+		      "the broker's port is opened nowhere else");
+		buf_free(&bb);
+	}
 	check(has(r, "iifname . ip saddr . ether saddr != @guests counter drop"),
 	      "a packet from a tap must have its machine's address and MAC");
 	check(has(r, "\"btzz-1\" . 10.87.0.2 . 52:54:00:00:00:01"),
@@ -135,6 +159,7 @@ static void test_rules(void)
 	}
 	struct buf full = BUF_INIT, add = BUF_INIT, rm = BUF_INIT, rp = BUF_INIT;
 	char f[4][64], del[128];
+	c.broker_port = 9480;	/* with the broker's rule */
 	net_ruleset(&c, ms, 2, &full);
 	net_machine_script(&c, &ms[1], true, &add);
 	net_machine_script(&c, &ms[0], false, &rp);

@@ -38,5 +38,7 @@ int cmd_cp(struct client *c, int argc, char **argv);
 int cmd_usage(struct client *c, int argc, char **argv);
 /* token.c: `berth token create|ls|rm`. */
 int cmd_token(struct client *c, int argc, char **argv);
+/* secret.c: `berth secret add|ls|rm|log`. */
+int cmd_secret(struct client *c, int argc, char **argv);
 
 #endif

@@ -98,11 +98,27 @@ static void print_egress_line(json_t *m, void *data)
 		       cli_jstr(m, "host_key_state"));
 }
 
+/* "secrets: ..." (those the broker gives it), when the answer says. */
+static void print_secrets_line(json_t *m, void *data)
+{
+	json_t *a = json_object_get(m, "secrets"), *v;
+	size_t i;
+
+	(void)data;
+	if (!json_is_array(a))
+		return;
+	printf("secrets:    %s", json_array_size(a) ? "" : "none");
+	json_array_foreach(a, i, v)
+		printf("%s%s", i ? ", " : "", json_string_value(v));
+	printf("\n");
+}
+
 /* set: the settings it changes. */
 static void print_settings(json_t *m, void *data)
 {
 	print_idle(m, data);
 	print_egress_line(m, data);
+	print_secrets_line(m, data);
 }
 
 /* The destinations of one list of an egress log. */
@@ -524,6 +540,7 @@ static void print_shown(json_t *r, void *data)
 	print_machine(r, data);
 	print_idle(r, data);
 	print_egress_line(r, data);
+	print_secrets_line(r, data);
 }
 
 /* start, stop, suspend, resume, restart: the machine's state now. */
@@ -624,10 +641,13 @@ static const struct verb verbs[] = {
 	{ .name = "show", .usage = "usage: berth show NAME\n",
 	  .method = "GET", .path = "/v1/machines/%s", .print = print_shown },
 	{ .name = "set",
-	  .usage = "usage: berth set NAME [--idle 30m|never|default] [--egress open|none|RULES|default]\n",
+	  .usage = "usage: berth set NAME [--idle 30m|never|default] [--egress open|none|RULES|default]\n"
+		   "                 [--secret S] [--no-secret S]\n",
 	  .flags = V_SAY_UNEXPECTED | V_NEED_FIELD,
 	  .method = "PATCH", .path = "/v1/machines/%s", .body = "{}",
-	  .opts = { { "--idle", OPT_STRING, "idle" }, { "--egress", OPT_STRING, "egress" } },
+	  .opts = { { "--idle", OPT_STRING, "idle" }, { "--egress", OPT_STRING, "egress" },
+		    { "--secret", OPT_STRING, "secret" },
+		    { "--no-secret", OPT_STRING, "no_secret" } },
 	  .print = print_settings },
 	ACTION("start", "{\"wait\": true}"),
 	ACTION("stop", "{}"),

@@ -45,6 +45,10 @@ static const char usage_text[] =
 	"  usage [--since T] [--all] [--csv]  cost per machine and per user (T: epoch, 24h, 7d, 2026-11-01)\n"
 	"  key add FILE|- | key ls | key rm ID   your SSH public keys (for ssh NAME@host)\n"
 	"  token create [--name N] | token ls | token rm ID   API tokens (the dashboard's login)\n"
+	"  secret add NAME --url https://... --header 'Name: value'|--header Name (value on stdin)\n"
+	"  secret ls | secret rm NAME | secret log [NAME] [--machine M] [--limit N]\n"
+	"                                 credentials the broker attaches for machines, never inside\n"
+	"  set NAME --secret S | --no-secret S   let the machine use secret S (S_BASE_URL in it), or no more\n"
 	"  desktop NAME                       a one-time URL of the machine's screen (browser)\n"
 	"  desktop NAME --revoke              cut the machine's viewers, void its desktop URLs\n"
 	"\n"
@@ -71,6 +75,7 @@ static const struct command {
 	{ "key", cmd_key },
 	{ "usage", cmd_usage },
 	{ "token", cmd_token },
+	{ "secret", cmd_secret },
 };
 
 int main(int argc, char **argv)

@@ -2471,6 +2471,12 @@ static struct uid_count *uid_slot(struct api *a, uid_t uid, bool add)
 	return &a->uids[a->nuids++];
 }
 
+/* Whether UID may connect to berth-web's socket: its user and root. */
+static bool web_peer(const struct api *a, uid_t uid)
+{
+	return uid == 0 || (a->h->has_web && uid == a->h->web_uid);
+}
+
 /* Whether UID's connections come out of the reserve rather than the
  * users' share: root's, the gateways' on hostd.sock, berth-web's on its
  * socket (the only peers there besides root). */
@@ -2488,7 +2494,7 @@ static const char *conn_refusal(struct api *a, uid_t uid)
 	const struct config *cfg = &a->h->cfg;
 	struct uid_count *u;
 
-	if (a->http && uid != 0 && !(a->h->has_web && uid == a->h->web_uid))
+	if (a->http && !web_peer(a, uid))
 		return "this socket is berth-web's: only its user (web_user) and root may "
 		       "connect (hostd.sock is every local user's)";
 	if (a->total >= (unsigned)cfg->api_max_connections)
@@ -2612,11 +2618,14 @@ static void conn_notify(void *cls, struct MHD_Connection *c, void **socket_conte
 		 * libmicrohttpd's thread closes the descriptor, which stays
 		 * its own, when the reaper ends the reading side. */
 		char resp[512], body[320];
-		int bn = snprintf(body, sizeof(body), "{\"error\":{\"code\":\"too_many_connections\","
-				  "\"message\":\"berth-hostd refused the connection: %s\"}}\n", why);
-		int n = snprintf(resp, sizeof(resp), "HTTP/1.1 503 Service Unavailable\r\n"
+		bool stranger = a->http && !web_peer(a, k->uid);
+		int bn = snprintf(body, sizeof(body), "{\"error\":{\"code\":\"%s\","
+				  "\"message\":\"berth-hostd refused the connection: %s\"}}\n",
+				  stranger ? "forbidden" : "too_many_connections", why);
+		int n = snprintf(resp, sizeof(resp), "HTTP/1.1 %s\r\n"
 				 "Content-Type: application/json\r\nConnection: close\r\n"
-				 "Content-Length: %d\r\n\r\n%s", bn, body);
+				 "Content-Length: %d\r\n\r\n%s",
+				 stranger ? "403 Forbidden" : "503 Service Unavailable", bn, body);
 		if (send(k->fd, resp, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
 			/* nothing to do: it is closed anyway */
 		}

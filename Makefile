@@ -50,7 +50,7 @@ HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/busy.c hostd/config.c hostd/db.c
 CLI_SRC     := cli/main.c cli/cli.c cli/client.c cli/up.c cli/image.c cli/usage.c \
                cli/token.c cli/info.c cli/key.c cli/machine.c cli/cp.c
 SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/pool.c sshgw/algos.c
-WEB_SRC     := web/main.c web/proxy.c
+WEB_SRC     := web/main.c web/proxy.c web/reply.c
 DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c \
                desktop/vdagent.c desktop/request.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)

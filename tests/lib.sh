@@ -328,7 +328,7 @@ agent_up() {
 PIDS=()
 cleanup() {
 	local d p doms
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+	for p in "${PIDS[@]}" $WEB_PID; do kill "$p" 2>/dev/null; done
 	for p in "${TEST_USERS[@]}"; do
 		pkill -KILL -u "$p" 2>/dev/null
 		userdel "$p" 2>/dev/null
@@ -420,7 +420,8 @@ finish() {
 
 # web_up [OPTION...]: berth-web for $STATE, started as root (it asks hostd
 # for http_listen and the TLS files, then runs as berth-web), its log
-# $T/web.log, WEB_PID its pid (cleanup ends it).  Waits up to 10 s until
+# $T/web.log, WEB_PID its pid (cleanup ends it; not in PIDS, which
+# scripts wait for).  Waits up to 10 s until
 # it says it listens; fails (the log's tail as diagnostics) when not.
 WEB_PID=
 web_up() {
@@ -428,7 +429,6 @@ web_up() {
 	from=$(cat "$T/web.log" 2>/dev/null | wc -l)
 	"$BIN/berth-web" --state "$STATE" --log-level info "$@" >>"$T/web.log" 2>&1 &
 	WEB_PID=$!
-	PIDS+=("$WEB_PID")
 	for _ in $(seq 100); do
 		tail -n "+$((from + 1))" "$T/web.log" | grep -q 'listening on' && return 0
 		kill -0 "$WEB_PID" 2>/dev/null || break

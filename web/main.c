@@ -39,6 +39,7 @@
 #include "common/hostapi.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "web/reply.h"
 #include "web/proxy.h"
 #include "common/banned.h"
 
@@ -75,24 +76,6 @@ static void usage(FILE *f)
 		   "                 [--log-level LEVEL] [--pidfile FILE]\n");
 }
 
-static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *code,
-				  const char *msg)
-{
-	json_t *j = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
-	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	struct MHD_Response *r;
-	enum MHD_Result ret;
-
-	json_decref(j);
-	if (!text)
-		return MHD_NO;
-	r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-	MHD_add_response_header(r, "Content-Type", "application/json");
-	ret = MHD_queue_response(c, status, r);
-	MHD_destroy_response(r);
-	return ret;
-}
-
 /* A file of the dashboard: "/" is index.html, otherwise a path that
  * web_path_ok takes, read beneath the page's directory. */
 static enum MHD_Result serve_page(struct MHD_Connection *c, const char *url, const char *method)
@@ -104,13 +87,13 @@ static enum MHD_Result serve_page(struct MHD_Connection *c, const char *url, con
 	char *data;
 
 	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-		return send_error(c, 405, "method_not_allowed", "only GET and HEAD outside /v1");
+		return web_error(c, 405, "method_not_allowed", "only GET and HEAD outside /v1");
 	if (url[0] != '/' || !web_path_ok(rel))
-		return send_error(c, 400, "invalid_path", "invalid path: letters, digits, '.', "
+		return web_error(c, 400, "invalid_path", "invalid path: letters, digits, '.', "
 				  "'_', '-' and '/', no segment starting with '.'");
 	data = file_read_beneath(W.page, rel, PAGE_FILE_MAX, &len);
 	if (!data)
-		return send_error(c, 404, "not_found", "no such file");
+		return web_error(c, 404, "not_found", "no such file");
 	r = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
 	MHD_add_response_header(r, "Content-Type", mime_type(rel));
 	/* The page must always be the one that matches the running berth. */

@@ -16,6 +16,7 @@
 #include "common/buf.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "web/reply.h"
 #include "common/banned.h"
 
 /* What is read from hostd at once; and the buffer's most, for an answer's
@@ -60,25 +61,6 @@ static const char *const passed[] = { "Authorization", "Content-Type", "Accept",
 static const char *const dropped[] = { "Connection", "Keep-Alive", "Transfer-Encoding",
 				       "Content-Length", "Date", "Proxy-Connection", "TE",
 				       "Trailer", "Upgrade", NULL };
-
-static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *code,
-				  const char *msg)
-{
-	json_t *j = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
-	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	struct MHD_Response *r;
-	enum MHD_Result ret;
-
-	json_decref(j);
-	if (!text)
-		return MHD_NO;
-	r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-	MHD_add_response_header(r, "Content-Type", "application/json");
-	MHD_add_response_header(r, "Cache-Control", "no-store");
-	ret = MHD_queue_response(c, status, r);
-	MHD_destroy_response(r);
-	return ret;
-}
 
 static int hostd_connect(const char *sock)
 {
@@ -374,7 +356,7 @@ static enum MHD_Result answer(struct proxy_req *r, struct MHD_Connection *c, str
 		errno = 0;
 		size = strtoull(cl, &end, 10);
 		if (errno || *end || end == cl)
-			return send_error(c, 502, "bad_gateway", "berth-hostd's answer has a "
+			return web_error(c, 502, "bad_gateway", "berth-hostd's answer has a "
 					  "malformed Content-Length");
 		r->end = END_LENGTH;
 		r->left = size;
@@ -448,7 +430,7 @@ static enum MHD_Result begin(const char *sock, struct MHD_Connection *c, const c
 	r->client_fd = ci ? ci->connect_fd : -1;
 	r->head_req = !strcmp(method, "HEAD");
 	if (!value_ok(target) || target[0] != '/')
-		return send_error(c, 400, "invalid_path", "invalid request target");
+		return web_error(c, 400, "invalid_path", "invalid request target");
 	if (te && !strcasecmp(te, "chunked")) {
 		r->has_body = r->up_chunked = true;
 	} else if (cl) {
@@ -460,12 +442,12 @@ static enum MHD_Result begin(const char *sock, struct MHD_Connection *c, const c
 		snprintf(msg, sizeof(msg), "berth-web cannot reach berth-hostd at %s: %s", sock,
 			 strerror(errno));
 		log_warn("%s", msg);
-		return send_error(c, 502, "hostd_unreachable", msg);
+		return web_error(c, 502, "hostd_unreachable", msg);
 	}
 	make_head(r, c, method, target, peer, length, &head);
 	if (to_hostd(r, head.data, head.len) < 0) {
 		buf_free(&head);
-		return send_error(c, 502, "hostd_unreachable", "berth-hostd closed the connection "
+		return web_error(c, 502, "hostd_unreachable", "berth-hostd closed the connection "
 				  "before the request was sent");
 	}
 	buf_free(&head);
@@ -474,7 +456,7 @@ static enum MHD_Result begin(const char *sock, struct MHD_Connection *c, const c
 	/* hostd's verdict on the head: go on, or its refusal, which the
 	 * client gets before sending its body. */
 	if (read_head(r, &h) < 0)
-		return send_error(c, 502, "bad_gateway", "berth-hostd answered nothing to the "
+		return web_error(c, 502, "bad_gateway", "berth-hostd answered nothing to the "
 				  "request's head");
 	if (h.status == 100) {
 		free(h.text);
@@ -521,7 +503,7 @@ enum MHD_Result proxy_handle(const char *sock, struct MHD_Connection *c, const c
 		r->broken = true;
 	do {
 		if (read_head(r, &h) < 0)
-			return send_error(c, 502, "bad_gateway", r->broken ?
+			return web_error(c, 502, "bad_gateway", r->broken ?
 					  "berth-hostd stopped reading the request and "
 					  "answered nothing" :
 					  "berth-hostd closed the connection without an answer");

@@ -86,23 +86,13 @@ const struct api_route *api_route_find(const char *method, const char *path, boo
 				       struct err *e);
 
 /* Listen on the UNIX socket PATH (refusing when another hostd answers
- * there).  NULL with E set. */
-struct api *api_start(struct hostd *h, const char *path, struct err *e);
+ * there).  WEB: berth-web's socket (STATE/web.sock): answered only for
+ * web_user and root, and every caller is the user of the bearer token of
+ * the request (CALLER_TOKEN: never root's privileges, no socket-only
+ * route); else hostd.sock, every local user's, each as themselves.  NULL
+ * with E set. */
+struct api *api_start(struct hostd *h, const char *path, bool web, struct err *e);
 void api_stop(struct api *a);
-
-/* The HTTP listener's side of the API (hostd/http.c owns the daemon): an
- * api whose callers are identified by their bearer token instead of their
- * UNIX credentials, never with root's privileges, without the gateway
- * routes.  api_handler and api_completed are its libmicrohttpd access
- * handler and completion callback (cls: the api). */
-struct api *api_http_new(struct hostd *h);
-void api_http_free(struct api *a);
-enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url,
-			    const char *method, const char *version,
-			    const char *upload_data, size_t *upload_data_size,
-			    void **con_cls);
-void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-		   enum MHD_RequestTerminationCode toe);
 
 /* Request bodies (exposed for the unit tests).  api_parse_body parses BODY
  * as a JSON object ({} when empty) and refuses keys not in the

@@ -44,7 +44,6 @@ struct hostd {
 	bool memory_weights;        /* and memory: <memtune><soft_limit> */
 	struct sessions *sessions;  /* the gateways' live sessions */
 	struct keyproof *keyproof;  /* challenges of berth key add */
-	char dashboard_url[160];    /* the HTTP listener's, "" when off (hostd/http.c) */
 	struct desktop *desktop;    /* desktop tokens and STATE/desktop.sock */
 	struct execs *execs;        /* commands running through the API (hostd/exec.h) */
 	struct webctl *webctl;      /* STATE/webctl.sock, berth-web's descriptors (hostd/webctl.h) */

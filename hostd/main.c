@@ -36,7 +36,6 @@
 #include "hostd/hostd.h"
 #include "hostd/idle.h"
 #include "hostd/keyproof.h"
-#include "hostd/http.h"
 #include "hostd/image.h"
 #include "hostd/machine.h"
 #include "hostd/net.h"
@@ -323,8 +322,7 @@ int main(int argc, char **argv)
 	const char *state = NULL, *config = NULL, *level = NULL, *desktop_url = NULL;
 	char path[PATH_MAX], vols[PATH_MAX];
 	struct err e = { 0 };
-	struct api *api = NULL;
-	struct http *http = NULL;
+	struct api *api = NULL, *web = NULL;
 	sigset_t sigs;
 	int c, sig, lock_fd = -1, rc = 1;
 	enum log_level lvl;
@@ -369,6 +367,8 @@ int main(int argc, char **argv)
 	/* berth up --desktop-port: the URLs must name the bridge's port. */
 	if (desktop_url &&
 	    config_set(&h.cfg, "desktop_url", desktop_url, "--desktop-url", &e) < 0)
+		goto fail;
+	if (config_check(&h.cfg, &e) < 0)
 		goto fail;
 	if (log_level_parse(h.cfg.log_level, &lvl) == 0)
 		log_threshold = lvl;
@@ -465,11 +465,13 @@ int main(int argc, char **argv)
 	if (!(h.webctl = webctl_start(&h, path, &e)))
 		goto fail;
 	snprintf(path, sizeof(path), "%s/hostd.sock", state);
-	api = api_start(&h, path, &e);
+	api = api_start(&h, path, false, &e);
 	if (!api)
 		goto fail;
-	/* The dashboard and the API over HTTP, for token holders. */
-	if (http_start(&h, &http, &e) < 0)
+	/* berth-web's: the API for the token holders it serves over HTTP. */
+	snprintf(path, sizeof(path), "%s/web.sock", state);
+	web = api_start(&h, path, true, &e);
+	if (!web)
 		goto fail;
 	snprintf(path, sizeof(path), "%s/hostd.pid", state);
 	{
@@ -485,7 +487,7 @@ int main(int argc, char **argv)
 	}
 	log_info("signal %d: stopping (machines keep running)", sig);
 	execs_stop(h.execs);
-	http_stop(http);
+	api_stop(web);
 	api_stop(api);
 	unlink(path);
 	rc = 0;
@@ -493,6 +495,7 @@ int main(int argc, char **argv)
 fail:
 	log_error("%s", e.msg);
 	execs_stop(h.execs);
+	api_stop(web);
 	api_stop(api);
 out:
 	webctl_stop(h.webctl);

@@ -57,6 +57,9 @@ DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c \
 # descriptors (hostd/webctl.h).
 HOSTD_SRC   += hostd/secrets.c hostd/secrets_rules.c hostd/webctl.c
 CLI_SRC     += cli/secret.c
+# Previews: hostd's half (the table, webctl's ops) and the CLI.
+HOSTD_SRC   += hostd/preview.c
+CLI_SRC     += cli/preview.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 
 # Objects shared by the daemon and the unit tests (everything but main).

@@ -40,5 +40,7 @@ int cmd_usage(struct client *c, int argc, char **argv);
 int cmd_token(struct client *c, int argc, char **argv);
 /* secret.c: `berth secret add|ls|rm|log`. */
 int cmd_secret(struct client *c, int argc, char **argv);
+/* preview.c: `berth preview NAME PORT [--public] | ls | rm NAME PORT`. */
+int cmd_preview(struct client *c, int argc, char **argv);
 
 #endif

@@ -50,6 +50,9 @@ static const char usage_text[] =
 	"                                 credentials the broker attaches for machines, never inside\n"
 	"  set NAME --secret S | --no-secret S   let the machine use secret S (S_BASE_URL in it), or no more\n"
 	"  desktop NAME                       a one-time URL of the machine's screen (browser)\n"
+	"  preview NAME PORT [--public]   reach PORT of the machine at PORT-NAME-USER.DOMAIN:\n"
+	"                                 a one-time link for your browser, or open to anyone\n"
+	"  preview ls [--all] | preview rm NAME PORT\n"
 	"  desktop NAME --revoke              cut the machine's viewers, void its desktop URLs\n"
 	"\n"
 	"  --state DIR   state directory of the hostd to talk to (default $BERTH_STATE or /var/lib/berth)\n"
@@ -76,6 +79,7 @@ static const struct command {
 	{ "usage", cmd_usage },
 	{ "token", cmd_token },
 	{ "secret", cmd_secret },
+	{ "preview", cmd_preview },
 };
 
 int main(int argc, char **argv)

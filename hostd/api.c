@@ -29,6 +29,7 @@
 #include "hostd/machine_json.h"
 #include "hostd/memimage.h"
 #include "hostd/net.h"
+#include "hostd/preview.h"
 #include "hostd/prometheus.h"
 #include "hostd/quota.h"
 #include "hostd/secrets.h"
@@ -415,10 +416,11 @@ static struct reply do_web_settings(struct call *c)
 	char dashboard[160];
 
 	dashboard_url(cfg, dashboard, sizeof(dashboard));
-	return ok(200, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}",
+	return ok(200, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}",
 				 "http_listen", cfg->http_listen, "tls_cert", cfg->tls_cert,
 				 "tls_key", cfg->tls_key, "web_dir", cfg->web_dir,
-				 "web_user", cfg->web_user, "dashboard", dashboard));
+				 "web_user", cfg->web_user, "dashboard", dashboard,
+				 "preview_domain", cfg->preview_domain));
 }
 
 /* What machine M's JSON says beyond its row (machine_json.h), from the
@@ -1926,6 +1928,46 @@ static struct reply do_secret_log(struct call *c)
 	return r ? ok(200, r) : fail(&e);
 }
 
+/* PUT /v1/machines/NAME/previews/PORT {"public": BOOL}: make or change the
+ * preview; a private one's answer carries a one-time link (hostd/preview.h). */
+static struct reply do_preview_put(struct call *c)
+{
+	static const char *const allowed[] = { "public", NULL };
+	struct err e = { 0 };
+	json_t *j = api_parse_body(c->body, allowed, &e), *r = NULL, *pub;
+	int port;
+
+	if (j && preview_port_parse(c->arg[1], &port, &e) == 0) {
+		pub = json_object_get(j, "public");
+		if (pub && !json_is_boolean(pub))
+			err_set(&e, 400, "invalid_public", "public is true or false");
+		else
+			r = preview_put(c->h, c->owner, c->arg[0], port, json_is_true(pub), &e);
+	}
+	json_decref(j);
+	return r ? ok(200, r) : fail(&e);
+}
+
+static struct reply do_preview_delete(struct call *c)
+{
+	struct err e = { 0 };
+	int port;
+
+	if (preview_port_parse(c->arg[1], &port, &e) < 0 ||
+	    preview_remove(c->h, c->owner, c->arg[0], port, &e) < 0)
+		return fail(&e);
+	return ok(200, json_pack("{s:s, s:i}", "deleted", c->arg[0], "port", port));
+}
+
+/* GET /v1/previews: the caller's; with ?all=1, root's view of everyone's. */
+static struct reply do_previews(struct call *c)
+{
+	struct err e = { 0 };
+	json_t *r = preview_list(c->h, c->route->query_all ? NULL : c->owner, &e);
+
+	return r ? ok(200, r) : fail(&e);
+}
+
 /* The "user" and "machine" fields every gateway request but auth has. */
 static int get_user_machine(json_t *j, const char **user, const char **machine,
 			    struct err *e)
@@ -2179,6 +2221,8 @@ static const struct api_route routes[] = {
 	{ "POST", "/v1/machines/{name}/restore", ANYONE, .fn = do_restore },
 	{ "POST", "/v1/machines/{name}/fork", ANYONE, .fn = do_fork },
 	{ "GET", "/v1/machines/{name}/egress", ANYONE, .fn = do_egress },
+	{ "PUT", "/v1/machines/{name}/previews/{port}", ANYONE, .fn = do_preview_put },
+	{ "DELETE", "/v1/machines/{name}/previews/{port}", ANYONE, .fn = do_preview_delete },
 	{ "POST", "/v1/machines/{name}/image", ANYONE, .fn = do_machine_image },
 	{ "POST", "/v1/machines/{name}/{action}", ANYONE, .catch_all = true, .fn = do_action },
 
@@ -2203,6 +2247,11 @@ static const struct api_route routes[] = {
 	{ "POST", "/v1/secrets", ANYONE, .fn = do_secret_add },
 	{ "GET", "/v1/secrets/log", ANYONE, .fn = do_secret_log },
 	{ "DELETE", "/v1/secrets/{secret}", ANYONE, .fn = do_secret_delete },
+
+	/* Previews (hostd/preview.h): each caller's own; root sees all. */
+	{ "GET", "/v1/previews", ROOT, .query_all = true,
+	  .refusal = "only root may see every user's previews", .fn = do_previews },
+	{ "GET", "/v1/previews", ANYONE, .fn = do_previews },
 
 	{ "GET", "/v1/images", ANYONE, .fn = do_images },
 	{ "POST", "/v1/images", ROOT, .refusal = "only root may build images",

@@ -95,6 +95,7 @@ static const struct copt options[] = {
 	STR("broker_ca_file", broker_ca_file, NULL),
 	DUR("broker_timeout", broker_timeout_s, 1, 86400),
 	SIZE("broker_max_body", broker_max_body),
+	STR("preview_domain", preview_domain, NULL),
 };
 
 void config_defaults(struct config *c, const char *state_dir)
@@ -134,6 +135,8 @@ void config_defaults(struct config *c, const char *state_dir)
 	c->broker_port = 9480;
 	c->broker_timeout_s = 300;
 	c->broker_max_body = 32ULL << 20;
+	/* Browsers and curl resolve every *.localhost name to loopback. */
+	snprintf(c->preview_domain, sizeof(c->preview_domain), "localhost");
 	/* Example prices, of the order of hosted offers'; set your own. */
 	snprintf(c->currency, sizeof(c->currency), "USD");
 	snprintf(c->price_vcpu_hour, sizeof(c->price_vcpu_hour), "0.02");
@@ -256,11 +259,40 @@ int config_set(struct config *c, const char *key, const char *value,
 	return err_set(e, 400, "invalid_config", "%s: unknown key '%s'", where, key);
 }
 
+/* Whether S is a DNS name in lower case: labels of 1 to 63 of a-z, 0-9 and
+ * '-' (not at either end), joined by dots, at most 190 characters (a
+ * preview's label and a dot go before it). */
+static bool preview_domain_valid(const char *s)
+{
+	size_t n = strlen(s), label = 0;
+
+	if (n < 1 || n > 190 || s[0] == '.' || s[n - 1] == '.')
+		return false;
+	for (size_t i = 0; i <= n; i++) {
+		char ch = s[i];
+		if (ch == '.' || ch == '\0') {
+			if (label == 0 || s[i - 1] == '-' || s[i - label] == '-')
+				return false;
+			label = 0;
+		} else if ((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-') {
+			if (++label > 63)
+				return false;
+		} else {
+			return false;
+		}
+	}
+	return true;
+}
+
 int config_check(const struct config *c, struct err *e)
 {
 	struct sockaddr_storage ss;
 	socklen_t sslen;
 
+	if (!preview_domain_valid(c->preview_domain))
+		return err_set(e, 400, "invalid_config", "preview_domain = '%s' is not a DNS name "
+			       "in lower case (labels of a-z, 0-9 and '-', separated by dots: "
+			       "localhost, preview.example.com)", c->preview_domain);
 	if (!c->http_listen[0])
 		return 0;
 	if (daemon_parse_listen(c->http_listen, &ss, &sslen) < 0)

@@ -89,6 +89,9 @@ struct config {
 	char broker_ca_file[PATH_MAX];
 	int64_t broker_timeout_s;
 	uint64_t broker_max_body;
+	/* Previews (hostd/preview.h): berth-web serves port P of OWNER's
+	 * machine NAME at P-NAME-OWNER.preview_domain. */
+	char preview_domain[200];
 };
 
 #define HTTP_LISTEN_DEFAULT "127.0.0.1:8080"

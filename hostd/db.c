@@ -141,6 +141,24 @@ static const char secrets_schema[] =
 	"  bytes_in INTEGER NOT NULL, bytes_out INTEGER NOT NULL, error TEXT NOT NULL);"
 	"CREATE INDEX IF NOT EXISTS broker_log_owner ON broker_log(owner, id);";
 
+/* Migration 16: previews (hostd/preview.h).  A preview is a machine's port
+ * that berth-web serves at LABEL.DOMAIN; LABEL ("PORT-NAME-OWNER") is
+ * unique, so a host name names one preview whatever dashes the names hold.
+ * Its keys are the sha256 of the secrets that open it: one-time links
+ * (kind 'link') and the cookies redeeming a link gives (kind 'cookie');
+ * both go with their preview, which goes with its machine. */
+static const char previews_schema[] =
+	"CREATE TABLE IF NOT EXISTS previews("
+	"  id INTEGER PRIMARY KEY,"
+	"  machine_id TEXT NOT NULL REFERENCES machines(id) ON DELETE CASCADE,"
+	"  port INTEGER NOT NULL, label TEXT NOT NULL UNIQUE, public INTEGER NOT NULL,"
+	"  created INTEGER NOT NULL, UNIQUE(machine_id, port));"
+	"CREATE TABLE IF NOT EXISTS preview_keys("
+	"  id INTEGER PRIMARY KEY,"
+	"  preview_id INTEGER NOT NULL REFERENCES previews(id) ON DELETE CASCADE,"
+	"  kind TEXT NOT NULL, hash TEXT NOT NULL UNIQUE, expires INTEGER NOT NULL);"
+	"CREATE INDEX IF NOT EXISTS preview_keys_preview ON preview_keys(preview_id);";
+
 static const struct migration migrations[] = {
 	{ schema, NULL, NULL, NULL },                                         /* 1 */
 	COLUMN("images", "source", "TEXT NOT NULL DEFAULT ''"),               /* 2 */
@@ -157,6 +175,7 @@ static const struct migration migrations[] = {
 	COLUMN("images", "owner", "TEXT NOT NULL DEFAULT ''"),                /* 13 */
 	COLUMN("images", "public", "INTEGER NOT NULL DEFAULT 1"),             /* 14 */
 	{ secrets_schema, NULL, NULL, NULL },                                 /* 15 */
+	{ previews_schema, NULL, NULL, NULL },                                /* 16 */
 };
 
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
@@ -1916,6 +1935,218 @@ int db_secret_env_list(struct db *db, bool stale_running, struct db_secret_env *
 	if (st)
 		rc = collect(db, st, sizeof(**out), env_from_row, (void **)out, n,
 			     "list broker variables", e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+/* ---- previews (hostd/preview.h) ---------------------------------------- */
+
+#define PREVIEW_COLS "p.id, p.machine_id, m.owner, m.name, p.port, p.label, p.public, p.created"
+#define PREVIEW_FROM " FROM previews p JOIN machines m ON m.id = p.machine_id"
+
+static void preview_from_row(sqlite3_stmt *st, void *out)
+{
+	struct db_preview *p = out;
+
+	memset(p, 0, sizeof(*p));
+	p->id = sqlite3_column_int64(st, 0);
+	copy_text(st, 1, p->machine_id, sizeof(p->machine_id));
+	copy_text(st, 2, p->owner, sizeof(p->owner));
+	copy_text(st, 3, p->machine, sizeof(p->machine));
+	p->port = sqlite3_column_int(st, 4);
+	copy_text(st, 5, p->label, sizeof(p->label));
+	p->public_ = sqlite3_column_int(st, 6) != 0;
+	p->created = sqlite3_column_int64(st, 7);
+}
+
+/* The one preview ST selects (finalized), 404 "no_preview" naming WHAT
+ * when none.  Caller holds the lock. */
+static int preview_one(struct db *db, sqlite3_stmt *st, const char *what, struct db_preview *p,
+		       struct err *e)
+{
+	int rc = -1;
+
+	if (!st)
+		return -1;
+	switch (sqlite3_step(st)) {
+	case SQLITE_ROW: preview_from_row(st, p); rc = 0; break;
+	case SQLITE_DONE: err_set(e, 404, "no_preview", "no preview %s", what); break;
+	default: sql_err(db, e, "select preview");
+	}
+	sqlite3_finalize(st);
+	return rc;
+}
+
+int db_preview_put(struct db *db, const char *machine_id, int port, const char *label,
+		   bool public_, bool *created, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1, step;
+
+	*created = false;
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT id FROM previews WHERE machine_id = ? AND port = ?", "si",
+		   machine_id, port);
+	if (!st)
+		goto out;
+	step = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (step == SQLITE_ROW) {
+		rc = execute(db, e, "update preview", "UPDATE previews SET public = ? WHERE"
+			     " machine_id = ? AND port = ?", "isi", public_ ? 1 : 0, machine_id, port);
+	} else if (step == SQLITE_DONE) {
+		rc = execute(db, e, "insert preview", "INSERT INTO previews(machine_id, port, label,"
+			     " public, created) VALUES(?,?,?,?,?)", "sisiI", machine_id, port, label,
+			     public_ ? 1 : 0, now_s());
+		*created = rc == 0;
+	} else {
+		sql_err(db, e, "select preview");
+	}
+out:
+	pthread_mutex_unlock(&db->lock);
+	if (rc == 1) {
+		err_clear(e);
+		return err_set(e, 409, "label_taken", "another machine's preview is named %s "
+			       "already (its name and owner spell the same host name as this "
+			       "one's): a machine of another name can have this preview", label);
+	}
+	return rc;
+}
+
+int db_preview_get(struct db *db, const char *machine_id, int port, struct db_preview *p,
+		   struct err *e)
+{
+	char what[64];
+	int rc;
+
+	snprintf(what, sizeof(what), "of port %d", port);
+	pthread_mutex_lock(&db->lock);
+	rc = preview_one(db, query(db, e, "SELECT " PREVIEW_COLS PREVIEW_FROM " WHERE"
+				   " p.machine_id = ? AND p.port = ?", "si", machine_id, port),
+			 what, p, e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_preview_find(struct db *db, const char *label, struct db_preview *p, struct err *e)
+{
+	int rc;
+
+	pthread_mutex_lock(&db->lock);
+	rc = preview_one(db, query(db, e, "SELECT " PREVIEW_COLS PREVIEW_FROM " WHERE"
+				   " p.label = ?", "s", label), label, p, e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_preview_list(struct db *db, const char *owner, struct db_preview **out, size_t *n,
+		    struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	st = owner ? query(db, e, "SELECT " PREVIEW_COLS PREVIEW_FROM " WHERE m.owner = ?"
+			   " ORDER BY m.name, p.port", "s", owner)
+		   : query(db, e, "SELECT " PREVIEW_COLS PREVIEW_FROM
+			   " ORDER BY m.owner, m.name, p.port", "");
+	if (st)
+		rc = collect(db, st, sizeof(**out), preview_from_row, (void **)out, n,
+			     "list previews", e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_preview_delete(struct db *db, int64_t id, struct err *e)
+{
+	int rc;
+
+	pthread_mutex_lock(&db->lock);
+	rc = execute(db, e, "delete preview", "DELETE FROM previews WHERE id = ?", "I", id);
+	if (rc == 0 && sqlite3_changes(db->h) == 0)
+		rc = err_set(e, 404, "no_preview", "no such preview");
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_preview_key_add(struct db *db, int64_t preview_id, const char *kind, const char *hash,
+		       int64_t expires, int64_t *id, struct err *e)
+{
+	int rc;
+
+	*id = 0;
+	pthread_mutex_lock(&db->lock);
+	rc = execute(db, e, "expire preview keys", "DELETE FROM preview_keys WHERE expires < ?",
+		     "I", now_s());
+	if (rc == 0)
+		rc = execute(db, e, "insert preview key", "INSERT INTO preview_keys(preview_id,"
+			     " kind, hash, expires) VALUES(?,?,?,?)", "IssI", preview_id, kind, hash,
+			     expires);
+	if (rc == 0)
+		*id = sqlite3_last_insert_rowid(db->h);
+	pthread_mutex_unlock(&db->lock);
+	return rc == 0 ? 0 : -1;
+}
+
+int db_preview_key_find(struct db *db, int64_t preview_id, const char *kind, const char *hash,
+			int64_t now, int64_t *id, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*id = 0;
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT id FROM preview_keys WHERE hash = ? AND preview_id = ? AND"
+		   " kind = ? AND expires >= ?", "sIsI", hash, preview_id, kind, now);
+	if (st) {
+		switch (sqlite3_step(st)) {
+		case SQLITE_ROW: *id = sqlite3_column_int64(st, 0); rc = 0; break;
+		case SQLITE_DONE: rc = 0; break;
+		default: sql_err(db, e, "select preview key");
+		}
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_preview_link_take(struct db *db, int64_t preview_id, const char *hash, int64_t now,
+			 struct err *e)
+{
+	int rc;
+
+	pthread_mutex_lock(&db->lock);
+	rc = execute(db, e, "spend preview link", "DELETE FROM preview_keys WHERE hash = ? AND"
+		     " preview_id = ? AND kind = 'link' AND expires >= ?", "sII", hash,
+		     preview_id, now);
+	if (rc == 0 && sqlite3_changes(db->h) == 0)
+		rc = err_set(e, 404, "invalid_link", "unknown, used or expired link");
+	pthread_mutex_unlock(&db->lock);
+	return rc == 0 ? 0 : -1;
+}
+
+int db_preview_grant_ok(struct db *db, int64_t preview_id, int64_t key_id, int64_t now,
+			bool *ok, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*ok = false;
+	pthread_mutex_lock(&db->lock);
+	st = key_id ? query(db, e, "SELECT 1 FROM preview_keys WHERE id = ? AND preview_id = ?"
+			    " AND kind = 'cookie' AND expires >= ?", "III", key_id, preview_id, now)
+		    : query(db, e, "SELECT 1 FROM previews WHERE id = ? AND public != 0", "I",
+			    preview_id);
+	if (st) {
+		switch (sqlite3_step(st)) {
+		case SQLITE_ROW: *ok = true; rc = 0; break;
+		case SQLITE_DONE: rc = 0; break;
+		default: sql_err(db, e, "check a preview's grant");
+		}
+		sqlite3_finalize(st);
+	}
 	pthread_mutex_unlock(&db->lock);
 	return rc;
 }

@@ -412,4 +412,55 @@ int db_secret_env_unknown(struct db *db, const char *machine_id, struct err *e);
 int db_secret_env_list(struct db *db, bool stale_running, struct db_secret_env **out,
 		       size_t *n, struct err *e);
 
+/* ---- previews (hostd/preview.h) ---------------------------------------- */
+
+/* Port PORT of machine MACHINE_ID (OWNER's NAME), served by berth-web at
+ * LABEL.DOMAIN, to anyone (PUBLIC_) or to the browsers its keys let in. */
+struct db_preview {
+	int64_t id;
+	char machine_id[37];
+	char owner[64];
+	char machine[64];     /* the machine's name */
+	int port;
+	char label[64];       /* "PORT-NAME-OWNER" */
+	bool public_;
+	int64_t created;      /* seconds since the epoch */
+};
+/* Make the preview of MACHINE_ID's PORT, named LABEL, or set PUBLIC_ on
+ * the one there is; *CREATED: whether it was made.  409 "label_taken"
+ * when another preview has LABEL (another user's machine and name whose
+ * dashes spell the same host name). */
+int db_preview_put(struct db *db, const char *machine_id, int port, const char *label,
+		   bool public_, bool *created, struct err *e);
+/* The preview of MACHINE_ID's PORT, or the one named LABEL.  404
+ * "no_preview" when there is none. */
+int db_preview_get(struct db *db, const char *machine_id, int port, struct db_preview *p,
+		   struct err *e);
+int db_preview_find(struct db *db, const char *label, struct db_preview *p, struct err *e);
+/* OWNER's previews (NULL: everyone's), by owner, machine and port; *OUT
+ * malloc'd. */
+int db_preview_list(struct db *db, const char *owner, struct db_preview **out, size_t *n,
+		    struct err *e);
+/* Remove preview ID and its keys.  404 "no_preview" when there is none. */
+int db_preview_delete(struct db *db, int64_t id, struct err *e);
+/* A key of preview PREVIEW_ID: KIND "link" or "cookie", HASH the sha256
+ * (hex) of its secret, valid until EXPIRES (seconds since the epoch);
+ * *ID its id.  Keys that expired go at the same time. */
+int db_preview_key_add(struct db *db, int64_t preview_id, const char *kind, const char *hash,
+		       int64_t expires, int64_t *id, struct err *e);
+/* The key of KIND with HASH of preview PREVIEW_ID valid at NOW: *ID, 0
+ * when there is none. */
+int db_preview_key_find(struct db *db, int64_t preview_id, const char *kind, const char *hash,
+			int64_t now, int64_t *id, struct err *e);
+/* Spend the link with HASH of preview PREVIEW_ID, valid at NOW (it is
+ * removed).  404 "invalid_link" when there is no such link (never made,
+ * used, expired, or another preview's). */
+int db_preview_link_take(struct db *db, int64_t preview_id, const char *hash, int64_t now,
+			 struct err *e);
+/* Whether what let a connection in still stands at NOW: preview
+ * PREVIEW_ID exists and, with KEY_ID 0, is public, else its key KEY_ID is
+ * valid.  *OK. */
+int db_preview_grant_ok(struct db *db, int64_t preview_id, int64_t key_id, int64_t now,
+			bool *ok, struct err *e);
+
 #endif

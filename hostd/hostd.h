@@ -48,6 +48,7 @@ struct hostd {
 	struct execs *execs;        /* commands running through the API (hostd/exec.h) */
 	struct webctl *webctl;      /* STATE/webctl.sock, berth-web's descriptors (hostd/webctl.h) */
 	struct secrets *secrets;    /* the credential broker's secrets (hostd/secrets.h) */
+	struct previews *previews;  /* previews' connections and wakes (hostd/preview.h) */
 
 	struct idle *idle;          /* the idle policy (hostd/idle.c) */
 	struct net *net;            /* network = routed (hostd/net.h); NULL otherwise */

@@ -39,6 +39,7 @@
 #include "hostd/image.h"
 #include "hostd/machine.h"
 #include "hostd/net.h"
+#include "hostd/preview.h"
 #include "hostd/reconcile.h"
 #include "hostd/sampler.h"
 #include "hostd/secrets.h"
@@ -461,6 +462,8 @@ int main(int argc, char **argv)
 	/* The credential broker's secrets, and berth-web's descriptors. */
 	if (secrets_start(&h, &e) < 0)
 		goto fail;
+	if (previews_start(&h, &e) < 0)
+		goto fail;
 	snprintf(path, sizeof(path), "%s/webctl.sock", state);
 	if (!(h.webctl = webctl_start(&h, path, &e)))
 		goto fail;
@@ -499,6 +502,7 @@ fail:
 	api_stop(api);
 out:
 	webctl_stop(h.webctl);
+	previews_stop(&h);
 	secrets_stop(&h);
 	idle_stop(&h);
 	desktop_stop(h.desktop);

@@ -312,17 +312,17 @@ void net_ruleset(const struct net_conf *c, const struct net_machine *ms, size_t 
 		    "\tchain to_guest {\n"
 		    "\t\tct state established,related accept\n"
 		    "\t\tcounter drop\n\t}\n");
-	/* From the host: DHCP answers, and SSH from root (hostd, berth exec)
-	 * and the gateways; no other local user. */
+	/* From the host: DHCP answers, any TCP port from root (hostd: SSH,
+	 * berth exec, the previews' connections it hands berth-web), SSH from
+	 * berth-sshgw; no other local user, berth-web's included. */
 	buf_printf(b, "\tchain output { type filter hook output priority filter; policy accept;\n"
 		      "\t\toifname \"%s*\" jump guest_out\n\t}\n", px);
 	buf_adds(b, "\tchain guest_out {\n"
 		    "\t\tct state established,related accept\n"
 		    "\t\tudp sport 67 udp dport 68 accept\n");
+	buf_adds(b, "\t\tmeta skuid 0 meta l4proto tcp accept\n");
 	if (c->has_gw_uid)
-		buf_printf(b, "\t\tmeta skuid { 0, %u } tcp dport 22 accept\n", c->gw_uid);
-	else
-		buf_adds(b, "\t\tmeta skuid 0 tcp dport 22 accept\n");
+		buf_printf(b, "\t\tmeta skuid %u tcp dport 22 accept\n", c->gw_uid);
 	buf_adds(b, "\t\tcounter drop\n\t}\n");
 	/* After NAT: to a live fork's guest, its source's address. */
 	buf_printf(b, "\tchain alias { type filter hook postrouting priority 300; policy accept;\n"

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "hostd/hostd.h"
+#include "hostd/preview.h"
 #include "hostd/secrets.h"
 #include "common/banned.h"
 
@@ -36,6 +37,9 @@ struct webctl_op {
 
 static const struct webctl_op ops[] = {
 	{ "broker", true, secrets_broker_call },
+	{ "preview", false, preview_op_connect },
+	{ "preview_login", false, preview_op_login },
+	{ "preview_watch", false, preview_op_watch },
 };
 
 struct webctl {

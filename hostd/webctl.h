@@ -12,7 +12,11 @@
  * "code", "message"}}.  Ops are rows of one table (webctl.c, ops[]):
  *   "broker"  the credential broker's call: the guest's connection in, the
  *             secret's URL and header lines out (hostd/secrets.h,
- *             secrets_broker_call).
+ *             secrets_broker_call);
+ *   "preview", "preview_login", "preview_watch"
+ *             previews: a connection to a preview's guest port for a request
+ *             it admits, a link redeemed for a cookie, the connections'
+ *             reports and cuts (hostd/preview.h).
  * One thread per connection (at most WEBCTL_MAX_CONNS at once): an op may
  * wake a machine or wait for the end of a call. */
 #ifndef BERTH_WEBCTL_H

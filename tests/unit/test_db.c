@@ -793,6 +793,86 @@ static void test_versions(void)
 	check(raw_version(p) == 11 && !want[0], "versions: still at 11, images.owner not added");
 }
 
+/* Previews: one per machine and port, labels unique across owners, keys
+ * found by hash and kind, a link spent once, grants that stand or not, and
+ * everything gone with the preview and with the machine. */
+static void test_previews(struct db *db)
+{
+	struct machine a = machine_of("88888888-8888-4888-8888-888888888888", "b-c", "a", 40041);
+	struct machine x = machine_of("99999999-9999-4999-8999-999999999999", "c", "a-b", 40042);
+	struct db_preview p, q, *list = NULL;
+	int64_t link = 0, cookie = 0, id = 0;
+	bool created = false, ok = false;
+	size_t n = 0;
+	struct err e = { 0 };
+
+	check(db_machine_insert(db, &a, NULL, &e) == 0 && db_machine_insert(db, &x, NULL, &e) == 0,
+	      "previews: two machines whose names spell the same label");
+	check(db_preview_put(db, a.id, 8080, "8080-a-b-c", false, &created, &e) == 0 && created,
+	      "previews: b-c's a:8080 made");
+	check(db_preview_put(db, a.id, 8080, "8080-a-b-c", true, &created, &e) == 0 && !created,
+	      "previews: made public, not made again");
+	err_clear(&e);
+	check(db_preview_put(db, x.id, 8080, "8080-a-b-c", false, &created, &e) < 0 &&
+	      e.status == 409 && !strcmp(e.code, "label_taken"),
+	      "previews: c's a-b:8080 has the same label: 409 label_taken");
+	err_clear(&e);
+	check(db_preview_put(db, x.id, 9090, "9090-a-b-c", false, &created, &e) == 0 && created,
+	      "previews: c's a-b:9090 is another label");
+	check(db_preview_find(db, "8080-a-b-c", &p, &e) == 0 && !strcmp(p.owner, "b-c") &&
+	      !strcmp(p.machine, "a") && p.port == 8080 && p.public_ &&
+	      !strcmp(p.machine_id, a.id), "previews: found by label, with owner and machine");
+	err_clear(&e);
+	check(db_preview_find(db, "8081-a-b-c", &q, &e) < 0 && e.status == 404 &&
+	      !strcmp(e.code, "no_preview"), "previews: no such label is 404 no_preview");
+	check(db_preview_list(db, "c", &list, &n, &e) == 0 && n == 1 && list[0].port == 9090,
+	      "previews: c's list");
+	free(list);
+	check(db_preview_list(db, NULL, &list, &n, &e) == 0 && n == 2 &&
+	      !strcmp(list[0].owner, "b-c"), "previews: everyone's, by owner");
+	free(list);
+
+	check(db_preview_grant_ok(db, p.id, 0, now_s(), &ok, &e) == 0 && ok,
+	      "grants: public admits without a key");
+	check(db_preview_put(db, a.id, 8080, "8080-a-b-c", false, &created, &e) == 0 &&
+	      db_preview_grant_ok(db, p.id, 0, now_s(), &ok, &e) == 0 && !ok,
+	      "grants: made private, what public let in no longer stands");
+	check(db_preview_key_add(db, p.id, "link", "11", now_s() + 60, &link, &e) == 0 &&
+	      db_preview_key_add(db, p.id, "cookie", "22", now_s() + 60, &cookie, &e) == 0 &&
+	      db_preview_key_add(db, p.id, "cookie", "33", now_s() - 1, &id, &e) == 0,
+	      "keys: a link, a cookie, an expired cookie");
+	check(db_preview_key_find(db, p.id, "cookie", "22", now_s(), &id, &e) == 0 &&
+	      id == cookie, "keys: the cookie by its hash");
+	check(db_preview_key_find(db, p.id, "cookie", "11", now_s(), &id, &e) == 0 && id == 0,
+	      "keys: a link's hash is no cookie");
+	check(db_preview_key_find(db, p.id, "cookie", "33", now_s(), &id, &e) == 0 && id == 0,
+	      "keys: an expired cookie is none");
+	check(db_preview_grant_ok(db, p.id, cookie, now_s(), &ok, &e) == 0 && ok,
+	      "grants: the cookie's stands");
+	err_clear(&e);
+	check(db_preview_link_take(db, p.id + 1000, "11", now_s(), &e) < 0 &&
+	      e.status == 404, "links: not another preview's");
+	check(db_preview_link_take(db, p.id, "11", now_s(), &e) == 0, "links: spent");
+	err_clear(&e);
+	check(db_preview_link_take(db, p.id, "11", now_s(), &e) < 0 && e.status == 404 &&
+	      !strcmp(e.code, "invalid_link"), "links: spent once only");
+
+	check(db_preview_delete(db, p.id, &e) == 0 &&
+	      db_preview_grant_ok(db, p.id, cookie, now_s(), &ok, &e) == 0 && !ok &&
+	      db_preview_key_find(db, p.id, "cookie", "22", now_s(), &id, &e) == 0 && id == 0,
+	      "delete: the preview's cookies go with it");
+	err_clear(&e);
+	check(db_preview_delete(db, p.id, &e) < 0 && e.status == 404, "delete: twice is 404");
+	check(db_preview_get(db, x.id, 9090, &q, &e) == 0 &&
+	      db_preview_key_add(db, q.id, "cookie", "44", now_s() + 60, &cookie, &e) == 0 &&
+	      db_machine_delete(db, x.id, &e) == 0, "machine: its preview has a cookie, deleted");
+	err_clear(&e);
+	check(db_preview_get(db, x.id, 9090, &q, &e) < 0 && e.status == 404 &&
+	      db_preview_grant_ok(db, q.id, cookie, now_s(), &ok, &e) == 0 && !ok,
+	      "machine: its previews and their cookies went with it");
+	db_machine_delete(db, a.id, &e);
+}
+
 int main(void)
 {
 	struct db *db;
@@ -813,6 +893,7 @@ int main(void)
 		test_machines(db);
 		test_images(db);
 		test_secrets(db);
+		test_previews(db);
 		db_close(db);
 		test_reopen();
 	} else {

@@ -115,8 +115,10 @@ static void test_rules(void)
 	check(has(r, "0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 240.0.0.0/4, "
 		     "10.87.0.0/16, 10.0.0.0/8, 192.0.2.0/24 }"),
 	      "closed: loopback, link-local, multicast, the guest network, the configured ones");
-	check(has(r, "meta skuid { 0, 998 } tcp dport 22 accept\n\t\tcounter drop"),
-	      "from the host to a guest: SSH from root and the gateway user only");
+	check(has(r, "udp sport 67 udp dport 68 accept\n\t\tmeta skuid 0 meta l4proto tcp accept\n"
+		     "\t\tmeta skuid 998 tcp dport 22 accept\n\t\tcounter drop"),
+	      "from the host to a guest: any TCP port from root (SSH, previews), SSH from the "
+	      "gateway user, nothing from other users");
 	check(has(r, "ip saddr 10.87.0.0/16 oifname != \"btzz-*\" masquerade"),
 	      "masqueraded on the way out");
 	/* Machine 1, open. */

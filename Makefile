@@ -57,9 +57,11 @@ DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c \
 # descriptors (hostd/webctl.h).
 HOSTD_SRC   += hostd/secrets.c hostd/secrets_rules.c hostd/webctl.c
 CLI_SRC     += cli/secret.c
-# Previews: hostd's half (the table, webctl's ops) and the CLI.
+# Previews: hostd's half (the table, webctl's ops), the CLI, berth-web's
+# proxy to the guests' ports and its reader of their answers.
 HOSTD_SRC   += hostd/preview.c
 CLI_SRC     += cli/preview.c
+WEB_SRC     += web/preview.c web/upstream.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 
 # Objects shared by the daemon and the unit tests (everything but main).
@@ -114,6 +116,13 @@ $(OUT)/bench/%: $(call obj,bench/%.c $(LIB_SRC))
 
 # The bridge's vdagent parser is tested on its own (no hostd, no libvnc).
 $(OUT)/tests/test_vdagent: $(call obj,tests/unit/test_vdagent.c desktop/vdagent.c $(COMMON_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# berth-web's previews, without hostd's objects.
+$(OUT)/tests/test_web_preview: $(call obj,tests/unit/test_web_preview.c web/preview.c \
+				web/upstream.c web/reply.c $(COMMON_SRC))
 	$(call quiet,LINK,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -202,7 +211,8 @@ FUZZ_SAN    := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE $(filter-out -Wformat-truncation,$(WARN)) -I. -MMD -MP \
                $(shell pkg-config --cflags $(PKGS) 2>/dev/null) \
                -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN)
-FUZZ_LIB    := $(patsubst %.c,$(FUZZ_OUT)/obj/%.o,$(LIB_SRC) desktop/vdagent.c desktop/request.c)
+FUZZ_LIB    := $(patsubst %.c,$(FUZZ_OUT)/obj/%.o,$(LIB_SRC) desktop/vdagent.c desktop/request.c \
+               web/upstream.c)
 FUZZ_SECONDS ?= 60
 
 $(FUZZ_OUT)/obj/tests/fuzz/%.o: tests/fuzz/%.c

@@ -11,6 +11,8 @@
  * needs --listen and serves plain HTTP on loopback.
  *
  * What it serves (libmicrohttpd, one thread per connection):
+ *   a preview's host, PORT-NAME-USER.DOMAIN: that machine's port
+ *            (web/preview.h), whatever the path;
  *   /v1/...  berth's API, each request passed to hostd over DIR/web.sock
  *            (web/proxy.h), where hostd acts as the user of its bearer
  *            token: berth-web decides nothing of who calls;
@@ -40,6 +42,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "web/reply.h"
+#include "web/preview.h"
 #include "web/proxy.h"
 #include "common/banned.h"
 
@@ -65,8 +68,9 @@ static struct web W = { .max_conns = 1024, .max_per_addr = 256 };
 /* One request, from its first line (uri_seen) to its end (completed). */
 struct req {
 	char *target;                   /* the request target as received */
-	enum { REQ_NEW, REQ_API, REQ_PAGE } kind;
+	enum { REQ_NEW, REQ_API, REQ_PAGE, REQ_PREVIEW } kind;
 	struct proxy_req *px;
+	struct preview_req *pv;
 };
 
 static void usage(FILE *f)
@@ -151,7 +155,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	if (!r)
 		return MHD_NO;
 	if (r->kind == REQ_NEW)
-		r->kind = !strcmp(url, "/v1") || !strncmp(url, "/v1/", 4) ? REQ_API : REQ_PAGE;
+		r->kind = preview_host(c) ? REQ_PREVIEW :
+			  !strcmp(url, "/v1") || !strncmp(url, "/v1/", 4) ? REQ_API : REQ_PAGE;
+	if (r->kind == REQ_PREVIEW) {
+		peer_of(c, peer, sizeof(peer));
+		return preview_handle(c, method, r->target, peer, upload_data, upload_data_size,
+				      &r->pv);
+	}
 	if (r->kind == REQ_API) {
 		peer_of(c, peer, sizeof(peer));
 		return proxy_handle(W.web_sock, c, method, r->target, peer, upload_data,
@@ -177,6 +187,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	if (!r)
 		return;
 	proxy_done(r->px);
+	preview_done(r->pv);
 	free(r->target);
 	free(r);
 	*con_cls = NULL;
@@ -225,6 +236,7 @@ static int settings(void)
 		snprintf(W.page, sizeof(W.page), "%s", dir);
 	snprintf(W.tls_cert, sizeof(W.tls_cert), "%s", cert ? cert : "");
 	snprintf(W.tls_key, sizeof(W.tls_key), "%s", key ? key : "");
+	preview_configure(json_string_value(json_object_get(resp, "preview_domain")));
 	json_decref(resp);
 	return 0;
 }
@@ -350,7 +362,7 @@ int main(int argc, char **argv)
 		    !(W.key = read_pem("tls_key", W.tls_key))))
 		return 1;
 	lfd = daemon_start(W.listen, pidfile, W.user, "web server");
-	if (lfd < 0)
+	if (lfd < 0 || preview_start(W.state, tls) < 0)
 		return 1;
 
 	sigemptyset(&sigs);
@@ -367,8 +379,10 @@ int main(int argc, char **argv)
 		{ MHD_OPTION_CONNECTION_LIMIT, W.max_conns, NULL },
 		{ MHD_OPTION_PER_IP_CONNECTION_LIMIT, W.max_per_addr, NULL },
 		{ MHD_OPTION_THREAD_STACK_SIZE, 512 << 10, NULL },
+		/* A preview's client connection keeps its guest connection. */
+		{ MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)preview_notify, NULL },
 	};
-	size_t n = 7;
+	size_t n = 8;
 	if (tls) {
 		o[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0, W.cert };
 		o[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, W.key };

@@ -580,7 +580,8 @@ void preview_op_connect(struct webctl *w, int cfd, json_t *req, int fd)
 	if (m.state != MS_RUNNING) {
 		if (browser) {
 			if (wake_start(h, &m, &e) == 0)
-				err_set(&e, 503, "waking", "waking %s", m.name);
+				err_set(&e, 503, "waking", "machine %s was asleep: berth is waking it",
+					m.name);
 			goto out;
 		}
 		if (machine_wake(h, p.owner, p.machine, false, &m, &woke, &e) < 0)
@@ -601,7 +602,8 @@ void preview_op_connect(struct webctl *w, int cfd, json_t *req, int fd)
 		if (browser && (waking || (ended && mono_ms() - ended <
 					   (int64_t)h->cfg.boot_timeout_s * 1000))) {
 			err_clear(&e);
-			err_set(&e, 503, "waking", "waking %s", m.name);
+			err_set(&e, 503, "waking", "machine %s was asleep: berth is waking it",
+				m.name);
 		}
 		goto out;
 	}

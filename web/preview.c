@@ -81,6 +81,7 @@ struct preview_req {
 	struct buf cookie_rest;   /* the client's other cookies, passed on */
 	struct buf head;          /* the request head as sent (for one retry) */
 	bool head_req, has_body, up_chunked, upgrade, idempotent;
+	bool browser;             /* a browser's page: a wake answers "waking" */
 	bool reused;              /* on the connection a former request left */
 	bool broken;              /* a write to the guest failed */
 	bool answered;            /* a response is queued */
@@ -526,12 +527,12 @@ static enum MHD_Result own_answer(struct preview_req *r, unsigned status, const 
 	buf_adds(&b, "</h1>\n<p>");
 	html_escaped(&b, msg);
 	if (waking)
-		buf_adds(&b, "</p>\n<p>The machine was asleep: this page reloads until it "
-			     "answers.");
+		buf_adds(&b, "</p>\n<p>This page reloads until the machine answers.");
 	buf_adds(&b, "</p>\n<p><small>berth preview ");
 	html_escaped(&b, r->label);
 	buf_adds(&b, "</small></p></body></html>\n");
-	resp = MHD_create_response_from_buffer(b.len, buf_detach(&b), MHD_RESPMEM_MUST_FREE);
+	size_t len = b.len;   /* before buf_detach empties it */
+	resp = MHD_create_response_from_buffer(len, buf_detach(&b), MHD_RESPMEM_MUST_FREE);
 	MHD_add_response_header(resp, "Content-Type", "text/html; charset=utf-8");
 	MHD_add_response_header(resp, "Cache-Control", "no-store");
 	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
@@ -1084,7 +1085,7 @@ static enum MHD_Result begin(struct preview_req *r, const char *method, const ch
 		return login(r, method);
 	if (!value_ok(target) || (target[0] != '/' && strcmp(target, "*") != 0))
 		return own_answer(r, 400, "invalid_path", "invalid request target");
-	browser = wants_html(r->c) && (!strcmp(method, "GET") || r->head_req);
+	browser = r->browser = wants_html(r->c) && (!strcmp(method, "GET") || r->head_req);
 	if (te && !strcasecmp(te, "chunked")) {
 		r->has_body = r->up_chunked = true;
 	} else if (cl) {
@@ -1125,8 +1126,9 @@ static enum MHD_Result begin(struct preview_req *r, const char *method, const ch
 		abort();
 	if (send_head(r, browser, &ret) < 0)
 		return ret;
-	if (!r->has_body)
-		return respond(r, browser);
+	/* The answer is queued at the request's end, even without a body:
+	 * libmicrohttpd closes a connection whose answer was queued at its
+	 * head's call. */
 	return MHD_YES;
 }
 
@@ -1162,7 +1164,7 @@ enum MHD_Result preview_handle(struct MHD_Connection *c, const char *method, con
 		return MHD_YES;
 	if (r->up_chunked && !r->broken && to_guest(r, "0\r\n\r\n", 5) < 0)
 		r->broken = true;
-	return respond(r, false);
+	return respond(r, r->browser);
 }
 
 void preview_done(struct preview_req *r)

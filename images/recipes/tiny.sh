@@ -33,6 +33,9 @@
 #  - /usr/bin/clipagent: the guest side of the SPICE agent's clipboard on
 #    the com.redhat.spice.0 virtio port (images/recipes/tiny/clipagent.c),
 #    started by the desktop test, not at boot.
+#  - /usr/bin/webserve: a small HTTP/1.1 and WebSocket server for the
+#    previews' tests and benchmark (images/recipes/tiny/webserve.c), not
+#    started at boot; busybox's httpd is there too.
 set -Eeuo pipefail
 umask 022
 
@@ -297,6 +300,11 @@ cc -static -O2 -Wall -o "$R/usr/bin/clipagent" \
 cc -static -O2 -Wall -o "$R/usr/bin/netprobe" \
 	"$(dirname -- "${BASH_SOURCE[0]}")/tiny/netprobe.c" ||
 	die "cannot build netprobe"
+# A web server for previews (t480, bench/preview.py): HTTP/1.1 with
+# keep-alive, streamed bodies both ways, a WebSocket echo.
+cc -static -O2 -Wall -pthread -o "$R/usr/bin/webserve" \
+	"$(dirname -- "${BASH_SOURCE[0]}")/tiny/webserve.c" ||
+	die "cannot build webserve"
 
 # dropbear, dbclient, sftp-server, rsync and exactly the libraries ldd
 # lists, plus the loader.

@@ -8,6 +8,10 @@ the bytes of a streamed answer arrive, and a plain TCP probe.
                                                 "cut after S s" or "open"
   preview_client.py keepalive URL COOKIE N      N GETs on one connection:
                                                 "STATUS ..." then "conn 1"
+  preview_client.py pair URL1 COOKIE1 URL2 COOKIE2
+                                                two GETs on one connection (the
+                                                same berth-web, any hosts):
+                                                "STATUS BODY'S FIRST LINE" each
   preview_client.py stream URL COOKIE           "first S" and "end S": when
                                                 the first and last body bytes
                                                 arrived
@@ -116,6 +120,21 @@ def main():
             print(r.status, flush=True)
             time.sleep(float(os.environ.get("PAUSE", "0")))
         print(f"conn {conns}")
+    elif cmd == "pair":
+        port = split(sys.argv[2])[1]
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        for url, cookie in ((sys.argv[2], sys.argv[3]), (sys.argv[4], sys.argv[5])):
+            host, _, netloc, path = split(url)
+            c.putrequest("GET", path, skip_host=True)
+            c.putheader("Host", netloc)
+            if cookie:
+                c.putheader("Cookie", cookie)
+            c.endheaders()
+            r = c.getresponse()
+            body = r.read().decode(errors="replace")
+            print(r.status, (body.splitlines() or [""])[0][:80], flush=True)
+            if c.sock is None:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     elif cmd == "stream":
         host, port, netloc, path = split(sys.argv[2])
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)

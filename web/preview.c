@@ -205,7 +205,10 @@ static int ctl_ask(json_t *req, json_t **ans, int *fd, int timeout_ms, char *err
 	}
 	struct iovec iov[2] = { { line, strlen(line) }, { (char *)"\n", 1 } };
 	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
-	if (sendmsg(s, &mh, MSG_NOSIGNAL) != (ssize_t)(iov[0].iov_len + 1)) {
+	/* A hostd that refuses at accept (too many connections) says why and
+	 * closes: its line is read even when the request could not go. */
+	if (sendmsg(s, &mh, MSG_NOSIGNAL) != (ssize_t)(iov[0].iov_len + 1) &&
+	    errno != EPIPE && errno != ECONNRESET) {
 		snprintf(err, errlen, "berth-hostd took no request: %s", strerror(errno));
 		goto fail;
 	}
@@ -714,7 +717,17 @@ static int connect_guest(struct preview_req *r, bool browser, enum MHD_Result *r
 		json_array_append_new(keys, json_string(r->keys[i]));
 	req = json_pack("{s:s, s:s, s:o, s:s}", "op", "preview", "label", r->label, "cookies",
 			keys, "wake", browser ? "start" : "wait");
-	s = ctl_ask(req, &ans, &fd, CONNECT_WAIT_MS, err, sizeof(err));
+	/* hostd serves WEBCTL_MAX_CONNS at once: a burst of new connections
+	 * beyond that waits a little rather than fail. */
+	for (int tries = 0;; tries++) {
+		s = ctl_ask(req, &ans, &fd, CONNECT_WAIT_MS, err, sizeof(err));
+		if (s < 0 || tries == 100 || ctl_error(ans, &code, &msg) != 503 ||
+		    strcmp(code, "too_many_connections") != 0)
+			break;
+		close(s);
+		json_decref(ans);
+		usleep(50 * 1000);
+	}
 	json_decref(req);
 	if (s < 0) {
 		log_warn("preview %s: %s", r->label, err);
@@ -778,6 +791,13 @@ static ssize_t fill(struct preview_req *r)
 	}
 }
 
+/* The answer ended as its framing says: the connection can serve the next
+ * request when both sides keep it and nothing more came. */
+static void body_ended(struct preview_req *r)
+{
+	r->keep = r->h.keep_alive && !r->broken && r->off == r->len;
+}
+
 /* libmicrohttpd's reader of the answer's body: the guest's, decoded, as it
  * comes. */
 static ssize_t body_read(void *cls, uint64_t pos, char *out, size_t max)
@@ -799,14 +819,20 @@ static ssize_t body_read(void *cls, uint64_t pos, char *out, size_t max)
 			if (n)
 				memmove(out, data, n);
 			r->off += used;
+			/* Its end: libmicrohttpd does not call again for a body of
+			 * known length, so the connection's fate is decided now. */
+			if (rc == 1)
+				body_ended(r);
 			if (n)
 				return (ssize_t)n;
 			if (rc == 1)
-				break;
+				return MHD_CONTENT_READER_END_OF_STREAM;
 			continue;
 		}
-		if (r->body.done)
-			break;
+		if (r->body.done) {
+			body_ended(r);
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		}
 		ssize_t got = fill(r);
 		if (got < 0)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -816,10 +842,6 @@ static ssize_t body_read(void *cls, uint64_t pos, char *out, size_t max)
 			return MHD_CONTENT_READER_END_OF_STREAM;
 		}
 	}
-	/* The answer ended as its framing says: the connection can serve the
-	 * next request when both sides keep it and nothing more came. */
-	r->keep = r->h.keep_alive && !r->broken && r->off == r->len;
-	return MHD_CONTENT_READER_END_OF_STREAM;
 }
 
 /* The splice of an upgraded connection (a WebSocket): bytes both ways

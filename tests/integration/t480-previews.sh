@@ -142,6 +142,9 @@ check "a streamed answer's first bytes arrive before its end (${first:-?} s, end
 check_match "a malformed answer (two framings): 502, saying so" \
 	'"bad_gateway".*both Content-Length and Transfer-Encoding' "$(curl -s -b "$CK" "$U/bad")"
 check_eq "the next request is fine" 200 "$(code "$U/" -b "$CK")"
+check_eq "two requests on one client connection go on one connection to the guest" \
+	"request 1 on this connection|request 2 on this connection" \
+	"$(curl -s -b "$CK" "$U/conn" "$U/conn" | tr '\n' '|' | sed 's/|$//')"
 out=$(pc keepalive "$U/headers" "$CK" 20)
 check_eq "20 requests on one kept client connection: all answered" 20 "$(echo "$out" | grep -c '^200$')"
 check_eq "  on one connection" "conn 1" "$(echo "$out" | tail -1)"
@@ -160,6 +163,15 @@ check_match "preview ls: both, with their access" "m +8000 +public +$PUB/.*m +80
 check_match "preview ls --all as root: every user's" "$UB +m-x +8080 +private" \
 	"$(berth preview ls --all | tr '\n' ' ')"
 check_absent "$UB's own list has only theirs" matching ' m +80' ub preview ls
+# One client connection, two previews: each request gets its own guest
+# connection, let in by its own access, never the one the last left.
+check_eq "one client connection, 8080 with its cookie then public 8000: each its own server" \
+	"200 <!doctype html><title>webserve</title><h1>hello from m</h1>|200 busybox page" \
+	"$(pc pair "$U/" "$CK" "$PUB/" "" | tr '\n' '|' | sed 's/|$//')"
+check_match "  public 8000 then 8080 without the cookie: refused, not the kept connection" \
+	'^200 busybox page\|403 ' "$(pc pair "$PUB/" "" "$U/" "" | tr '\n' '|')"
+check_match "  8080 with the cookie, then without it: refused" \
+	'^200 <!doctype.*\|403 ' "$(pc pair "$U/" "$CK" "$U/" "" | tr '\n' '|')"
 
 # ---- nobody else reaches the guest's port -------------------------------------
 check_eq "root reaches the guest's port 8080 (the positive control)" open "$(pc probe "$GUEST" 8080)"

@@ -7,6 +7,7 @@
  *   GET  /bytes?n=N[&chunked=1]   N bytes (Content-Length, or chunked)
  *   POST /echo             the request's body back, chunked, as it arrives
  *   GET  /headers          the request's head as received (text/plain)
+ *   GET  /conn             "request N on this connection" (kept ones count up)
  *   GET  /setcookie        sets berth_preview=guest and app=1
  *   GET  /slow             four chunked lines, half a second apart
  *   GET  /close            an answer ended by closing the connection
@@ -112,6 +113,7 @@ struct conn {
 	int fd;
 	char buf[HEAD_MAX + 65536];
 	size_t len;        /* bytes in buf */
+	int served;        /* requests on this connection so far */
 };
 
 /* Read until buf holds N bytes (or more); -1 at the end. */
@@ -301,6 +303,7 @@ static int request(struct conn *c)
 	if (sscanf(head, "%15s %2047s", method, target) != 2)
 		return -1;
 	bool close_after = header(head, "Connection", v, sizeof(v)) && !strcasecmp(v, "close");
+	c->served++;
 
 	if (!strcmp(target, "/ws") && header(head, "Sec-WebSocket-Key", v, sizeof(v))) {
 		websocket(c, v);
@@ -340,6 +343,11 @@ static int request(struct conn *c)
 			n -= k;
 		}
 		if (chunked && write_all(c->fd, "0\r\n\r\n", 5) < 0)
+			return -1;
+	} else if (!strcmp(target, "/conn")) {
+		char line[64];
+		int n = snprintf(line, sizeof(line), "request %d on this connection\n", c->served);
+		if (reply(c, "200 OK", "text/plain", "", line, (size_t)n) < 0)
 			return -1;
 	} else if (!strcmp(target, "/headers")) {
 		if (reply(c, "200 OK", "text/plain", "", head, hl) < 0)

@@ -2135,9 +2135,12 @@ int db_preview_grant_ok(struct db *db, int64_t preview_id, int64_t key_id, int64
 
 	*ok = false;
 	pthread_mutex_lock(&db->lock);
-	st = key_id ? query(db, e, "SELECT 1 FROM preview_keys WHERE id = ? AND preview_id = ?"
-			    " AND kind = 'cookie' AND expires >= ?", "III", key_id, preview_id, now)
-		    : query(db, e, "SELECT 1 FROM previews WHERE id = ? AND public != 0", "I",
+	st = key_id ? query(db, e, "SELECT 1 FROM preview_keys k JOIN previews p ON p.id ="
+			    " k.preview_id JOIN machines m ON m.id = p.machine_id WHERE k.id = ? AND"
+			    " k.preview_id = ? AND k.kind = 'cookie' AND k.expires >= ? AND"
+			    " m.state = 'running'", "III", key_id, preview_id, now)
+		    : query(db, e, "SELECT 1 FROM previews p JOIN machines m ON m.id = p.machine_id"
+			    " WHERE p.id = ? AND p.public != 0 AND m.state = 'running'", "I",
 			    preview_id);
 	if (st) {
 		switch (sqlite3_step(st)) {

@@ -458,8 +458,10 @@ int db_preview_key_find(struct db *db, int64_t preview_id, const char *kind, con
 int db_preview_link_take(struct db *db, int64_t preview_id, const char *hash, int64_t now,
 			 struct err *e);
 /* Whether what let a connection in still stands at NOW: preview
- * PREVIEW_ID exists and, with KEY_ID 0, is public, else its key KEY_ID is
- * valid.  *OK. */
+ * PREVIEW_ID exists, its machine runs (a connection to a machine that
+ * went to sleep is cut: its next request wakes it through hostd) and,
+ * with KEY_ID 0, the preview is public, else its key KEY_ID is valid.
+ * *OK. */
 int db_preview_grant_ok(struct db *db, int64_t preview_id, int64_t key_id, int64_t now,
 			bool *ok, struct err *e);
 

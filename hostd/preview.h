@@ -32,7 +32,9 @@
  *       ...]}, and each report is answered {"cut":[GRANT...]}: the live
  *       ones whose access no longer stands (the preview removed or made
  *       private, the cookie expired, the machine deleted; a grant this
- *       hostd did not give, after a restart), which berth-web closes.
+ *       hostd did not give, after a restart) or whose machine no longer
+ *       runs (suspended, stopped: the client's next request, on a new
+ *       connection, wakes it), which berth-web closes.
  *       The machines of the active ones (bytes moved since the last
  *       report) are active for the idle policy.
  *

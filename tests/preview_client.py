@@ -16,12 +16,17 @@ the bytes of a streamed answer arrive, and a plain TCP probe.
                                                 the first and last body bytes
                                                 arrived
   preview_client.py probe HOST PORT             "open" or "closed" (3 s)
+  preview_client.py ctl SOCKET JSON             one request on hostd's webctl
+                                                socket: its answer line, then
+                                                "fds N" (descriptors passed)
 
-URL is http://HOST:PORT/PATH; COOKIE a Cookie header's value ("" none)."""
+URL is http(s)://HOST:PORT/PATH (HTTPS: the certificate is not checked);
+COOKIE a Cookie header's value ("" none)."""
 import base64
 import http.client
 import os
 import socket
+import ssl
 import sys
 import time
 import urllib.parse
@@ -35,6 +40,11 @@ def split(url):
 def ws_open(url, cookie):
     host, port, netloc, path = split(url)
     s = socket.create_connection(("127.0.0.1", port), timeout=20)
+    if url.startswith("https:"):
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        s = ctx.wrap_socket(s, server_hostname=host)
     key = base64.b64encode(os.urandom(16)).decode()
     head = (f"GET {path} HTTP/1.1\r\nHost: {netloc}\r\nUpgrade: websocket\r\n"
             f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n")
@@ -153,6 +163,24 @@ def main():
                 first = time.time() - t0
         print(f"first {first:.2f}")
         print(f"end {time.time() - t0:.2f}")
+    elif cmd == "ctl":
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(30)
+        s.connect(sys.argv[2])
+        try:
+            s.sendall(sys.argv[3].encode() + b"\n")
+        except BrokenPipeError:
+            pass  # refused at accept: its line is there to read
+        buf, fds, _, _ = socket.recv_fds(s, 65536, 4)
+        while buf and b"\n" not in buf:
+            d = s.recv(65536)
+            if not d:
+                break
+            buf += d
+        print(buf.split(b"\n")[0].decode())
+        print(f"fds {len(fds)}")
+        for f in fds:
+            os.close(f)
     elif cmd == "probe":
         s = socket.socket()
         s.settimeout(3)

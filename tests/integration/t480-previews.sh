@@ -106,7 +106,14 @@ check_match "  the cookie jar has it for the host alone" "^#HttpOnly_$L.localhos
 	"$(grep berth_preview "$T/jar")"
 check_eq "the link works once: its second use is 403" 403 "$(code "$LINK")"
 check_match "  invalid_link" '"invalid_link"' "$(curl -s "$LINK")"
-CK="berth_preview=$(awk '/berth_preview/ { print $NF }' "$T/jar")"
+CV=$(awk '/berth_preview/ { print $NF }' "$T/jar")
+CK="berth_preview=$CV"
+TOKEN=${LINK##*token=}
+check_eq "the database keeps no link or cookie secret: no byte string of either in berth.db*" 0 \
+	"$(cat "$STATE"/berth.db* | grep -a -c -F -e "$TOKEN" -e "$CV")"
+check_eq "  the cookie's sha256 is there (the positive control)" 1 \
+	"$(cat "$STATE"/berth.db* | grep -a -c -F "$(printf '%s' "$CV" | sha256sum | cut -d' ' -f1)" |
+	   awk '{ print ($1 > 0) }')"
 check_eq "with the cookie: the guest's page" "<!doctype html><title>webserve</title><h1>hello from m</h1>" \
 	"$(curl -s -b "$CK" "$U/")"
 check_eq "a forged cookie is refused" 403 "$(code "$U/" -b "berth_preview=$(printf '%064d' 7)")"
@@ -205,15 +212,37 @@ else
 	check_eq "the browser run finished" 1 "$done_seen"
 fi
 
+# ---- hostd's webctl socket ----------------------------------------------------------
+CTL=$STATE/webctl.sock
+check_match "root asks hostd for the public preview's connection: it is passed" \
+	'^\{"grant": *"[0-9a-f]{16}".*\|fds 1$' \
+	"$(pc ctl "$CTL" '{"op":"preview","label":"8000-m-root","cookies":[],"wake":"wait"}' | tr '\n' '|' | sed 's/|$//')"
+check_match "another local user is not answered on webctl.sock" '"status": *403.*"forbidden".*\|fds 0' \
+	"$(as_user "$UB" /usr/bin/python3 "$ROOT/tests/preview_client.py" ctl "$CTL" \
+		'{"op":"preview","label":"8000-m-root","cookies":[],"wake":"wait"}' 2>&1 | tr '\n' '|')"
+
 # ---- a client's request to a sleeping machine is held -----------------------------
 berth suspend m >/dev/null
 check_eq "m is suspended" suspended "$(berth show m --json | json state)"
+check_match "berth-web's user asks for the private preview without a cookie: 403, no connection" \
+	'"login_needed".*\|fds 0' "$(as_user berth-web /usr/bin/python3 "$ROOT/tests/preview_client.py" \
+		ctl "$CTL" '{"op":"preview","label":"8080-m-root","cookies":[],"wake":"wait"}' | tr '\n' '|')"
+check_eq "  and the machine was not woken" suspended "$(berth show m --json | json state)"
 t0=$(date +%s.%N)
 got=$(curl -s -m 300 -b "$CK" "$U/")
 t1=$(date +%s.%N)
 check_eq "curl is held while m wakes, then answered" "<!doctype html><title>webserve</title><h1>hello from m</h1>" "$got"
 diag "woke and answered in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s"
 check_eq "m runs again" running "$(berth show m --json | json state)"
+# A client connection kept across a suspend: hostd cuts its guest
+# connection (the machine sleeps), and its next request wakes it.
+PAUSE=6 pc keepalive "$U/" "$CK" 2 >"$T/ka2" &
+KA2=$!
+sleep 1
+berth suspend m >/dev/null
+wait "$KA2"
+check_eq "a kept client connection across a suspend: its next request wakes m and is answered" \
+	"200 200 conn 1" "$(tr '\n' ' ' <"$T/ka2" | sed 's/ $//')"
 
 # ---- traffic is activity ---------------------------------------------------------
 berth set m --idle 6s >/dev/null
@@ -246,6 +275,34 @@ wait "$KA"
 check_eq "made private, a public preview's kept connection is cut: its next request is refused" \
 	"200 403" "$(head -2 "$T/ka" | tr '\n' ' ' | sed 's/ $//')"
 check_eq "  and a new one too" 403 "$(code "$PUB/")"
+
+# ---- HTTPS ------------------------------------------------------------------------
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+	-subj /CN=localhost -addext 'subjectAltName=DNS:localhost,DNS:*.localhost' \
+	-keyout "$T/key.pem" -out "$T/cert.pem" 2>"$T/openssl.err" || diag "$(cat "$T/openssl.err")"
+chmod 600 "$T/key.pem"
+web_down
+kill_hostd TERM
+printf 'tls_cert = %s\ntls_key = %s\n' "$T/cert.pem" "$T/key.pem" >>"$STATE/berth.conf"
+start_hostd || not_ok "hostd restarts with TLS"
+web_up || not_ok "berth-web restarts with TLS"
+S=https://$L.localhost:$PORT
+LINK=$(berth preview m 8080 2>/dev/null)
+check_match "over HTTPS the link is https" "^$S/__berth/login\\?token=" "$LINK"
+hdr=$(curl -sk -D - -o /dev/null "$LINK")
+check_match "  its cookie is __Host-berth_preview, Secure" \
+	'Set-Cookie: __Host-berth_preview=[0-9a-f]{64}; Path=/; Max-Age=604800; HttpOnly; SameSite=Lax; Secure'$'\r' "$hdr"
+SV=$(echo "$hdr" | sed -n 's/^Set-Cookie: __Host-berth_preview=\([0-9a-f]*\);.*/\1/p')
+check_eq "the page over HTTPS with it" "<!doctype html><title>webserve</title><h1>hello from m</h1>" \
+	"$(curl -sk -b "__Host-berth_preview=$SV" "$S/")"
+check_eq "  the same secret under the plain name is refused over HTTPS" 403 \
+	"$(code "$S/" -k -b "berth_preview=$SV")"
+h=$(curl -sk -b "__Host-berth_preview=$SV; app=2" "$S/headers")
+check_match "  the guest sees X-Forwarded-Proto: https" $'X-Forwarded-Proto: https\r' "$h"
+check_absent "  and no berth cookie" matching 'berth_preview' echo "$h"
+check_eq "  a WebSocket over TLS" "hello over tls" \
+	"$(pc ws "$S/ws" "__Host-berth_preview=$SV" 'hello over tls')"
+
 berth rm m >/dev/null
 check_absent "deleting the machine removes its previews" matching ' m +80' berth preview ls
 

@@ -806,7 +806,8 @@ static void test_previews(struct db *db)
 	size_t n = 0;
 	struct err e = { 0 };
 
-	check(db_machine_insert(db, &a, NULL, &e) == 0 && db_machine_insert(db, &x, NULL, &e) == 0,
+	check(db_machine_insert(db, &a, NULL, &e) == 0 && db_machine_insert(db, &x, NULL, &e) == 0 &&
+	      db_machine_set_state(db, a.id, MS_RUNNING, &e) == 0,
 	      "previews: two machines whose names spell the same label");
 	check(db_preview_put(db, a.id, 8080, "8080-a-b-c", false, &created, &e) == 0 && created,
 	      "previews: b-c's a:8080 made");
@@ -833,7 +834,7 @@ static void test_previews(struct db *db)
 	free(list);
 
 	check(db_preview_grant_ok(db, p.id, 0, now_s(), &ok, &e) == 0 && ok,
-	      "grants: public admits without a key");
+	      "grants: public admits without a key (the machine runs)");
 	check(db_preview_put(db, a.id, 8080, "8080-a-b-c", false, &created, &e) == 0 &&
 	      db_preview_grant_ok(db, p.id, 0, now_s(), &ok, &e) == 0 && !ok,
 	      "grants: made private, what public let in no longer stands");
@@ -849,6 +850,10 @@ static void test_previews(struct db *db)
 	      "keys: an expired cookie is none");
 	check(db_preview_grant_ok(db, p.id, cookie, now_s(), &ok, &e) == 0 && ok,
 	      "grants: the cookie's stands");
+	check(db_machine_set_state(db, a.id, MS_SUSPENDED, &e) == 0 &&
+	      db_preview_grant_ok(db, p.id, cookie, now_s(), &ok, &e) == 0 && !ok &&
+	      db_machine_set_state(db, a.id, MS_RUNNING, &e) == 0,
+	      "grants: not while the machine sleeps (its connections are cut, the next wakes it)");
 	err_clear(&e);
 	check(db_preview_link_take(db, p.id + 1000, "11", now_s(), &e) < 0 &&
 	      e.status == 404, "links: not another preview's");

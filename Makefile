@@ -57,6 +57,7 @@ DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c \
 # descriptors (hostd/webctl.h).
 HOSTD_SRC   += hostd/secrets.c hostd/secrets_rules.c hostd/webctl.c
 CLI_SRC     += cli/secret.c
+WEB_SRC     += web/broker.c web/hostctl.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 
 # Objects shared by the daemon and the unit tests (everything but main).

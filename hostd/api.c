@@ -415,10 +415,11 @@ static struct reply do_web_settings(struct call *c)
 	char dashboard[160];
 
 	dashboard_url(cfg, dashboard, sizeof(dashboard));
-	return ok(200, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}",
+	return ok(200, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:o}",
 				 "http_listen", cfg->http_listen, "tls_cert", cfg->tls_cert,
 				 "tls_key", cfg->tls_key, "web_dir", cfg->web_dir,
-				 "web_user", cfg->web_user, "dashboard", dashboard));
+				 "web_user", cfg->web_user, "dashboard", dashboard,
+				 "broker", secrets_broker_settings(c->h)));
 }
 
 /* What machine M's JSON says beyond its row (machine_json.h), from the

@@ -15,7 +15,9 @@
  *            (web/proxy.h), where hostd acts as the user of its bearer
  *            token: berth-web decides nothing of who calls;
  *   else     the dashboard's files (web/page/, or where `make install`
- *            put them).
+ *            put them);
+ * and, when hostd's settings have a "broker", the credential broker on the
+ * guests' gateway (web/broker.h), bound as root too.
  * Runs until SIGTERM or SIGINT. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -39,6 +41,7 @@
 #include "common/hostapi.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "web/broker.h"
 #include "web/reply.h"
 #include "web/proxy.h"
 #include "common/banned.h"
@@ -58,6 +61,7 @@ struct web {
 	char tls_cert[PATH_MAX], tls_key[PATH_MAX];
 	char *cert, *key;               /* PEM, kept for libmicrohttpd's lifetime */
 	int max_conns, max_per_addr;
+	json_t *broker;                 /* the credential broker's settings (null: off) */
 };
 
 static struct web W = { .max_conns = 1024, .max_per_addr = 256 };
@@ -225,6 +229,7 @@ static int settings(void)
 		snprintf(W.page, sizeof(W.page), "%s", dir);
 	snprintf(W.tls_cert, sizeof(W.tls_cert), "%s", cert ? cert : "");
 	snprintf(W.tls_key, sizeof(W.tls_key), "%s", key ? key : "");
+	W.broker = json_incref(json_object_get(resp, "broker"));
 	json_decref(resp);
 	return 0;
 }
@@ -349,6 +354,12 @@ int main(int argc, char **argv)
 	if (tls && (!(W.cert = read_pem("tls_cert", W.tls_cert)) || !key_private(W.tls_key) ||
 		    !(W.key = read_pem("tls_key", W.tls_key))))
 		return 1;
+	/* The credential broker's port on the guests' gateway, bound as root
+	 * too (web/broker.h). */
+	int bfd = -1;
+	const char *blisten = json_string_value(json_object_get(W.broker, "listen"));
+	if (blisten && (bfd = broker_listen(blisten)) < 0)
+		return 1;
 	lfd = daemon_start(W.listen, pidfile, W.user, "web server");
 	if (lfd < 0)
 		return 1;
@@ -387,9 +398,25 @@ int main(int argc, char **argv)
 	log_info("listening on %s (%s) as uid %u; dashboard %s://%s/ from %s; hostd at %s",
 		 W.listen, tls ? "HTTPS" : "HTTP", (unsigned)getuid(), tls ? "https" : "http",
 		 W.listen, W.page, W.web_sock);
+	struct broker *broker = NULL;
+	if (bfd >= 0) {
+		char ctl[PATH_MAX + 16];
+		snprintf(ctl, sizeof(ctl), "%s/webctl.sock", W.state);
+		struct broker_conf bc = {
+			.webctl_sock = ctl,
+			.ca_file = json_string_value(json_object_get(W.broker, "ca_file")),
+			.timeout_s = (int)json_integer_value(json_object_get(W.broker, "timeout_s")),
+			.max_body = (uint64_t)json_integer_value(json_object_get(W.broker, "max_body")),
+		};
+		if (!(broker = broker_start(bfd, &bc)))
+			return 1;
+		log_info("credential broker on %s", blisten);
+	}
 	while (sigwait(&sigs, &sig) == 0 && sig != SIGTERM && sig != SIGINT)
 		;
 	log_info("signal %d: stopping", sig);
+	broker_stop(broker);
+	json_decref(W.broker);
 	MHD_stop_daemon(d);
 	if (pidfile)
 		unlink(pidfile);

@@ -35,12 +35,49 @@
 /* hostd's answers on webctl.sock. */
 #define HOSTD_WAIT_MS 30000
 
+/* libcurl handles kept between calls (each keeps its live connections and
+ * TLS sessions: the next call to the same upstream skips the TCP and TLS
+ * handshakes); a handle is one call's at a time. */
+#define POOL 16
+
 struct broker {
 	struct MHD_Daemon *d;
 	char *webctl_sock, *ca_file;
 	int timeout_s;
 	uint64_t max_body;
+	pthread_mutex_t pool_lock;
+	CURL *pool[POOL];
+	int npool;
 };
+
+/* A handle for a call: a kept one (its connections kept, its options
+ * reset), or a new one.  NULL when none can be made. */
+static CURL *handle_take(struct broker *b)
+{
+	CURL *cu = NULL;
+
+	pthread_mutex_lock(&b->pool_lock);
+	if (b->npool > 0)
+		cu = b->pool[--b->npool];
+	pthread_mutex_unlock(&b->pool_lock);
+	return cu ? cu : curl_easy_init();
+}
+
+/* CU's call ended (OK: it did, so its connection may serve another). */
+static void handle_give(struct broker *b, CURL *cu, bool ok)
+{
+	/* Nothing of the call stays in it (its buffers, its header list):
+	 * only its connections and TLS sessions. */
+	curl_easy_reset(cu);
+	pthread_mutex_lock(&b->pool_lock);
+	if (ok && b->npool < POOL) {
+		b->pool[b->npool++] = cu;
+		cu = NULL;
+	}
+	pthread_mutex_unlock(&b->pool_lock);
+	if (cu)
+		curl_easy_cleanup(cu);
+}
 
 /* A bounded byte buffer between a call's two threads, under the call's
  * lock. */
@@ -85,6 +122,7 @@ struct call {
 	CURLcode cc;
 	char cerr[CURL_ERROR_SIZE];
 	bool cut;                 /* the guest went: the transfer is abandoned */
+	bool up_taken;            /* libcurl took some of the body */
 };
 
 /* ---- the buffers ------------------------------------------------------------ */
@@ -245,11 +283,30 @@ static size_t on_read(char *out, size_t size, size_t n, void *arg)
 
 	for (;;) {
 		ssize_t got = chan_read(k, &k->up, out, size * n, 1000);
+		if (got > 0) {
+			pthread_mutex_lock(&k->lock);
+			k->up_taken = true;
+			pthread_mutex_unlock(&k->lock);
+		}
 		if (got >= 0)
 			return (size_t)got;
 		if (got == -1)
 			return CURL_READFUNC_ABORT;
 	}
+}
+
+/* libcurl would send the body again from OFFSET: only from its start, and
+ * only when none of it was taken yet. */
+static int on_seek(void *arg, curl_off_t offset, int origin)
+{
+	struct call *k = arg;
+	bool fresh;
+
+	pthread_mutex_lock(&k->lock);
+	fresh = !k->up_taken;
+	pthread_mutex_unlock(&k->lock);
+	return offset == 0 && origin == SEEK_SET && fresh ? CURL_SEEKFUNC_OK
+							  : CURL_SEEKFUNC_CANTSEEK;
 }
 
 /* libcurl asks now and then: go on, unless the guest went. */
@@ -272,7 +329,7 @@ static void *transfer(void *arg)
 {
 	struct call *k = arg;
 	struct broker *b = k->b;
-	CURL *cu = curl_easy_init();
+	CURL *cu = handle_take(b);
 	CURLcode cc = CURLE_FAILED_INIT;
 
 	if (cu) {
@@ -304,6 +361,11 @@ static void *transfer(void *arg)
 			curl_easy_setopt(cu, CURLOPT_UPLOAD, 1L);
 			curl_easy_setopt(cu, CURLOPT_READFUNCTION, on_read);
 			curl_easy_setopt(cu, CURLOPT_READDATA, k);
+			/* A kept connection the upstream closed meanwhile: libcurl
+			 * sends the request again on a new one, as long as no byte
+			 * of the body was taken yet. */
+			curl_easy_setopt(cu, CURLOPT_SEEKFUNCTION, on_seek);
+			curl_easy_setopt(cu, CURLOPT_SEEKDATA, k);
 			curl_easy_setopt(cu, CURLOPT_INFILESIZE_LARGE, (curl_off_t)k->length);
 			curl_easy_setopt(cu, CURLOPT_CUSTOMREQUEST, k->method);
 		} else if (!strcmp(k->method, "HEAD")) {
@@ -312,7 +374,7 @@ static void *transfer(void *arg)
 			curl_easy_setopt(cu, CURLOPT_CUSTOMREQUEST, k->method);
 		}
 		cc = curl_easy_perform(cu);
-		curl_easy_cleanup(cu);
+		handle_give(b, cu, cc == CURLE_OK);
 	}
 	pthread_mutex_lock(&k->lock);
 	k->cc = cc;
@@ -754,6 +816,7 @@ struct broker *broker_start(int listen_fd, const struct broker_conf *c)
 	b->ca_file = c->ca_file && c->ca_file[0] ? strdup(c->ca_file) : NULL;
 	b->timeout_s = c->timeout_s > 0 ? c->timeout_s : 300;
 	b->max_body = c->max_body;
+	pthread_mutex_init(&b->pool_lock, NULL);
 	if (!b->webctl_sock)
 		abort();
 	struct MHD_OptionItem o[] = {
@@ -789,6 +852,9 @@ void broker_stop(struct broker *b)
 		return;
 	if (b->d)
 		MHD_stop_daemon(b->d);
+	for (int i = 0; i < b->npool; i++)
+		curl_easy_cleanup(b->pool[i]);
+	pthread_mutex_destroy(&b->pool_lock);
 	free(b->webctl_sock);
 	free(b->ca_file);
 	free(b);

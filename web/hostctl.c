@@ -17,8 +17,8 @@
 #define FDS_MAX 4
 
 /* One line (and the descriptors passed with it) from S within TIMEOUT_MS:
- * read a byte at a time after the first message, so that nothing past the
- * line is taken from the connection. */
+ * what is there is peeked at, and only the line is taken from the
+ * connection (what follows stays for the next read). */
 static int read_line(int s, json_t **out, int *fds, size_t nfds, int timeout_ms, char *err,
 		     size_t errlen)
 {
@@ -37,7 +37,7 @@ static int read_line(int s, json_t **out, int *fds, size_t nfds, int timeout_ms,
 			char c[CMSG_SPACE(FDS_MAX * sizeof(int))];
 			struct cmsghdr align;
 		} u;
-		struct iovec iov = { line + len, 1 };
+		struct iovec iov = { line + len, LINE_MAX_BYTES - len };
 		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.c,
 				     .msg_controllen = sizeof(u.c) };
 		struct pollfd p = { .fd = s, .events = POLLIN };
@@ -48,7 +48,16 @@ static int read_line(int s, json_t **out, int *fds, size_t nfds, int timeout_ms,
 			snprintf(err, errlen, "berth-hostd did not answer on its webctl socket");
 			goto out;
 		}
-		ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
+		/* How much of what is there is this line's. */
+		ssize_t n = recv(s, line + len, LINE_MAX_BYTES - len, MSG_PEEK);
+		if (n <= 0) {
+			snprintf(err, errlen, "berth-hostd closed its webctl socket without an "
+				 "answer");
+			goto out;
+		}
+		char *nl = memchr(line + len, '\n', (size_t)n);
+		iov.iov_len = nl ? (size_t)(nl - (line + len)) + 1 : (size_t)n;
+		n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
 		if (n <= 0) {
 			snprintf(err, errlen, "berth-hostd closed its webctl socket without an "
 				 "answer");
@@ -67,9 +76,11 @@ static int read_line(int s, json_t **out, int *fds, size_t nfds, int timeout_ms,
 					close(f);
 			}
 		}
-		if (line[len] == '\n')
+		len += (size_t)n;
+		if (line[len - 1] == '\n') {
+			len--;
 			break;
-		len++;
+		}
 	}
 	line[len] = '\0';
 	*out = json_loads(line, 0, NULL);

@@ -23,6 +23,7 @@ names.  Prints "ready" when it listens.
 import argparse
 import hashlib
 import json
+import socket
 import ssl
 import sys
 import threading
@@ -36,6 +37,9 @@ LOG_LOCK = threading.Lock()
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # As real APIs answer: a head and its body in separate writes must not
+    # wait for the client's delayed ACK (40 ms).
+    disable_nagle_algorithm = True
 
     def log_message(self, fmt, *args):
         pass
@@ -144,6 +148,9 @@ class Server(ThreadingHTTPServer):
 def serve(listen, tls):
     host, port = listen.rsplit(":", 1)
     srv = Server((host, int(port)), Handler)
+    # (inherited by the connections: TLS 1.3's session tickets go out at
+    # the handshake, before the handler's own setting)
+    srv.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if tls:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(ARGS.cert, ARGS.key)

@@ -505,11 +505,11 @@ static enum MHD_Result begin(struct call *k, struct MHD_Connection *c, const cha
 	if (nl == 0 || nl > 63 || strspn(t + 1, "abcdefghijklmnopqrstuvwxyz0123456789-") < nl)
 		return refuse(k, c, 404, "not_found", "the broker answers /NAME/... for a secret "
 			      "NAME that this machine may use (NAME_BASE_URL in the machine)");
-	snprintf(k->secret, sizeof(k->secret), "%.*s", (int)nl, t + 1);
-	snprintf(path, sizeof(path), "%s%s", t[1 + nl] == '/' ? "" : "/", t + 1 + nl);
 	if (strlen(t) > 4000)
 		return refuse(k, c, 414, "uri_too_long", "the request target is longer than 4000 "
 			      "bytes");
+	snprintf(k->secret, sizeof(k->secret), "%.*s", (int)nl, t + 1);
+	snprintf(path, sizeof(path), "%s%s", t[1 + nl] == '/' ? "" : "/", t + 1 + nl);
 	if (te && !strcasecmp(te, "chunked")) {
 		k->has_body = true;
 		k->length = -1;

@@ -346,8 +346,15 @@ out=$(berth exec b -- sh -c "wget -S -O - http://$GW:9480/other/echo" 2>&1)
 check_match "  and its calls are refused" "403" "$out"
 check_match "set a --no-secret rogue" "secrets: +up$" "$(berth set a --no-secret rogue)"
 check "a's ROGUE_BASE_URL goes" wait_env a ROGUE_BASE_URL absent
-check_eq "before a is deleted: up's machines" '["a"]' "$(secret up machines)"
+# A grant to a stopped machine: its variables are written at its next start.
+berth stop b >/dev/null
+berth set b --secret up >/dev/null
+berth start b >/dev/null
+check "a grant while stopped: written at the next start" wait_env b "^UP_BASE_URL="
+check_match "  and b's calls now answered" '"<value 1>"' \
+	"$(berth exec b -- sh -lc 'wget -q -O - "$UP_BASE_URL/echo"' 2>&1)"
+check_eq "before a is deleted: up's machines" '["a", "b"]' "$(secret up machines)"
 berth rm a >/dev/null
-check_eq "a machine deleted: its grants go" '[]' "$(secret up machines)"
+check_eq "a machine deleted: its grants go" '["b"]' "$(secret up machines)"
 berth rm b >/dev/null
 finish

@@ -104,6 +104,12 @@ $(OUT)/tests/test_vdagent: $(call obj,tests/unit/test_vdagent.c desktop/vdagent.
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# berth-web's WebSocket frames (web/ws.c) likewise.
+$(OUT)/tests/test_ws: $(call obj,tests/unit/test_ws.c web/ws.c $(COMMON_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(OUT)/tests/%: $(call obj,tests/unit/%.c $(LIB_SRC))
 	$(call quiet,LINK,$@)
 	@mkdir -p $(dir $@)
@@ -188,7 +194,8 @@ FUZZ_SAN    := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE $(filter-out -Wformat-truncation,$(WARN)) -I. -MMD -MP \
                $(shell pkg-config --cflags $(PKGS) 2>/dev/null) \
                -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN)
-FUZZ_LIB    := $(patsubst %.c,$(FUZZ_OUT)/obj/%.o,$(LIB_SRC) desktop/vdagent.c desktop/request.c)
+FUZZ_LIB    := $(patsubst %.c,$(FUZZ_OUT)/obj/%.o,$(LIB_SRC) desktop/vdagent.c desktop/request.c \
+               web/ws.c)
 FUZZ_SECONDS ?= 60
 
 $(FUZZ_OUT)/obj/tests/fuzz/%.o: tests/fuzz/%.c

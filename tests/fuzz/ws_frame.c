@@ -6,11 +6,11 @@
  * second how the rest is cut into reads (1 to 256 bytes, as a socket may
  * return them).  The same bytes go whole through a second parser: both must
  * give the same messages, or the harness aborts.  Each message is checked
- * against what the parser promises (text is UTF-8, a message is within the
- * maximum, a control frame's payload within 125 bytes) and answered as
- * berth-web answers it (ws_frame_add, ws_close_add).  The input, as text,
- * is also tried as a Sec-WebSocket-Key and a Connection header
- * (ws_upgrade_check).
+ * against what the parser promises (text is UTF-8, a data message is within
+ * the maximum, a control frame's payload within 125 bytes whatever the
+ * maximum) and answered as berth-web answers it (ws_frame_add,
+ * ws_close_add).  The input, as text, is also tried as a Sec-WebSocket-Key
+ * and a Connection header (ws_upgrade_check).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -40,7 +40,8 @@ static void run(const uint8_t *data, size_t size, size_t max, size_t step, struc
 				break;
 			continue;
 		}
-		if ((m.kind == WS_TEXT && !ws_utf8_valid(m.data, m.len)) || m.len > max ||
+		if ((m.kind == WS_TEXT && !ws_utf8_valid(m.data, m.len)) ||
+		    ((m.kind == WS_TEXT || m.kind == WS_BINARY) && m.len > max) ||
 		    ((m.kind == WS_PING || m.kind == WS_PONG) && m.len > 125) || m.data[m.len])
 			abort();
 		unsigned char k = (unsigned char)m.kind;

@@ -104,8 +104,14 @@ $(OUT)/tests/test_vdagent: $(call obj,tests/unit/test_vdagent.c desktop/vdagent.
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# berth-web's WebSocket frames (web/ws.c) likewise.
+# berth-web's WebSocket frames and exec sessions (web/ws.c, web/wsexec.c)
+# likewise.
 $(OUT)/tests/test_ws: $(call obj,tests/unit/test_ws.c web/ws.c $(COMMON_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(OUT)/tests/test_wsexec: $(call obj,tests/unit/test_wsexec.c web/wsexec.c web/ws.c $(COMMON_SRC))
 	$(call quiet,LINK,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -45,11 +45,12 @@ HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/busy.c hostd/config.c hostd/db.c
                hostd/gwkey.c hostd/sshkey.c hostd/egress.c hostd/net.c hostd/net_rules.c hostd/checkpoint.c hostd/userkeys.c hostd/sessions.c \
                hostd/transfer.c hostd/zmem.c hostd/billing.c hostd/usage.c hostd/sampler.c \
                hostd/prometheus.c \
-               hostd/idle.c hostd/tokens.c hostd/http.c hostd/desktop.c hostd/keyproof.c hostd/quota.c \
+               hostd/idle.c hostd/tokens.c hostd/desktop.c hostd/keyproof.c hostd/quota.c \
                hostd/exec.c hostd/files.c
 CLI_SRC     := cli/main.c cli/cli.c cli/client.c cli/up.c cli/image.c cli/usage.c \
                cli/token.c cli/info.c cli/key.c cli/machine.c cli/cp.c
 SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/pool.c sshgw/algos.c
+WEB_SRC     := web/main.c web/proxy.c web/reply.c
 DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c \
                desktop/vdagent.c desktop/request.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
@@ -59,7 +60,8 @@ LIB_SRC     := $(COMMON_SRC) $(STORAGE_SRC) $(filter-out hostd/main.c,$(HOSTD_SR
 
 obj = $(patsubst %.c,$(OUT)/obj/%.o,$(1))
 
-PROGS := $(BIN)/berth-hostd $(BIN)/berth $(BIN)/berth-sshgw $(BIN)/berth-desktop
+PROGS := $(BIN)/berth-hostd $(BIN)/berth $(BIN)/berth-sshgw $(BIN)/berth-desktop \
+         $(BIN)/berth-web
 UNITS := $(patsubst tests/unit/%.c,$(OUT)/tests/%,$(UNIT_SRC))
 BENCHES := $(OUT)/bench/ledger_bench
 
@@ -87,6 +89,11 @@ $(BIN)/berth-desktop: $(call obj,$(DESKTOP_SRC) $(COMMON_SRC))
 	$(call quiet,LINK,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(VNC_LIBS) $(LDLIBS)
+
+$(BIN)/berth-web: $(call obj,$(WEB_SRC) $(COMMON_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BIN)/berth: $(call obj,$(CLI_SRC) $(COMMON_SRC))
 	$(call quiet,LINK,$@)

@@ -151,6 +151,36 @@ def sshgw(h):
         log.close()
 
 
+@contextlib.contextmanager
+def web(h):
+    """berth-web for H on a free loopback port (started as root, it runs as
+    berth-web), up: yields its port.  Its log tail is printed when the body
+    failed."""
+    port = free_port()
+    logpath = os.path.join(os.path.dirname(h.state), "web.log")
+    log = open(logpath, "w")
+    proc = subprocess.Popen([os.path.join(BIN, "berth-web"), "--state", h.state,
+                             "--listen", f"127.0.0.1:{port}", "--log-level", "warn"],
+                            stdout=log, stderr=log)
+    try:
+        for _ in range(200):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if proc.poll() is not None:
+                sys.exit("bench: berth-web exited: " + open(logpath).read()[-500:])
+            time.sleep(0.05)
+        yield port
+    except BaseException:
+        with open(logpath) as f:
+            print("# berth-web log tail:\n" + "".join(f.readlines()[-8:]), end="")
+        raise
+    finally:
+        proc.terminate()
+        proc.wait()
+        log.close()
+
+
 def net_cleanup(state):
     """What network = routed left once hostd is gone: dnsmasq, the table, the taps."""
     import sqlite3

@@ -1,8 +1,9 @@
 """What the dashboard costs hostd.
 
-1. The same call, GET /v1/info, over the UNIX socket (the CLI's way) and over
-   the HTTP listener with a bearer token (the dashboard's way): the ratio is
-   what the token check and TCP add.  A new connection per call for both.
+1. The same call, GET /v1/info, over the UNIX socket (the CLI's way) and
+   through berth-web with a bearer token (the dashboard's way): the ratio
+   is what the token check, TCP and berth-web's hop to hostd add.  A new
+   connection per call for both.
 2. One dashboard refresh, GET /v1/machines + GET /v1/usage over HTTP, as the
    number of machines grows (stopped machines inserted straight into
    SQLite with a ledger row and a storage sample each), against the refresh
@@ -22,7 +23,7 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from berthbench import free_port, hostd  # noqa: E402
+from berthbench import hostd, web  # noqa: E402
 
 REPS = 30
 
@@ -30,9 +31,8 @@ REPS = 30
 
 @contextlib.contextmanager
 def hostd_http():
-    """A hostd with its HTTP listener on a free port (h.port), no image."""
-    port = free_port()
-    with hostd(conf=f"http_listen = 127.0.0.1:{port}\nlog_level = warn\n", tiny=False) as h:
+    """A hostd with berth-web on a free port (h.port), no image."""
+    with hostd(conf="log_level = warn\n", tiny=False) as h, web(h) as port:
         h.port = port
         yield h
 

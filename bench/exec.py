@@ -2,12 +2,15 @@
 """Commands through hostd's HTTP route against the ways berth already had,
 measured in the same run on one machine (the tiny image's dropbear, TCG):
 
-  - `exec true` end to end: POST /v1/machines/NAME/exec (as a client in
-    this process, and as a curl process per command), root's `berth exec`
-    (the CLI's own SSH) and `ssh NAME@host true` through berth-sshgw
-    (goal: HTTP <= 1.1x the faster of the last two);
+  - `exec true` end to end: POST /v1/machines/NAME/exec over HTTP through
+    berth-web with a token (a client in this process, a new connection
+    per command; and a curl process per command), the same on hostd's
+    UNIX socket, root's `berth exec` (the CLI's own SSH) and `ssh
+    NAME@host true` through berth-sshgw (goal: HTTP through berth-web
+    <= 1.1x the faster of the last two);
   - time to the first output byte of `echo x`: the HTTP stream's first
-    stdout line against `berth exec`'s first byte on its stdout.
+    stdout line through berth-web against `berth exec`'s first byte on its
+    stdout.
 
 hostd and the gateway keep their SSH sessions to the machine for the next
 command (60 s); root's `berth exec` makes a new one each time, and the
@@ -17,6 +20,7 @@ most of their numbers.
 Usage: bench/run exec [--n N]
 """
 import argparse
+import http.client
 import json
 import os
 import statistics
@@ -24,15 +28,19 @@ import subprocess
 import sys
 import time
 
-from berthbench import BIN, SSH, UnixHTTP, hostd, sshgw, summary, user_key
+from berthbench import BIN, SSH, UnixHTTP, hostd, sshgw, summary, user_key, web
 
 
-def http_exec(sock, argv):
-    """(ms to the first stdout line or None, ms to the last line, the last line)."""
+def http_exec(connect, argv, token=None):
+    """(ms to the first stdout line or None, ms to the last line): ARGV run
+    over a new connection CONNECT() makes, with TOKEN when not None."""
     t0 = time.monotonic()
-    c = UnixHTTP(sock)
+    c = connect()
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = "Bearer " + token
     c.request("POST", "/v1/machines/bench/exec", body=json.dumps({"argv": argv}),
-              headers={"Content-Type": "application/json"})
+              headers=headers)
     r = c.getresponse()
     if r.status != 200:
         sys.exit(f"bench: exec answered {r.status}: {r.read()!r}")
@@ -73,34 +81,44 @@ def main():
     with hostd() as h:
         key = user_key(h)
         h.must("create", "bench")
+        token = json.loads(h.must("token", "create", "--json").stdout)["token"]
         try:
-            with sshgw(h) as (_, port):
+            with sshgw(h) as (_, port), web(h) as wport:
+                def tcp():
+                    return http.client.HTTPConnection("127.0.0.1", wport)
+
+                def unix():
+                    return UnixHTTP(h.sock)
                 berth = [os.path.join(BIN, "berth"), "--state", h.state, "exec", "bench", "--"]
                 via = SSH + ["-i", key, "-p", str(port), "bench@127.0.0.1"]
-                curl = ["curl", "-sS", "--fail", "-N", "--unix-socket", h.sock, "-H",
-                        "Content-Type: application/json", "-d", '{"argv": ["true"]}',
-                        "http://berth/v1/machines/bench/exec"]
+                curl = ["curl", "-sS", "--fail", "-N", "-H", "Authorization: Bearer " + token,
+                        "-H", "Content-Type: application/json", "-d", '{"argv": ["true"]}',
+                        f"http://127.0.0.1:{wport}/v1/machines/bench/exec"]
                 # Warm every path once (the guest's first handshake is slower).
-                http_exec(h.sock, ["true"])
+                http_exec(tcp, ["true"], token)
                 proc_ms(berth + ["true"])
                 proc_ms(via + ["true"])
-                ht, hc, be, gw_ms = [], [], [], []
+                ht, hu, hc, be, gw_ms = [], [], [], [], []
                 for _ in range(a.n):
-                    ht.append(http_exec(h.sock, ["true"])[1])
+                    ht.append(http_exec(tcp, ["true"], token)[1])
+                    hu.append(http_exec(unix, ["true"])[1])
                     hc.append(proc_ms(curl))
                     be.append(proc_ms(berth + ["true"]))
                     gw_ms.append(proc_ms(via + ["true"]))
                 print("# one machine, the tiny image's dropbear under TCG")
-                print("exec true, HTTP (in-process client)  " + summary(ht))
-                print("exec true, HTTP (curl per command)   " + summary(hc))
+                print("exec true, HTTP via berth-web       " + summary(ht))
+                print("exec true, HTTP via berth-web, curl " + summary(hc))
+                print("exec true, hostd's UNIX socket      " + summary(hu))
                 print("exec true, berth exec (root, SSH)    " + summary(be))
                 print("exec true, ssh NAME@host (gateway)   " + summary(gw_ms))
                 best = min(statistics.median(be), statistics.median(gw_ms))
                 print(f"ratio HTTP/faster of the two: in-process {statistics.median(ht) / best:.2f}, "
                       f"curl {statistics.median(hc) / best:.2f} (goal <= 1.1)")
+                print(f"berth-web's hop: {statistics.median(ht) - statistics.median(hu):+.2f} ms "
+                      f"(via berth-web less the UNIX socket)")
                 hf, bf = [], []
                 for _ in range(a.n):
-                    hf.append(http_exec(h.sock, ["echo", "x"])[0])
+                    hf.append(http_exec(tcp, ["echo", "x"], token)[0])
                     bf.append(first_byte_ms(berth + ["echo", "x"]))
                 print("first output byte, HTTP stream       " + summary(hf))
                 print("first output byte, berth exec        " + summary(bf))

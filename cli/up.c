@@ -2,10 +2,13 @@
  *
  * up:   libvirtd (started here when none answers: these machines have no
  *       systemd), berth-hostd for the state directory, berth-sshgw on
- *       --ssh-port (default 2222, all addresses), the tiny image when
+ *       --ssh-port (default 2222, all addresses), berth-desktop on
+ *       --desktop-port (6080, loopback), berth-web on berth.conf's
+ *       http_listen (127.0.0.1:8080 by default), the tiny image when
  *       missing, and a running machine "demo".  Without --detach it stays in
  *       the foreground and runs `down` on Ctrl-C.
- * down: stops the running machines (their disks stay), sshgw, hostd, and libvirtd
+ * down: stops the running machines (their disks stay), the network daemons,
+ *       hostd, and libvirtd
  *       if `up` started it (the pid it recorded is the one running) and no
  *       domain runs any more. */
 #include <errno.h>
@@ -196,27 +199,30 @@ static bool pid_is(pid_t pid, const char *name)
 	return strcmp(comm, name) == 0;
 }
 
-/* PROG (berth-sshgw, berth-desktop) on LISTEN (ADDR:PORT), unless one runs
- * for this state: its pid file is STATE/FILE.pid, its log STATE/FILE.log.
- * One it starts has 10 s until READY(PORT).  0, or -1 having said why. */
+/* PROG (berth-sshgw, berth-desktop, berth-web) on LISTEN (ADDR:PORT; NULL:
+ * where berth.conf says), unless one runs for this state: its pid file is
+ * STATE/FILE.pid, its log STATE/FILE.log.  One it starts has 10 s until
+ * READY(PORT) (NULL: until it wrote its pid file, which it does once it
+ * listens).  0, or -1 having said why. */
 static int ensure_daemon(struct client *c, const char *prog, const char *file,
 			 const char *listen, int port, bool (*ready)(int port))
 {
 	char log[PATH_MAX], pidfile[PATH_MAX], lst[64];
-	char *const argv[] = { (char *)prog, "--state", c->state, "--listen", lst,
-			       "--pidfile", pidfile, NULL };
+	char *const argv[] = { (char *)prog, "--state", c->state, "--pidfile", pidfile,
+			       listen ? "--listen" : NULL, lst, NULL };
 
 	xsnprintf(pidfile, sizeof(pidfile), "%s/%s.pid", c->state, file);
-	snprintf(lst, sizeof(lst), "%s", listen);
+	snprintf(lst, sizeof(lst), "%s", listen ? listen : "");
 	if (pid_is(pid_from_file(pidfile), prog))
 		return 0;
 	xsnprintf(log, sizeof(log), "%s/%s.log", c->state, file);
 	unlink(pidfile);
-	fprintf(stderr, "starting %s on %s (log %s)…\n", prog, listen, log);
+	fprintf(stderr, "starting %s on %s (log %s)…\n", prog, listen ? listen : "http_listen",
+		log);
 	if (spawn_daemon(prog, argv, log) < 0)
 		return -1;
 	for (int i = 0; i < 100; i++) {
-		if (pid_is(pid_from_file(pidfile), prog) && ready(port))
+		if (pid_is(pid_from_file(pidfile), prog) && (!ready || ready(port)))
 			return 0;
 		usleep(100 * 1000);
 	}
@@ -258,6 +264,12 @@ static int ensure_desktop(struct client *c, int port)
 
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
 	return ensure_daemon(c, "berth-desktop", "desktop", listen, port, tcp_ready);
+}
+
+/* berth-web on berth.conf's http_listen, unless one runs for this state. */
+static int ensure_web(struct client *c)
+{
+	return ensure_daemon(c, "berth-web", "web", NULL, 0, NULL);
 }
 
 /* Whether hostd's desktop URLs reach the bridge on 127.0.0.1:PORT.  A
@@ -413,6 +425,8 @@ int cmd_up(struct client *c, int argc, char **argv)
 	if (!desktop_ok)
 		fprintf(stderr, "berth up: going on without the desktop (berth desktop will "
 			"not work)\n");
+	/* Nor the dashboard (http_listen off or taken: another berth's). */
+	bool web_ok = ensure_web(c) == 0;
 	if (ensure_image(c) < 0 || ensure_demo(c, &m) < 0 ||
 	    cli_call(c, "GET", "/v1/info", NULL, &info) < 0) {
 		json_decref(m);
@@ -437,11 +451,11 @@ int cmd_up(struct client *c, int argc, char **argv)
 		       "   # straight to the VM\n", c->state, port, host);
 	printf("  bin/berth --state %s down\n\n", c->state);
 	const char *dash = json_string_value(json_object_get(info, "dashboard"));
-	if (dash)
+	if (dash && web_ok)
 		printf("Dashboard: %s  (log in with the token `bin/berth --state %s token create` "
 		       "prints)\n\n", dash, c->state);
 	else
-		printf("No dashboard: http_listen is off or its address is taken (see %s/hostd.log)"
+		printf("No dashboard: http_listen is off or its address is taken (see %s/web.log)"
 		       "\n\n", c->state);
 	json_decref(m);
 	json_decref(info);
@@ -548,6 +562,9 @@ int cmd_down(struct client *c, int argc, char **argv)
 	xsnprintf(path, sizeof(path), "%s/desktop.pid", c->state);
 	if (pid_is(pid_from_file(path), "berth-desktop"))
 		stop_pid("berth-desktop", path);
+	xsnprintf(path, sizeof(path), "%s/web.pid", c->state);
+	if (pid_is(pid_from_file(path), "berth-web"))
+		stop_pid("berth-web", path);
 	xsnprintf(path, sizeof(path), "%s/hostd.pid", c->state);
 	if (hostd_holds_lock(c))
 		stop_pid("berth-hostd", path);

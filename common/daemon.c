@@ -1,8 +1,11 @@
 #include "common/daemon.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <grp.h>
+#include <limits.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,37 +18,70 @@
 #include "common/util.h"
 #include "common/banned.h"
 
+int daemon_parse_listen(const char *spec, struct sockaddr_storage *ss, socklen_t *sslen)
+{
+	char host[80], port[8];
+	const char *colon = strrchr(spec, ':');
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE };
+	struct addrinfo *res = NULL;
+	size_t hl;
+	char *end;
+	long p;
+
+	if (!colon || colon == spec || strlen(colon + 1) >= sizeof(port))
+		return -1;
+	hl = (size_t)(colon - spec);
+	if (spec[0] == '[') {
+		if (hl < 3 || spec[hl - 1] != ']')
+			return -1;
+		snprintf(host, sizeof(host), "%.*s", (int)(hl - 2), spec + 1);
+	} else {
+		if (hl >= sizeof(host) || memchr(spec, ':', hl))
+			return -1;
+		snprintf(host, sizeof(host), "%.*s", (int)hl, spec);
+	}
+	snprintf(port, sizeof(port), "%s", colon + 1);
+	errno = 0;
+	p = strtol(port, &end, 10);
+	if (errno || *end || end == port || p < 1 || p > 65535)
+		return -1;
+	if (getaddrinfo(host, port, &hints, &res) != 0 || !res)
+		return -1;
+	memcpy(ss, res->ai_addr, res->ai_addrlen);
+	*sslen = (socklen_t)res->ai_addrlen;
+	freeaddrinfo(res);
+	return 0;
+}
+
+bool daemon_addr_loopback(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+	if (ss->ss_family == AF_INET6)
+		return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ss)->sin6_addr);
+	return false;
+}
+
 int daemon_listen(const char *spec)
 {
-	char host[256];
-	const char *colon = strrchr(spec, ':');
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE |
-				  AI_NUMERICHOST | AI_NUMERICSERV }, *res = NULL;
-	int fd, one = 1, rc;
+	struct sockaddr_storage ss;
+	socklen_t sslen;
+	int fd, one = 1;
 
-	if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof(host)) {
-		log_error("--listen %s: expected ADDR:PORT, e.g. 127.0.0.1:2222", spec);
+	if (daemon_parse_listen(spec, &ss, &sslen) < 0) {
+		log_error("--listen %s: expected ADDR:PORT with a numeric address and a port "
+			  "from 1 to 65535, e.g. 127.0.0.1:2222 or [::1]:2222", spec);
 		return -1;
 	}
-	snprintf(host, sizeof(host), "%.*s", (int)(colon - spec), spec);
-	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
-		memmove(host, host + 1, strlen(host));
-		host[strlen(host) - 1] = '\0';
-	}
-	rc = getaddrinfo(host, colon + 1, &hints, &res);
-	if (rc != 0 || !res) {
-		log_error("--listen %s: %s", spec, rc ? gai_strerror(rc) : "no address");
-		return -1;
-	}
-	fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-	    bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 512) < 0) {
+	    bind(fd, (struct sockaddr *)&ss, sslen) < 0 || listen(fd, 512) < 0) {
 		log_error("listen on %s: %s", spec, strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		fd = -1;
 	}
-	freeaddrinfo(res);
 	return fd;
 }
 
@@ -120,4 +156,23 @@ int daemon_arg_log_level(const char *text)
 		return -1;
 	}
 	return 0;
+}
+
+void daemon_beside_exe(const char *rel, const char *installed, char *out, size_t outlen)
+{
+	static const char *const up[] = { "..", "../../..", NULL };
+	char dir[PATH_MAX];
+
+	out[0] = '\0';
+	if (exe_dir(dir, sizeof(dir)) < 0)
+		return;
+	for (int i = 0; up[i]; i++) {
+		xsnprintf(out, outlen, "%s/%s/%s", dir, up[i], rel);
+		if (access(out, F_OK) == 0)
+			return;
+	}
+	xsnprintf(out, outlen, "%s/../%s", dir, installed);
+	if (access(out, F_OK) == 0)
+		return;
+	xsnprintf(out, outlen, "%s/../%s", dir, rel);
 }

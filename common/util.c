@@ -14,8 +14,11 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <linux/openat2.h>
 
 #include "common/banned.h"
 
@@ -701,4 +704,94 @@ int64_t ext_time_get(void)
 void ext_time_reset(void)
 {
 	ext_us = 0;
+}
+
+const char *mime_type(const char *path)
+{
+	static const struct { const char *ext, *type; } types[] = {
+		{ ".html", "text/html; charset=utf-8" },
+		{ ".js", "text/javascript; charset=utf-8" },
+		{ ".mjs", "text/javascript; charset=utf-8" },
+		{ ".css", "text/css; charset=utf-8" },
+		{ ".svg", "image/svg+xml" },
+		{ ".png", "image/png" },
+		{ ".ico", "image/x-icon" },
+		{ ".json", "application/json" },
+		{ ".txt", "text/plain; charset=utf-8" },
+		{ ".map", "application/json" },
+	};
+	const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+
+	if (dot && slash && dot < slash)
+		dot = NULL;
+	for (size_t i = 0; dot && i < sizeof(types) / sizeof(types[0]); i++)
+		if (!strcmp(dot, types[i].ext))
+			return types[i].type;
+	return "application/octet-stream";
+}
+
+bool web_path_ok(const char *rel)
+{
+	bool seg_start = true;
+
+	if (!*rel || strlen(rel) > 200)
+		return false;
+	for (const char *s = rel; *s; s++) {
+		if (*s == '/') {
+			if (seg_start)
+				return false;   /* "//" or a leading '/' */
+			seg_start = true;
+			continue;
+		}
+		if (seg_start && *s == '.')
+			return false;
+		seg_start = false;
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		      (*s >= '0' && *s <= '9') || *s == '.' || *s == '_' || *s == '-'))
+			return false;
+	}
+	return !seg_start;
+}
+
+char *file_read_beneath(const char *dir, const char *rel, size_t max, size_t *len)
+{
+	struct open_how how = { .flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW,
+				.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS };
+	int dfd, fd;
+	struct stat st;
+	char *data = NULL;
+	size_t got = 0;
+
+	*len = 0;
+	if (!web_path_ok(rel))
+		return NULL;
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return NULL;
+	fd = (int)syscall(SYS_openat2, dfd, rel, &how, sizeof(how));
+	if (fd < 0 && errno == ENOSYS)
+		fd = openat(dfd, rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	close(dfd);
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > max ||
+	    !(data = malloc((size_t)st.st_size + 1)))
+		goto fail;
+	while (got < (size_t)st.st_size) {
+		ssize_t n = read(fd, data + got, (size_t)st.st_size - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	if (got != (size_t)st.st_size)
+		goto fail;
+	close(fd);
+	*len = got;
+	return data;
+fail:
+	free(data);
+	close(fd);
+	return NULL;
 }

@@ -110,6 +110,21 @@ void ext_time_add(int64_t us);
 int64_t ext_time_get(void);
 void ext_time_reset(void);
 
+/* The Content-Type for a file named PATH, by its extension (text in
+ * UTF-8); application/octet-stream when unknown. */
+const char *mime_type(const char *path);
+/* Whether REL is a relative path a web server may look up: segments of
+ * [A-Za-z0-9._-], none empty or starting with '.' (no "..", nothing
+ * hidden), at most 200 bytes. */
+bool web_path_ok(const char *rel);
+/* File REL (web_path_ok) under DIR, read whole (malloc'd, *LEN bytes) when
+ * it is a regular file of at most MAX bytes reached without a symbolic
+ * link and without leaving DIR (openat2 RESOLVE_BENEATH and
+ * RESOLVE_NO_SYMLINKS; O_NOFOLLOW on its last part where the kernel has
+ * no openat2).  What is read is what is sent, should the file change
+ * meanwhile.  NULL when it is not there or not such a file. */
+char *file_read_beneath(const char *dir, const char *rel, size_t max, size_t *len);
+
 /* Directory of the running executable (e.g. ".../bin"), into OUT. */
 int exe_dir(char *out, size_t outlen);
 

@@ -124,11 +124,12 @@ if [ "$what" != build ] && [ -c "$kvm" ] && [ "$(stat -c '%G %a' "$kvm")" != "kv
 	fi
 fi
 
-# The gateways run as unprivileged users of their own, two of them: hostd
-# knows each one's requests by its uid (sshgw_user, desktop_user) and
-# answers each only its own routes, so berth-desktop's user cannot get an
-# SSH credential.
-for u in berth-sshgw berth-desktop; do
+# The network daemons run as unprivileged users of their own, three of
+# them: hostd knows each one's requests by its uid (sshgw_user,
+# desktop_user, web_user) and answers each only its own routes or socket,
+# so berth-desktop's user cannot get an SSH credential, and berth-web's
+# acts only with the tokens its clients send.
+for u in berth-sshgw berth-desktop berth-web; do
 	if [ "$what" != build ] && ! getent passwd "$u" >/dev/null 2>&1; then
 		if [ "$(id -u)" = 0 ]; then
 			useradd --system --no-create-home --home-dir /nonexistent \

@@ -3,7 +3,7 @@
 # this repository, as root:
 #   deploy/install.sh [--ssh-port PORT] [--disk DEVICE [--force]] [--prefix DIR]
 # 1. deploy/install-deps.sh run: Debian's packages, noVNC, the users
-#    berth-sshgw, berth-desktop and berth-dns, QEMU unprivileged in
+#    berth-sshgw, berth-desktop, berth-web and berth-dns, QEMU unprivileged in
 #    /etc/libvirt/qemu.conf;
 # 2. make, make install (PREFIX, default /usr/local);
 # 3. /etc/berth/berth.conf (make install's, when there is none) and
@@ -13,7 +13,7 @@
 #    "berth" with a thin pool "pool"; --force for a device that holds
 #    data) and storage = lvm-thin in berth.conf, unless the pool exists;
 # 5. when systemd is PID 1: libvirtd, then the units berth-hostd,
-#    berth-sshgw and berth-desktop enabled and started (restarted when
+#    berth-sshgw, berth-desktop and berth-web enabled and started (restarted when
 #    their binary changed); otherwise how to start them by hand;
 # 6. the next steps.
 # Idempotent: run it again after a `git pull` to update.  Arguments are
@@ -86,7 +86,7 @@ listening() { ss -Hltn "sport = :$1" | grep -q .; }
 conf=/etc/berth/berth.conf
 defaults=/etc/default/berth
 state=/var/lib/berth
-units="berth-hostd berth-sshgw berth-desktop"
+units="berth-hostd berth-sshgw berth-desktop berth-web"
 systemd=
 [ -d /run/systemd/system ] && systemd=1
 
@@ -100,7 +100,7 @@ qemu_after=$(cat /etc/libvirt/qemu.conf 2>/dev/null | cksum)
 
 # 2. Build and install; note which binaries changed (their units restart).
 sums() {
-	for b in berth-hostd berth-sshgw berth-desktop; do
+	for b in berth-hostd berth-sshgw berth-desktop berth-web; do
 		echo "$b $(cksum 2>/dev/null <"$prefix/bin/$b" || echo none)"
 	done
 }
@@ -176,7 +176,15 @@ if [ -n "$systemd" ]; then
 	# The gateway binds after it has its host key: a port taken (the
 	# host's own sshd on 22) shows here, not at its start.
 	await berth-sshgw 20 "listen on port $gw_port" listening "$gw_port"
-	say "berth-hostd, berth-sshgw (port $gw_port) and berth-desktop run (systemctl status berth-hostd)"
+	# berth-web's address is berth.conf's http_listen ("" = off).
+	web_listen=$(active http_listen)
+	grep -Eq '^[[:space:]]*http_listen[[:space:]]*=' "$conf" || web_listen=127.0.0.1:8080
+	if [ -n "$web_listen" ]; then
+		await berth-web 60 "listen on $web_listen" listening "${web_listen##*:}"
+		say "berth-hostd, berth-sshgw (port $gw_port), berth-desktop and berth-web ($web_listen) run (systemctl status berth-hostd)"
+	else
+		say "berth-hostd, berth-sshgw (port $gw_port) and berth-desktop run; no berth-web (http_listen is empty in $conf)"
+	fi
 else
 	cat >&2 <<EOF
 install: systemd is not PID 1 here: the units are in /etc/systemd/system
@@ -185,6 +193,7 @@ install: systemd is not PID 1 here: the units are in /etc/systemd/system
     $prefix/bin/berth-hostd --state $state --config $conf >>/var/log/berth-hostd.log 2>&1 &
     $prefix/bin/berth-sshgw --state $state --listen $gw_listen --user berth-sshgw >>/var/log/berth-sshgw.log 2>&1 &
     $prefix/bin/berth-desktop --state $state --listen $desk_listen --user berth-desktop >>/var/log/berth-desktop.log 2>&1 &
+    $prefix/bin/berth-web --state $state --user berth-web >>/var/log/berth-web.log 2>&1 &
 EOF
 fi
 

@@ -125,87 +125,22 @@ static void reply_error(int fd, int status, const char *reason, const char *code
 	json_decref(j);
 }
 
-static const char *mime(const char *path)
-{
-	const char *dot = strrchr(path, '.');
-
-	if (!dot)
-		return "application/octet-stream";
-	if (!strcmp(dot, ".html"))
-		return "text/html; charset=utf-8";
-	if (!strcmp(dot, ".js") || !strcmp(dot, ".mjs"))
-		return "text/javascript; charset=utf-8";
-	if (!strcmp(dot, ".css"))
-		return "text/css; charset=utf-8";
-	if (!strcmp(dot, ".svg"))
-		return "image/svg+xml";
-	if (!strcmp(dot, ".png"))
-		return "image/png";
-	if (!strcmp(dot, ".json"))
-		return "application/json";
-	return "application/octet-stream";
-}
-
-/* REL under DIR, opened for reading: no symbolic link on the way and
- * nothing outside DIR (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
- * where the kernel has no openat2, O_NOFOLLOW for the last component,
- * REL having no ".." already).  A descriptor or -1. */
-static int open_beneath(const char *dir, const char *rel)
-{
-	struct open_how how = { .flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW,
-				.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS };
-	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), fd;
-
-	if (dfd < 0)
-		return -1;
-	fd = (int)syscall(SYS_openat2, dfd, rel, &how, sizeof(how));
-	if (fd < 0 && errno == ENOSYS)
-		fd = openat(dfd, rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	close(dfd);
-	return fd;
-}
-
-/* Serve file REL (no "..", only [A-Za-z0-9._/-]) under DIR. */
+/* Serve file REL (web_path_ok: no "..", only [A-Za-z0-9._/-]) under DIR. */
 static void serve_file(int fd, const char *dir, const char *rel)
 {
-	char path[PATH_MAX];
-	char *data = NULL;
 	size_t len = 0;
-	struct stat st;
-	int ffd;
+	char *data;
 
-	for (const char *p = rel; *p; p++)
-		if (!(*p == '/' || *p == '.' || *p == '-' || *p == '_' ||
-		      (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-		      (*p >= '0' && *p <= '9'))) {
-			reply_error(fd, 400, "Bad Request", "invalid_path", "invalid path");
-			return;
-		}
-	if (strstr(rel, "..") || rel[0] == '/' || !rel[0]) {
+	if (!web_path_ok(rel)) {
 		reply_error(fd, 400, "Bad Request", "invalid_path", "invalid path");
 		return;
 	}
-	snprintf(path, sizeof(path), "%s/%s", dir, rel);
-	ffd = open_beneath(dir, rel);
-	if (ffd < 0 || fstat(ffd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > FILE_MAX ||
-	    !(data = malloc((size_t)st.st_size + 1))) {
+	data = file_read_beneath(dir, rel, FILE_MAX, &len);
+	if (!data)
 		reply_error(fd, 404, "Not Found", "not_found", "no such file");
-		goto out;
-	}
-	/* What is read is what is sent, should the file change meanwhile. */
-	while (len < (size_t)st.st_size) {
-		ssize_t n = read(ffd, data + len, (size_t)st.st_size - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		len += (size_t)n;
-	}
-	reply(fd, 200, "OK", mime(path), data, len);
-out:
+	else
+		reply(fd, 200, "OK", mime_type(rel), data, len);
 	free(data);
-	if (ffd >= 0)
-		close(ffd);
 }
 
 /* Read and drop the N bytes of a request head that were only peeked at:
@@ -416,29 +351,6 @@ static void peer_name(const struct sockaddr_storage *ss, char *out, size_t outle
 		snprintf(host_out, 48, "%s", host);
 }
 
-/* REL of the source tree next to the binary: BIN/../REL (bin/), else
- * BIN/../../../REL (build/asan/bin/), else INSTALLED under PREFIX when
- * `make install` put the binary in PREFIX/bin: BIN/../INSTALLED; the
- * first that exists, else the first. */
-static void beside_exe(const char *rel, const char *installed, char *out, size_t outlen)
-{
-	static const char *const up[] = { "..", "../../..", NULL };
-	char dir[PATH_MAX];
-
-	out[0] = '\0';
-	if (exe_dir(dir, sizeof(dir)) < 0)
-		return;
-	for (int i = 0; up[i]; i++) {
-		xsnprintf(out, outlen, "%s/%s/%s", dir, up[i], rel);
-		if (access(out, F_OK) == 0)
-			return;
-	}
-	xsnprintf(out, outlen, "%s/../%s", dir, installed);
-	if (access(out, F_OK) == 0)
-		return;
-	xsnprintf(out, outlen, "%s/../%s", dir, rel);
-}
-
 /* Every second: hold the viewers' grants, and drop the viewers of those
  * hostd revoked (screen_hold).  Every 5 s: which run of hostd is this?  A
  * restarted hostd forgot the live sessions; the viewers' are opened
@@ -492,8 +404,8 @@ int main(int argc, char **argv)
 	int c, lfd, max_fps = 60;
 
 	log_init("berth-desktop");
-	beside_exe("desktop/page", "share/berth/desktop", page_dir, sizeof(page_dir));
-	beside_exe("build/node/node_modules/@novnc/novnc", "share/berth/novnc", novnc_dir,
+	daemon_beside_exe("desktop/page", "share/berth/desktop", page_dir, sizeof(page_dir));
+	daemon_beside_exe("build/node/node_modules/@novnc/novnc", "share/berth/novnc", novnc_dir,
 		   sizeof(novnc_dir));
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {

@@ -40,9 +40,8 @@
 
 #define VERSION "0.1.0"
 
-/* A connection on the UNIX socket (the HTTP listener's have none): whose
- * it is and the deadline of the request head it owes (api_start's comment
- * says why). */
+/* A connection on a UNIX socket: whose it is and the deadline of the
+ * request head it owes (api_start's comment says why). */
 struct conn {
 	struct conn *prev, *next;
 	int fd;
@@ -65,7 +64,8 @@ struct api {
 	struct MHD_Daemon *d;
 	int fd;
 	char path[108];
-	bool http;      /* the HTTP listener's: callers are bearer tokens */
+	bool http;      /* berth-web's socket (web.sock): callers are the bearer
+			   tokens it passes on, its peers only web_user and root */
 	/* The socket's connections (conn_*), under LOCK. */
 	pthread_mutex_t lock;
 	pthread_cond_t wake;    /* the reaper's sleep; signalled at stop */
@@ -80,8 +80,8 @@ struct api {
 	unsigned refusals_unlogged;
 };
 
-/* The uid of every caller over HTTP: no one's, so neither root's routes
- * nor the gateway's answer it. */
+/* The uid of every caller through berth-web: no one's, so neither root's
+ * routes nor the gateway's answer it. */
 #define HTTP_UID ((uid_t)-1)
 
 /* What a handler returns: status and a JSON body (reference taken), or a
@@ -199,8 +199,9 @@ static int peer_owner(struct MHD_Connection *c, char *out, size_t outlen, uid_t 
 	return 0;
 }
 
-/* Who is calling, decided here for both listeners.  On the UNIX socket:
- * the peer's user (peer_owner).  Over HTTP: the user of the bearer token
+/* Who is calling, decided here for both sockets.  On hostd.sock: the
+ * peer's user (peer_owner).  On web.sock (berth-web's HTTP): the user of
+ * the bearer token
  * (`Authorization: Bearer SECRET`), with *UID = HTTP_UID; 401
  * "unauthorized" without one, 401 "invalid_token" for a bad or revoked
  * one, 403 for an X-Berth-User header (no one acts for others over HTTP). */
@@ -215,6 +216,8 @@ static int caller(struct api *a, struct MHD_Connection *c, char *out, size_t out
 	*uid = HTTP_UID;
 	if (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Berth-User"))
 		return err_set(e, 403, "forbidden", "X-Berth-User is not accepted over HTTP");
+	/* berth-web sends what its client sent, and never a token of its
+	 * own: it cannot act as anyone without one. */
 	auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
 	if (!auth || strncasecmp(auth, "Bearer ", 7) != 0)
 		return err_set(e, 401, "unauthorized", "an API token is required: "
@@ -366,13 +369,26 @@ static struct reply do_quota(struct call *c)
 	return j ? ok(200, j) : fail(&e);
 }
 
+/* Where berth-web serves the dashboard, as berth.conf says ("" when
+ * http_listen is empty), into OUT. */
+static void dashboard_url(const struct config *cfg, char *out, size_t outlen)
+{
+	if (!cfg->http_listen[0])
+		snprintf(out, outlen, "%s", "");
+	else
+		snprintf(out, outlen, "%s://%s/", cfg->tls_cert[0] ? "https" : "http",
+			 cfg->http_listen);
+}
+
 static struct reply do_info(struct call *c)
 {
 	struct hostd *h = c->h;
 	struct storage_pool_info pi;
 	json_t *st = json_pack("{s:s, s:s}", "backend", storage_name(h->st),
 			       "location", storage_location(h->st));
+	char dashboard[160];
 
+	dashboard_url(&h->cfg, dashboard, sizeof(dashboard));
 	if (storage_pool_info(h->st, &pi, NULL) == 0) {
 		json_object_set_new(st, "total", json_integer((json_int_t)pi.total_bytes));
 		json_object_set_new(st, "used", json_integer((json_int_t)pi.used_bytes));
@@ -385,8 +401,23 @@ static struct reply do_info(struct call *c)
 				 "state_dir", h->cfg.state_dir,
 				 "uptime_ms", (json_int_t)(mono_ms() - h->started_ms),
 				 "hypervisor_note", virt_why_tcg(h->virt),
-				 "dashboard", h->dashboard_url[0] ? h->dashboard_url : NULL,
+				 "dashboard", dashboard[0] ? dashboard : NULL,
 				 "desktop_url", h->cfg.desktop_url));
+}
+
+/* GET /v1/web/settings (root's: berth-web asks as root, before it drops
+ * to its user): what berth.conf says of berth-web's listener.  berth-web
+ * reads the TLS files itself, as root, and binds. */
+static struct reply do_web_settings(struct call *c)
+{
+	const struct config *cfg = &c->h->cfg;
+	char dashboard[160];
+
+	dashboard_url(cfg, dashboard, sizeof(dashboard));
+	return ok(200, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}",
+				 "http_listen", cfg->http_listen, "tls_cert", cfg->tls_cert,
+				 "tls_key", cfg->tls_key, "web_dir", cfg->web_dir,
+				 "web_user", cfg->web_user, "dashboard", dashboard));
 }
 
 /* What machine M's JSON says beyond its row (machine_json.h), from the
@@ -2048,6 +2079,8 @@ static const struct api_route routes[] = {
 	{ "GET", "/v1/usage", ANYONE, .fn = do_usage },
 	{ "GET", "/metrics", ROOT, .socket_only = true,
 	  .refusal = "only root may read the metrics", .fn = do_metrics },
+	{ "GET", "/v1/web/settings", ROOT, .socket_only = true,
+	  .refusal = "only root may read berth-web's settings", .fn = do_web_settings },
 
 	{ "GET", "/v1/machines", ANYONE, .fn = do_list },
 	{ "POST", "/v1/machines", ANYONE, .fn = do_create },
@@ -2400,8 +2433,6 @@ static bool conn_head_arrived(struct api *a, struct MHD_Connection *c)
 	struct conn *k;
 	bool ok;
 
-	if (a->http)
-		return true;
 	if (!(k = conn_of(c)))
 		return false;
 	pthread_mutex_lock(&a->lock);
@@ -2415,7 +2446,7 @@ static void conn_request_done(struct api *a, struct MHD_Connection *c)
 {
 	struct conn *k;
 
-	if (!a || a->http || !(k = conn_of(c)))
+	if (!a || !(k = conn_of(c)))
 		return;
 	pthread_mutex_lock(&a->lock);
 	k->in_request = false;
@@ -2440,16 +2471,35 @@ static struct uid_count *uid_slot(struct api *a, uid_t uid, bool add)
 	return &a->uids[a->nuids++];
 }
 
+/* Whether UID may connect to berth-web's socket: its user and root. */
+static bool web_peer(const struct api *a, uid_t uid)
+{
+	return uid == 0 || (a->h->has_web && uid == a->h->web_uid);
+}
+
+/* Whether UID's connections come out of the reserve rather than the
+ * users' share: root's, the gateways' on hostd.sock, berth-web's on its
+ * socket (the only peers there besides root). */
+static bool reserved_peer(const struct api *a, uid_t uid)
+{
+	if (a->http)
+		return true;
+	enum api_caller who = caller_class(a, uid);
+	return who == CALLER_ROOT || (who & CALLER_GATEWAYS);
+}
+
 /* May UID have one more connection?  NULL, or why not (under LOCK). */
 static const char *conn_refusal(struct api *a, uid_t uid)
 {
 	const struct config *cfg = &a->h->cfg;
-	enum api_caller who = caller_class(a, uid);
 	struct uid_count *u;
 
+	if (a->http && !web_peer(a, uid))
+		return "this socket is berth-web's: only its user (web_user) and root may "
+		       "connect (hostd.sock is every local user's)";
 	if (a->total >= (unsigned)cfg->api_max_connections)
 		return "api_max_connections reached (every connection hostd takes is open)";
-	if (who == CALLER_ROOT || (who & CALLER_GATEWAYS))
+	if (reserved_peer(a, uid))
 		return NULL;
 	if (a->users >= (unsigned)(cfg->api_max_connections - cfg->api_reserved_connections))
 		return "users' share of api_max_connections reached (the rest is kept for "
@@ -2465,7 +2515,6 @@ static const char *conn_refusal(struct api *a, uid_t uid)
  * down at once). */
 static bool conn_add(struct api *a, struct conn *k, bool admitted)
 {
-	enum api_caller who = caller_class(a, k->uid);
 	struct uid_count *u = uid_slot(a, k->uid, true);
 
 	k->next = a->conns;
@@ -2481,7 +2530,7 @@ static bool conn_add(struct api *a, struct conn *k, bool admitted)
 	}
 	k->head_deadline_ms = mono_ms() + a->h->cfg.api_head_timeout_s * 1000;
 	a->total++;
-	if (who != CALLER_ROOT && !(who & CALLER_GATEWAYS))
+	if (!reserved_peer(a, k->uid))
 		a->users++;
 	u->n++;
 	return true;
@@ -2489,7 +2538,6 @@ static bool conn_add(struct api *a, struct conn *k, bool admitted)
 
 static void conn_release(struct api *a, struct conn *k)
 {
-	enum api_caller who = caller_class(a, k->uid);
 	struct uid_count *u = uid_slot(a, k->uid, false);
 
 	if (k->prev)
@@ -2504,7 +2552,7 @@ static void conn_release(struct api *a, struct conn *k)
 		u->refused--;
 	} else {
 		a->total--;
-		if (who != CALLER_ROOT && !(who & CALLER_GATEWAYS))
+		if (!reserved_peer(a, k->uid))
 			a->users--;
 		u->n--;
 	}
@@ -2570,11 +2618,14 @@ static void conn_notify(void *cls, struct MHD_Connection *c, void **socket_conte
 		 * libmicrohttpd's thread closes the descriptor, which stays
 		 * its own, when the reaper ends the reading side. */
 		char resp[512], body[320];
-		int bn = snprintf(body, sizeof(body), "{\"error\":{\"code\":\"too_many_connections\","
-				  "\"message\":\"berth-hostd refused the connection: %s\"}}\n", why);
-		int n = snprintf(resp, sizeof(resp), "HTTP/1.1 503 Service Unavailable\r\n"
+		bool stranger = a->http && !web_peer(a, k->uid);
+		int bn = snprintf(body, sizeof(body), "{\"error\":{\"code\":\"%s\","
+				  "\"message\":\"berth-hostd refused the connection: %s\"}}\n",
+				  stranger ? "forbidden" : "too_many_connections", why);
+		int n = snprintf(resp, sizeof(resp), "HTTP/1.1 %s\r\n"
 				 "Content-Type: application/json\r\nConnection: close\r\n"
-				 "Content-Length: %d\r\n\r\n%s", bn, body);
+				 "Content-Length: %d\r\n\r\n%s",
+				 stranger ? "403 Forbidden" : "503 Service Unavailable", bn, body);
 		if (send(k->fd, resp, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
 			/* nothing to do: it is closed anyway */
 		}
@@ -2630,10 +2681,10 @@ static void *conn_reaper(void *arg)
 	return NULL;
 }
 
-enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url,
-			    const char *method, const char *version,
-			    const char *upload_data, size_t *upload_data_size,
-			    void **con_cls)
+static enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url,
+				   const char *method, const char *version,
+				   const char *upload_data, size_t *upload_data_size,
+				   void **con_cls)
 {
 	struct api *a = cls;
 	struct req *r = *con_cls;
@@ -2695,8 +2746,8 @@ enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url
 	return send_reply(a, c, rep, r->t0);
 }
 
-void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-		   enum MHD_RequestTerminationCode toe)
+static void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+			  enum MHD_RequestTerminationCode toe)
 {
 	struct req *r = *con_cls;
 
@@ -2745,7 +2796,7 @@ static void api_free(struct api *a)
 	free(a);
 }
 
-struct api *api_start(struct hostd *h, const char *path, struct err *e)
+struct api *api_start(struct hostd *h, const char *path, bool web, struct err *e)
 {
 	struct api *a = api_new(h);
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -2763,6 +2814,7 @@ struct api *api_start(struct hostd *h, const char *path, struct err *e)
 	}
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
 	snprintf(a->path, sizeof(a->path), "%s", path);
+	a->http = web;
 	a->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (a->fd < 0) {
 		err_errno(e, errno, "socket");
@@ -2776,7 +2828,8 @@ struct api *api_start(struct hostd *h, const char *path, struct err *e)
 	close(a->fd);
 	a->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	unlink(path);
-	/* Any local user may call (as themselves: peer_owner); hostd's umask
+	/* Any local user may call (as themselves: peer_owner; web.sock only
+	 * for berth-web's user and root, refused at accept); hostd's umask
 	 * keeps the socket private until the chmod. */
 	/* The backlog: a burst of connections waits for accept (which
 	 * refuses the excess at once) instead of being refused by the kernel
@@ -2815,10 +2868,14 @@ struct api *api_start(struct hostd *h, const char *path, struct err *e)
 		goto fail;
 	}
 	a->has_reaper = true;
-	log_info("API listening on %s (connections: %d, %d per user, %d kept for root and "
-		 "the gateways; request heads within %llds)", path, h->cfg.api_max_connections,
-		 h->cfg.api_max_connections_per_user, h->cfg.api_reserved_connections,
-		 (long long)h->cfg.api_head_timeout_s);
+	if (web)
+		log_info("API for berth-web's callers (bearer tokens) on %s, answered for %s%s "
+			 "and root", path, h->cfg.web_user, h->has_web ? "" : " (no such user)");
+	else
+		log_info("API listening on %s (connections: %d, %d per user, %d kept for root "
+			 "and the gateways; request heads within %llds)", path,
+			 h->cfg.api_max_connections, h->cfg.api_max_connections_per_user,
+			 h->cfg.api_reserved_connections, (long long)h->cfg.api_head_timeout_s);
 	return a;
 fail:
 	if (a->d)
@@ -2837,18 +2894,4 @@ void api_stop(struct api *a)
 	MHD_stop_daemon(a->d);
 	unlink(a->path);
 	api_free(a);
-}
-
-struct api *api_http_new(struct hostd *h)
-{
-	struct api *a = api_new(h);
-
-	a->http = true;
-	return a;
-}
-
-void api_http_free(struct api *a)
-{
-	if (a)
-		api_free(a);
 }

@@ -1,5 +1,6 @@
-/* hostd's JSON API over HTTP/1.1 on a UNIX socket (libmicrohttpd, one
- * thread per connection), and over the HTTP listener for bearer tokens.
+/* hostd's JSON API over HTTP/1.1 on UNIX sockets (libmicrohttpd, one
+ * thread per connection): hostd.sock for local users, web.sock for the
+ * bearer tokens berth-web passes on (hostd listens on no TCP port).
  * Routes and bodies are documented in docs/api.md.
  *
  * Every route is a row of one table (api_routes): method, path, who may
@@ -27,7 +28,8 @@ enum api_caller {
 				     with X-Berth-User) */
 	CALLER_USER = 1 << 1,     /* any other local user on the socket, as
 				     themselves */
-	CALLER_TOKEN = 1 << 2,    /* a bearer token's user, over HTTP */
+	CALLER_TOKEN = 1 << 2,    /* a bearer token's user, over HTTP (berth-web's
+				     web.sock) */
 	CALLER_SSHGW = 1 << 3,    /* berth-sshgw's user (sshgw_user) on the
 				     socket */
 	CALLER_DESKTOP = 1 << 4,  /* berth-desktop's user (desktop_user) on
@@ -86,23 +88,13 @@ const struct api_route *api_route_find(const char *method, const char *path, boo
 				       struct err *e);
 
 /* Listen on the UNIX socket PATH (refusing when another hostd answers
- * there).  NULL with E set. */
-struct api *api_start(struct hostd *h, const char *path, struct err *e);
+ * there).  WEB: berth-web's socket (STATE/web.sock): answered only for
+ * web_user and root, and every caller is the user of the bearer token of
+ * the request (CALLER_TOKEN: never root's privileges, no socket-only
+ * route); else hostd.sock, every local user's, each as themselves.  NULL
+ * with E set. */
+struct api *api_start(struct hostd *h, const char *path, bool web, struct err *e);
 void api_stop(struct api *a);
-
-/* The HTTP listener's side of the API (hostd/http.c owns the daemon): an
- * api whose callers are identified by their bearer token instead of their
- * UNIX credentials, never with root's privileges, without the gateway
- * routes.  api_handler and api_completed are its libmicrohttpd access
- * handler and completion callback (cls: the api). */
-struct api *api_http_new(struct hostd *h);
-void api_http_free(struct api *a);
-enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const char *url,
-			    const char *method, const char *version,
-			    const char *upload_data, size_t *upload_data_size,
-			    void **con_cls);
-void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-		   enum MHD_RequestTerminationCode toe);
 
 /* Request bodies (exposed for the unit tests).  api_parse_body parses BODY
  * as a JSON object ({} when empty) and refuses keys not in the

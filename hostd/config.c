@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/daemon.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "common/banned.h"
@@ -51,6 +52,7 @@ static const struct copt options[] = {
 	STR("log_level", log_level, levels),
 	STR("sshgw_user", sshgw_user, NULL),
 	STR("desktop_user", desktop_user, NULL),
+	STR("web_user", web_user, NULL),
 	STR("currency", currency, NULL),
 	STR("price_vcpu_hour", price_vcpu_hour, NULL),
 	STR("price_memory_gib_hour", price_memory_gib_hour, NULL),
@@ -119,6 +121,7 @@ void config_defaults(struct config *c, const char *state_dir)
 	snprintf(c->log_level, sizeof(c->log_level), "info");
 	snprintf(c->sshgw_user, sizeof(c->sshgw_user), "berth-sshgw");
 	snprintf(c->desktop_user, sizeof(c->desktop_user), "berth-desktop");
+	snprintf(c->web_user, sizeof(c->web_user), "berth-web");
 	snprintf(c->desktop_url, sizeof(c->desktop_url), "http://127.0.0.1:6080");
 	c->desktop_token_ttl_s = 60;
 	/* Example prices, of the order of hosted offers'; set your own. */
@@ -241,6 +244,28 @@ int config_set(struct config *c, const char *key, const char *value,
 			       "desktop_user (default berth-desktop), each confined to its own "
 			       "requests", where);
 	return err_set(e, 400, "invalid_config", "%s: unknown key '%s'", where, key);
+}
+
+int config_check(const struct config *c, struct err *e)
+{
+	struct sockaddr_storage ss;
+	socklen_t sslen;
+
+	if (!c->http_listen[0])
+		return 0;
+	if (daemon_parse_listen(c->http_listen, &ss, &sslen) < 0)
+		return err_set(e, 400, "invalid_config", "http_listen = '%s' is not ADDR:PORT with "
+			       "a numeric address (127.0.0.1:8080, [::1]:8080, 0.0.0.0:443) and a "
+			       "port from 1 to 65535", c->http_listen);
+	if (!c->tls_cert[0] != !c->tls_key[0])
+		return err_set(e, 400, "invalid_config", "HTTPS needs both tls_cert and tls_key "
+			       "(only %s is set)", c->tls_cert[0] ? "tls_cert" : "tls_key");
+	if (!c->tls_cert[0] && !daemon_addr_loopback(&ss))
+		return err_set(e, 400, "invalid_config", "http_listen = %s is reachable from other "
+			       "hosts: API tokens would cross the network in clear; set tls_cert "
+			       "and tls_key, or listen on 127.0.0.1 (and reach it with ssh -L)",
+			       c->http_listen);
+	return 0;
 }
 
 static char *trim(char *s)

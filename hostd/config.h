@@ -37,6 +37,7 @@ struct config {
 	char log_level[16];
 	char sshgw_user[64];           /* local user berth-sshgw runs as ("" = none) */
 	char desktop_user[64];         /* local user berth-desktop runs as ("" = none) */
+	char web_user[64];             /* local user berth-web runs as ("" = none) */
 	char currency[16];             /* what prices are in (a label) */
 	char price_vcpu_hour[32];      /* per vCPU-hour while running (decimal) */
 	char price_memory_gib_hour[32]; /* per GiB-hour of memory while running */
@@ -73,6 +74,7 @@ struct config {
 					  suspended (seconds; -1 = never); per machine too */
 	int idle_cpu_percent;          /* quiet: its vCPUs used less than this % of one */
 	int64_t idle_check_s;          /* how often the policy looks */
+	/* berth-web's (it asks hostd for them: GET /v1/web/settings). */
 	char http_listen[80];          /* dashboard + API over HTTP: "ADDR:PORT" ("" = off) */
 	char tls_cert[PATH_MAX];       /* PEM files: HTTPS when both are set */
 	char tls_key[PATH_MAX];
@@ -95,6 +97,10 @@ int config_load(struct config *c, const char *file, int required, struct err *e)
  * fuzz harness: no file). */
 int config_parse(struct config *c, const char *text, size_t len, const char *file,
 		 struct err *e);
+/* The settings that go together: http_listen ADDR:PORT (numeric, or ""),
+ * tls_cert and tls_key both or neither, and HTTPS unless http_listen is
+ * loopback.  400 "invalid_config" naming the value. */
+int config_check(const struct config *c, struct err *e);
 /* Apply one `key = value` (for tests and --set).  WHERE names the origin. */
 int config_set(struct config *c, const char *key, const char *value,
 	       const char *where, struct err *e);

@@ -31,19 +31,19 @@ struct hostd {
 	char recipes_dir[PATH_MAX];
 	int64_t started_ms;
 
-	/* The gateways' identities: the uids of cfg.sshgw_user and
-	 * cfg.desktop_user, looked up at start.  Each may use only its own
-	 * /v1/gateway routes (and desktop_uid STATE/desktop.sock); has_* is
-	 * false when the user does not exist (or none is configured). */
-	bool has_sshgw, has_desktop;
-	uid_t sshgw_uid, desktop_uid;
+	/* The network daemons' identities: the uids of cfg.sshgw_user,
+	 * cfg.desktop_user and cfg.web_user, looked up at start.  Each may use
+	 * only its own /v1/gateway routes or socket (desktop_uid
+	 * STATE/desktop.sock, web_uid STATE/web.sock); has_* is false when the
+	 * user does not exist (or none is configured). */
+	bool has_sshgw, has_desktop, has_web;
+	uid_t sshgw_uid, desktop_uid, web_uid;
 	unsigned qemu_gid;          /* cfg.qemu_group's gid: every QEMU runs in it */
 	bool cpu_weights;           /* the host's cgroups weigh CPU: <cputune><shares> */
 	bool io_weights;            /* and I/O (BFQ's weights): <blkiotune><weight> */
 	bool memory_weights;        /* and memory: <memtune><soft_limit> */
 	struct sessions *sessions;  /* the gateways' live sessions */
 	struct keyproof *keyproof;  /* challenges of berth key add */
-	char dashboard_url[160];    /* the HTTP listener's, "" when off (hostd/http.c) */
 	struct desktop *desktop;    /* desktop tokens and STATE/desktop.sock */
 	struct execs *execs;        /* commands running through the API (hostd/exec.h) */
 

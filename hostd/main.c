@@ -36,7 +36,6 @@
 #include "hostd/hostd.h"
 #include "hostd/idle.h"
 #include "hostd/keyproof.h"
-#include "hostd/http.h"
 #include "hostd/image.h"
 #include "hostd/machine.h"
 #include "hostd/net.h"
@@ -122,18 +121,26 @@ static int lookup_gateway(const char *key, const char *name, bool *has, uid_t *u
 	return 0;
 }
 
-/* The two gateways' users: two, so that one cannot make the other's
- * requests (berth-desktop never gets an SSH credential). */
+/* The network daemons' users: three, so that none can make another's
+ * requests (berth-desktop never gets an SSH credential, berth-web acts
+ * only with the tokens it is given). */
 static int lookup_gateways(struct hostd *h, struct err *e)
 {
 	if (lookup_gateway("sshgw_user", h->cfg.sshgw_user, &h->has_sshgw, &h->sshgw_uid, e) < 0 ||
 	    lookup_gateway("desktop_user", h->cfg.desktop_user, &h->has_desktop,
-			   &h->desktop_uid, e) < 0)
+			   &h->desktop_uid, e) < 0 ||
+	    lookup_gateway("web_user", h->cfg.web_user, &h->has_web, &h->web_uid, e) < 0)
 		return -1;
 	if (h->has_sshgw && h->has_desktop && h->sshgw_uid == h->desktop_uid)
 		return err_set(e, 400, "invalid_config", "sshgw_user and desktop_user are the same "
 			       "user (uid %u): each gateway needs a user of its own",
 			       (unsigned)h->sshgw_uid);
+	if (h->has_web && ((h->has_sshgw && h->web_uid == h->sshgw_uid) ||
+			   (h->has_desktop && h->web_uid == h->desktop_uid)))
+		return err_set(e, 400, "invalid_config", "web_user is the user of %s (uid %u): "
+			       "berth-web needs a user of its own",
+			       h->has_sshgw && h->web_uid == h->sshgw_uid ? "sshgw_user" :
+			       "desktop_user", (unsigned)h->web_uid);
 	return 0;
 }
 
@@ -313,8 +320,7 @@ int main(int argc, char **argv)
 	const char *state = NULL, *config = NULL, *level = NULL, *desktop_url = NULL;
 	char path[PATH_MAX], vols[PATH_MAX];
 	struct err e = { 0 };
-	struct api *api = NULL;
-	struct http *http = NULL;
+	struct api *api = NULL, *web = NULL;
 	sigset_t sigs;
 	int c, sig, lock_fd = -1, rc = 1;
 	enum log_level lvl;
@@ -359,6 +365,8 @@ int main(int argc, char **argv)
 	/* berth up --desktop-port: the URLs must name the bridge's port. */
 	if (desktop_url &&
 	    config_set(&h.cfg, "desktop_url", desktop_url, "--desktop-url", &e) < 0)
+		goto fail;
+	if (config_check(&h.cfg, &e) < 0)
 		goto fail;
 	if (log_level_parse(h.cfg.log_level, &lvl) == 0)
 		log_threshold = lvl;
@@ -449,11 +457,13 @@ int main(int argc, char **argv)
 	if (!h.desktop)
 		goto fail;
 	snprintf(path, sizeof(path), "%s/hostd.sock", state);
-	api = api_start(&h, path, &e);
+	api = api_start(&h, path, false, &e);
 	if (!api)
 		goto fail;
-	/* The dashboard and the API over HTTP, for token holders. */
-	if (http_start(&h, &http, &e) < 0)
+	/* berth-web's: the API for the token holders it serves over HTTP. */
+	snprintf(path, sizeof(path), "%s/web.sock", state);
+	web = api_start(&h, path, true, &e);
+	if (!web)
 		goto fail;
 	snprintf(path, sizeof(path), "%s/hostd.pid", state);
 	{
@@ -469,7 +479,7 @@ int main(int argc, char **argv)
 	}
 	log_info("signal %d: stopping (machines keep running)", sig);
 	execs_stop(h.execs);
-	http_stop(http);
+	api_stop(web);
 	api_stop(api);
 	unlink(path);
 	rc = 0;
@@ -477,6 +487,7 @@ int main(int argc, char **argv)
 fail:
 	log_error("%s", e.msg);
 	execs_stop(h.execs);
+	api_stop(web);
 	api_stop(api);
 out:
 	idle_stop(&h);

@@ -328,7 +328,7 @@ agent_up() {
 PIDS=()
 cleanup() {
 	local d p doms
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+	for p in "${PIDS[@]}" $WEB_PID; do kill "$p" 2>/dev/null; done
 	for p in "${TEST_USERS[@]}"; do
 		pkill -KILL -u "$p" 2>/dev/null
 		userdel "$p" 2>/dev/null
@@ -340,6 +340,8 @@ cleanup() {
 	[ -n "$p" ] && [ "$(cat "/proc/$p/comm" 2>/dev/null)" = berth-sshgw ] && kill -KILL "$p"
 	p=$(cat "$STATE/desktop.pid" 2>/dev/null)
 	[ -n "$p" ] && [ "$(cat "/proc/$p/comm" 2>/dev/null)" = berth-desktop ] && kill -KILL "$p"
+	p=$(cat "$STATE/web.pid" 2>/dev/null)
+	[ -n "$p" ] && [ "$(cat "/proc/$p/comm" 2>/dev/null)" = berth-web ] && kill -KILL "$p"
 	# libvirtd may be away for a moment (t260 restarts it, and other
 	# suites share it): wait for it rather than leave domains behind.
 	for _ in $(seq 30); do
@@ -400,10 +402,11 @@ finish() {
 	# logs must hold no sanitizer report.
 	kill_hostd TERM
 	local reports
+	web_down
 	reports=$(grep -h -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' \
-		"$T/hostd.log" "$STATE/hostd.log" 2>/dev/null | head -5)
+		"$T/hostd.log" "$STATE/hostd.log" "$T/web.log" 2>/dev/null | head -5)
 	if [ -n "$reports" ]; then
-		not_ok "no sanitizer reports in hostd's log"
+		not_ok "no sanitizer reports in hostd's and berth-web's logs"
 		echo "$reports" | sed 's/^/# /'
 	fi
 	if [ "$nfail" -gt 0 ]; then
@@ -413,6 +416,34 @@ finish() {
 	echo "1..$n"
 	[ "$nfail" -eq 0 ]
 	exit $?
+}
+
+# web_up [OPTION...]: berth-web for $STATE, started as root (it asks hostd
+# for http_listen and the TLS files, then runs as berth-web), its log
+# $T/web.log, WEB_PID its pid (cleanup ends it; not in PIDS, which
+# scripts wait for).  Waits up to 10 s until
+# it says it listens; fails (the log's tail as diagnostics) when not.
+WEB_PID=
+web_up() {
+	local from
+	from=$(cat "$T/web.log" 2>/dev/null | wc -l)
+	"$BIN/berth-web" --state "$STATE" --log-level info "$@" >>"$T/web.log" 2>&1 &
+	WEB_PID=$!
+	for _ in $(seq 100); do
+		tail -n "+$((from + 1))" "$T/web.log" | grep -q 'listening on' && return 0
+		kill -0 "$WEB_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	diag "berth-web did not come up; log:"
+	tail -n "+$((from + 1))" "$T/web.log" | tail -20 | sed 's/^/# /'
+	return 1
+}
+# web_down: stop web_up's berth-web (SIGTERM: it exits cleanly).
+web_down() {
+	[ -n "$WEB_PID" ] || return 0
+	kill "$WEB_PID" 2>/dev/null
+	wait "$WEB_PID" 2>/dev/null
+	WEB_PID=
 }
 
 # bridge_start PORT [OPTION...]: berth-desktop for $STATE on

@@ -1,12 +1,16 @@
 #!/bin/bash
-# The embedded default: `berth up --detach` starts hostd and the SSH
-# gateway, builds the tiny image, boots machine demo and prints how to reach
-# it; `ssh demo@localhost` through the gateway works; `berth down` stops the
-# machine, the gateway and hostd, and the disks stay.
+# The embedded default: `berth up --detach` starts hostd, the SSH
+# gateway, the desktop bridge and berth-web, builds the tiny image, boots
+# machine demo and prints how to reach it; `ssh demo@localhost` through the
+# gateway works; `berth down` stops the machine, the daemons and hostd,
+# and the disks stay.
 . "$(dirname "$0")/../lib.sh"
 
 PORT=$(free_port)
 DPORT=$(free_port)
+WPORT=$(free_port)
+mkdir -p "$STATE"
+echo "http_listen = 127.0.0.1:$WPORT" >"$STATE/berth.conf"
 out=$("$BIN/berth" up --state "$STATE" --detach --ssh-port "$PORT" --desktop-port "$DPORT" 2>"$T/up.err")
 rc=$?
 check_eq "berth up --detach succeeds" 0 "$rc"
@@ -14,8 +18,11 @@ check_eq "berth up --detach succeeds" 0 "$rc"
 check_match "it prints how to reach demo" "exec demo -- uname -a" "$out"
 check_match "it names the hypervisor" "machines run under (kvm|tcg)" "$out"
 check_match "it prints how to ssh in through the gateway" "ssh -p $PORT demo@localhost" "$out"
-check_match "it prints the dashboard's URL (or why there is none)" \
-	"Dashboard: https?://|No dashboard: http_listen" "$out"
+check_match "it prints the dashboard's URL" "Dashboard: http://127\.0\.0\.1:$WPORT/ " "$out"
+WB_PID=$(cat "$STATE/web.pid" 2>/dev/null)
+check_eq "berth-web runs" berth-web "$(cat "/proc/$WB_PID/comm" 2>/dev/null)"
+check_eq "as berth-web, a third user" "$(id -u berth-web)" "$(awk '/^Uid:/ {print $2}' "/proc/$WB_PID/status" 2>/dev/null)"
+check_eq "it serves the dashboard" 200 "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$WPORT/")"
 GW_PID=$(cat "$STATE/sshgw.pid" 2>/dev/null)
 check_eq "the gateway runs" berth-sshgw "$(cat "/proc/$GW_PID/comm" 2>/dev/null)"
 check_eq "as berth-sshgw, not root" "$(id -u berth-sshgw)" "$(awk '/^Uid:/ {print $2}' "/proc/$GW_PID/status" 2>/dev/null)"
@@ -51,6 +58,7 @@ check_gone "hostd is gone" "$HOSTD_PID"
 HOSTD_PID=
 check_gone "the gateway is gone" "$GW_PID"
 check_gone "the desktop bridge is gone" "$DT_PID"
+check_gone "berth-web is gone" "$WB_PID"
 check_eq "demo is shut off" "shut off" "$(dom_state "$dom")"
 check_eq "its disk stays" 2 "$(ls "$STATE/volumes" | wc -l)"
 

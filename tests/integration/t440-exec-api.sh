@@ -22,6 +22,7 @@ max_execs = 2
 api_send_timeout = 4s
 EOF
 start_hostd && build_tiny || { not_ok "hostd and image"; finish; }
+web_up || not_ok "berth-web starts"
 
 # ub ARGS...: the berth CLI as $U; ux ARGS...: exec_client.py as $U on the socket.
 ub() { as_user "$U" "$BIN/berth" --state "$STATE" "$@"; }

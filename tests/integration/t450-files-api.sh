@@ -20,6 +20,7 @@ PORT=$(free_port)
 mkdir -p "$STATE"
 echo "http_listen = 127.0.0.1:$PORT" >>"$STATE/berth.conf"
 start_hostd && build_tiny || { not_ok "hostd and image"; finish; }
+web_up || not_ok "berth-web starts"
 
 ub() { as_user "$U" "$BIN/berth" --state "$STATE" "$@"; }
 # uc ARGS...: curl as $U on hostd's socket; F is m's files route.

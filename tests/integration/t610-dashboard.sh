@@ -1,15 +1,18 @@
 #!/bin/bash
 # The dashboard and the HTTP API: API tokens (made, listed, revoked, only
-# their hash on disk), hostd's HTTP listener (401 without a valid token,
-# no gateway or root-only routes, no X-Berth-User, no path traversal,
-# static files with their types), the dashboard in headless Chromium
-# (tests/browser/dashboard.mjs: login, live cost, stop, CSV, phone width,
-# a screenshot in build/test-artifacts/), HTTPS with a self-signed
-# certificate, and bad listener settings refused.
+# their hash on disk), berth-web (its own user, no capabilities, hostd on
+# no TCP port, hostd's web.sock closed to other users; 401 without a valid
+# token, no gateway or root-only routes, no X-Berth-User, no path
+# traversal, static files with their types), the dashboard in headless
+# Chromium (tests/browser/dashboard.mjs: login, live cost, stop, CSV,
+# phone width, a screenshot in build/test-artifacts/), HTTPS with a
+# self-signed certificate, and bad listener settings refused (hostd's
+# berth.conf checks, berth-web's TLS files and port).
 . "$(dirname "$0")/../lib.sh"
 
 OFF_PID=
 trap '[ -n "$OFF_PID" ] && kill -KILL "$OFF_PID" 2>/dev/null; cleanup' EXIT
+command -v setpriv >/dev/null || { skip "setpriv is not installed (util-linux)"; finish; }
 PORT=$(free_port)
 URL=http://127.0.0.1:$PORT
 mkdir -p "$STATE"
@@ -21,7 +24,19 @@ stop_timeout = 5
 max_vcpus = 2
 CONF
 start_hostd && build_tiny || { not_ok "hostd and image"; finish; }
-ok "hostd starts with its HTTP listener"
+web_up || { not_ok "berth-web starts"; finish; }
+ok "berth-web starts on http_listen"
+check_eq "berth-web runs as its own user" berth-web "$(ps -o user= -p "$WEB_PID")"
+check_eq "  with no capabilities" "0000000000000000 0000000000000000" \
+	"$(awk '/^Cap(Eff|Prm):/ { printf "%s%s", s, $2; s = " " }' "/proc/$WEB_PID/status")"
+check_absent "hostd listens on no TCP port" matching "pid=$HOSTD_PID," ss -Htlnp
+check_match "  (berth-web does: the positive control)" "pid=$WEB_PID," "$(ss -Htlnp)"
+check_eq "hostd's web.sock refuses another local user" 403 \
+	"$(setpriv --reuid=nobody --regid=nogroup --clear-groups curl -s -o /dev/null \
+		-w '%{http_code}' --unix-socket "$STATE/web.sock" http://berth/v1/info)"
+check_eq "  and berth-web's own user without a token: 401" 401 \
+	"$(setpriv --reuid=berth-web --regid=berth-web --clear-groups curl -s -o /dev/null \
+		-w '%{http_code}' --unix-socket "$STATE/web.sock" http://berth/v1/info)"
 check_eq "info gives the dashboard's URL" "$URL/" "$(berth info --json | json dashboard)"
 berth create m --no-wait >/dev/null 2>&1 || not_ok "create m"
 
@@ -177,9 +192,11 @@ cp -p "$T/cert.pem" "$LE/archive/h/cert1.pem"
 cp -p "$T/key.pem" "$LE/archive/h/privkey1.pem"
 ln -s ../../archive/h/cert1.pem "$LE/live/h/cert.pem"
 ln -s ../../archive/h/privkey1.pem "$LE/live/h/privkey.pem"
+web_down
 kill_hostd TERM
 printf 'tls_cert = %s\ntls_key = %s\n' "$LE/live/h/cert.pem" "$LE/live/h/privkey.pem" >>"$STATE/berth.conf"
-start_hostd || not_ok "hostd restarts with TLS (certbot's live/ links)"
+start_hostd || not_ok "hostd restarts with TLS"
+web_up || not_ok "berth-web restarts with TLS (certbot's live/ links)"
 check_eq "info gives the https URL" "https://127.0.0.1:$PORT/" "$(berth info --json | json dashboard)"
 check_eq "HTTPS with the token: 200" 200 "$(code --cacert "$T/cert.pem" "${AUTH[@]}" "https://127.0.0.1:$PORT/v1/machines")"
 check_eq "HTTPS without a token: 401" 401 "$(code --cacert "$T/cert.pem" "https://127.0.0.1:$PORT/v1/machines")"
@@ -189,7 +206,8 @@ check_eq "the certificate is the configured one (without it curl cannot verify i
 check "plain HTTP to the TLS port gets no answer" \
 	bash -c "[ \"\$(curl -s -m 5 -o /dev/null -w '%{http_code}' '$URL/')\" != 200 ]"
 
-# Bad settings are refused with the setting named, and leave no hostd.
+# Bad settings are refused with the setting named: berth.conf's by hostd
+# (it leaves no hostd), the TLS files and the port by berth-web.
 bad_conf() { # CONF-LINES... : hostd refuses to start; prints its log
 	local s=$T/bad
 	rm -rf "$s"; mkdir -p "$s"
@@ -197,36 +215,43 @@ bad_conf() { # CONF-LINES... : hostd refuses to start; prints its log
 	timeout 20 "$BIN/berth-hostd" --state "$s" >"$T/bad.log" 2>&1
 	echo "exit=$? $(cat "$T/bad.log")"
 }
+# bad_web CONF-LINES...: hostd starts with them, berth-web refuses to;
+# prints berth-web's exit status and log.
+bad_web() {
+	local s=$T/badweb
+	rm -rf "$s"; mkdir -p "$s"
+	printf '%s\n' "$@" >"$s/berth.conf"
+	"$BIN/berth-hostd" --state "$s" >"$T/badweb-hostd.log" 2>&1 &
+	OFF_PID=$!
+	timeout 40 "$BIN/berth-web" --state "$s" >"$T/badweb.log" 2>&1
+	echo "exit=$? $(cat "$T/badweb.log")"
+	kill "$OFF_PID"; wait "$OFF_PID" 2>/dev/null; OFF_PID=
+}
 check_match "http_listen without a port is refused" "exit=1 .*http_listen = 'localhost' is not ADDR:PORT" \
 	"$(bad_conf 'http_listen = localhost')"
 check_match "a port out of range is refused" "exit=1 .*http_listen = '127.0.0.1:70000'" \
 	"$(bad_conf 'http_listen = 127.0.0.1:70000')"
 check_match "tls_cert without tls_key is refused" "exit=1 .*both tls_cert and tls_key" \
 	"$(bad_conf "http_listen = 127.0.0.1:$(free_port)" "tls_cert = $T/cert.pem")"
+check_match "a non-loopback address without TLS is refused" \
+	"exit=1 .*http_listen = 0.0.0.0:[0-9]+ is reachable from other hosts" \
+	"$(bad_conf "http_listen = 0.0.0.0:$(free_port)")"
 check_match "an unreadable certificate is named" "exit=1 .*tls_cert = $T/none.pem" \
-	"$(bad_conf "http_listen = 127.0.0.1:$(free_port)" "tls_cert = $T/none.pem" "tls_key = $T/key.pem")"
+	"$(bad_web "http_listen = 127.0.0.1:$(free_port)" "tls_cert = $T/none.pem" "tls_key = $T/key.pem")"
 ln -s "$LE/archive/h/privkey1.pem" "$T/their-key.pem"
 chown -h nobody "$T/their-key.pem"
 check_match "a TLS key through a link another user owns is refused" \
 	"exit=1 .*tls_key = $T/their-key.pem: $T/their-key.pem is a symbolic link owned by uid $(id -u nobody)" \
-	"$(bad_conf "http_listen = 127.0.0.1:$(free_port)" "tls_cert = $T/cert.pem" "tls_key = $T/their-key.pem")"
+	"$(bad_web "http_listen = 127.0.0.1:$(free_port)" "tls_cert = $T/cert.pem" "tls_key = $T/their-key.pem")"
 cp -p "$T/key.pem" "$T/open-key.pem"
 chmod 644 "$T/open-key.pem"
 check_match "a private key every user can read is refused" \
 	"exit=1 .*tls_key = $T/open-key.pem is open to every user \\(mode 0644\\)" \
-	"$(bad_conf "http_listen = 127.0.0.1:$(free_port)" "tls_cert = $T/cert.pem" "tls_key = $T/open-key.pem")"
-check_match "a non-loopback address without TLS is refused" \
-	"exit=1 .*http_listen = 0.0.0.0:[0-9]+ is reachable from other hosts" \
-	"$(bad_conf "http_listen = 0.0.0.0:$(free_port)")"
-check_match "a configured address in use is an error" "exit=1 .*http_listen 127.0.0.1:$PORT" \
-	"$(bad_conf "http_listen = 127.0.0.1:$PORT")"
-s=$T/off
-mkdir -p "$s"
-echo 'http_listen =' >"$s/berth.conf"
-"$BIN/berth-hostd" --state "$s" >"$T/off.log" 2>&1 &
-OFF_PID=$!
-for _ in $(seq 100); do grep -qs 'ready in' "$T/off.log" && break; sleep 0.2; done
-check_match "http_listen empty: no listener, and hostd runs" "no dashboard.*ready in" "$(tr '\n' ' ' <"$T/off.log")"
-kill "$OFF_PID"; wait "$OFF_PID" 2>/dev/null; OFF_PID=
+	"$(bad_web "http_listen = 127.0.0.1:$(free_port)" "tls_cert = $T/cert.pem" "tls_key = $T/open-key.pem")"
+check_match "a configured address in use is an error" "exit=1 .*listen on 127.0.0.1:$PORT: Address already in use" \
+	"$(bad_web "http_listen = 127.0.0.1:$PORT")"
+check_match "http_listen empty: hostd runs, berth-web has nothing to serve" \
+	"exit=1 .*http_listen is empty in berth.conf" "$(bad_web 'http_listen =')"
+check_match "  (that hostd did start)" "ready in" "$(cat "$T/badweb-hostd.log")"
 
 finish

@@ -29,6 +29,7 @@ mkdir -p "$STATE"
 printf 'desktop_url = http://127.0.0.1:%s\nhttp_listen = 127.0.0.1:%s\n' "$PORT" "$HPORT" \
 	>"$STATE/berth.conf"
 start_hostd || { not_ok "hostd starts"; finish; }
+web_up || not_ok "berth-web starts"
 build_tiny || { not_ok "tiny image builds"; finish; }
 berth create m1 --memory 256M >/dev/null 2>"$T/create.err" ||
 	{ not_ok "create m1"; cat "$T/create.err"; finish; }

@@ -86,10 +86,11 @@ for _ in $(seq 50); do grep -q ready "$T/canary.out" 2>/dev/null && break; sleep
 
 # ---- hostd, routed, resolving through the test's resolver ----
 mkdir -p "$STATE"
-# A dashboard port of its own (8080 may be another test's): hostd's HTTP
-# port is one of the canaries.
+# A dashboard port of its own (8080 may be another test's): berth-web's
+# HTTP port is one of the canaries.
 printf 'dns_upstream = %s\nhttp_listen = 127.0.0.1:%s\n' "$RESOLVER" "$(free_port)" >>"$STATE/berth.conf"
 start_hostd || { not_ok "hostd starts"; finish; }
+web_up || not_ok "berth-web starts"
 build_tiny || { not_ok "tiny image"; finish; }
 berth create a >/dev/null || not_ok "create a"
 berth create b >/dev/null || not_ok "create b"
@@ -114,10 +115,10 @@ for t in $targets; do
 	check_eq "a: host $t udp $((CP + 3)) (canary) is closed" timeout \
 		"$(probe a udp "$t" $((CP + 3)) 1500)"
 	check_eq "a: host $t ssh port 22 is closed" timeout "$(probe a tcp "$t" 22 1500)"
-	check_eq "a: host $t hostd's HTTP port (${http_port:-none}) is closed" timeout \
+	check_eq "a: host $t berth-web's HTTP port (${http_port:-none}) is closed" timeout \
 		"$(probe a tcp "$t" "${http_port:-0}" 1500)"
 done
-check_eq "hostd's HTTP port answers the host" open "$(host_tcp 127.0.0.1 "${http_port:-0}")"
+check_eq "berth-web's HTTP port answers the host" open "$(host_tcp 127.0.0.1 "${http_port:-0}")"
 check "the canaries' log is there" test -f "$T/canary.log"
 check_absent "no canary saw a guest" cat "$T/canary.log"
 check_match "DNS on the gateway answers" "$ALLOWED" \

@@ -57,10 +57,11 @@ check_eq "and its :: canary, on $V6_HERE" open "$(host_tcp6 $V6_HERE $((CP + 4))
 : >"$T/canary.log"
 
 mkdir -p "$STATE"
-# A dashboard port of its own (8080 may be another test's): its HTTP port
+# A dashboard port of its own (8080 may be another test's): berth-web's HTTP port
 # is one of the canaries.
 printf 'network = user\nhttp_listen = 127.0.0.1:%s\n' "$(free_port)" >"$STATE/berth.conf"
 start_hostd || { not_ok "hostd starts"; finish; }
+web_up || not_ok "berth-web starts"
 check_eq "hostd says network = user" user "$(berth info --json | json network)"
 inst=$(berth info --json | json instance)
 check "hostd says why network = user is a fallback" grep -q 'network = user is a fallback' "$T/hostd.log"
@@ -98,8 +99,8 @@ for t in $targets; do
 	check_match "host $t udp $((CP + 2)) (canary) is closed" 'refused|timeout' \
 		"$(probe udp "$t" $((CP + 2)) 1500)"
 done
-check_eq "hostd's HTTP answers the host" open "$(host_tcp 127.0.0.1 "${http_port:-0}")"
-check_match "10.0.2.2 ${http_port:-(none)} (hostd's HTTP) is closed" 'refused|timeout' \
+check_eq "berth-web's HTTP answers the host" open "$(host_tcp 127.0.0.1 "${http_port:-0}")"
+check_match "10.0.2.2 ${http_port:-(none)} (berth-web's HTTP) is closed" 'refused|timeout' \
 	"$(probe tcp 10.0.2.2 "$http_port" 1500)"
 check_match "10.0.2.2 $port (a machine's SSH forward) is closed" 'refused|timeout' \
 	"$(probe tcp 10.0.2.2 "$port" 1500)"

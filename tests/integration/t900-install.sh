@@ -4,8 +4,9 @@
 # units, berth.conf), the units' paths following PREFIX, systemd-analyze
 # verify on the installed units (tests/verify-units.sh, which must also
 # fail on a broken one), the installed berth-hostd finding the installed
-# recipes (it builds the tiny image from them) and dashboard, the installed
-# berth-desktop finding the installed page and noVNC, berth.conf never
+# recipes (it builds the tiny image from them), the installed berth-web
+# finding the installed dashboard, the installed berth-desktop finding the
+# installed page and noVNC, berth.conf never
 # overwritten, and uninstall removing what install put there and nothing
 # else (not the state directory, not a changed berth.conf).
 . "$(dirname "$0")/../lib.sh"
@@ -23,7 +24,7 @@ if [ ! -f "$SRC_NOVNC/core/rfb.js" ]; then
 	finish
 fi
 check "make install DESTDIR" mk install DESTDIR="$D" || tail -20 "$T/make.log"
-for f in bin/berth bin/berth-hostd bin/berth-sshgw bin/berth-desktop; do
+for f in bin/berth bin/berth-hostd bin/berth-sshgw bin/berth-desktop bin/berth-web; do
 	check "$f installed, executable" test -x "$P/$f"
 done
 check "recipes in lib/berth/recipes (tiny.sh, executable; lib/)" \
@@ -35,7 +36,7 @@ check "noVNC in share/berth/novnc" cmp "$SRC_NOVNC/core/rfb.js" "$P/share/berth/
 check "docs in share/doc/berth" test -f "$P/share/doc/berth/README.md" -a \
 	-f "$P/share/doc/berth/architecture.md"
 check "berth.conf in etc/berth" cmp "$ROOT/deploy/berth.conf" "$D/etc/berth/berth.conf"
-for u in berth-hostd berth-sshgw berth-desktop; do
+for u in berth-hostd berth-sshgw berth-desktop berth-web; do
 	check_match "$u.service: ExecStart in PREFIX/bin" \
 		"^ExecStart=/usr/local/bin/$u --state /var/lib/berth " \
 		"$(grep '^ExecStart=' "$D/etc/systemd/system/$u.service")"
@@ -65,9 +66,9 @@ check_eq "PREFIX=/opt/b: hostd's ExecStart" \
 check "PREFIX=/opt/b: make uninstall" mk uninstall DESTDIR="$T/opt" PREFIX=/opt/b SYSCONFDIR=/opt/etc
 check_absent "PREFIX=/opt/b: nothing left but directories" find "$T/opt" ! -type d
 
-# The installed hostd finds the installed recipes and dashboard by itself
-# (no recipes_dir, no web_dir): nothing else is there (no source tree
-# above PREFIX/bin, no /usr/share/berth).
+# The installed hostd finds the installed recipes, berth-web the installed
+# dashboard, by themselves (no recipes_dir, no web_dir): nothing else is
+# there (no source tree above PREFIX/bin, no /usr/share/berth).
 HTTP=$(free_port)
 mkdir -p "$STATE"
 echo "http_listen = 127.0.0.1:$HTTP" >"$STATE/berth.conf"
@@ -76,9 +77,12 @@ if start_hostd; then
 	check_match "installed hostd: recipes in PREFIX/lib/berth/recipes" \
 		"recipes $P/bin/../lib/berth/recipes\$" "$(grep -o 'recipes /.*' "$T/hostd.log" | head -1)"
 	check "installed hostd: builds the tiny image from them" build_tiny
+	web_up || not_ok "installed berth-web starts"
+	check_match "installed berth-web: the dashboard from PREFIX/share/berth/web" \
+		"from $P/bin/../share/berth/web;" "$(grep -o 'from .*' "$T/web.log")"
 	curl -s -o "$T/index.html" "http://127.0.0.1:$HTTP/"
-	check "installed hostd: serves the installed dashboard" cmp "$ROOT/web/page/index.html" "$T/index.html"
-	check_absent "installed hostd: no warning about the dashboard" matching 'dashboard: no' cat "$T/hostd.log"
+	check "installed berth-web: serves the installed dashboard" cmp "$ROOT/web/page/index.html" "$T/index.html"
+	check_absent "installed berth-web: no warning about the dashboard" matching 'dashboard: no' cat "$T/web.log"
 
 	DPORT=$(free_port)
 	"$P/bin/berth-desktop" --state "$STATE" --listen "127.0.0.1:$DPORT" --user berth-desktop \

@@ -1,9 +1,9 @@
 #!/bin/bash
 # tests/run: alongside (its own QEMU VM, not the host's libvirtd: runs beside the rest)
 # berth installed as a service on a host that boots systemd: deploy/install.sh
-# --disk on a bare host (no berth files, a blank disk), then the three units
+# --disk on a bare host (no berth files, a blank disk), then the four units
 # active and enabled, hostd answering, the gateways listening as their own
-# users, a machine on lvm-thin running, a restart of the three units (new
+# users, a machine on lvm-thin running, a restart of the four units (new
 # main processes) leaving that machine's QEMU and its dnsmasq running, and
 # make uninstall stopping the units and removing the programs while the
 # machine, its disk and the database stay.
@@ -52,7 +52,7 @@ fi
 . "$ROOT/tests/lib.sh"
 BIN=/usr/local/bin
 STATE=/var/lib/berth
-UNITS="berth-hostd berth-sshgw berth-desktop"
+UNITS="berth-hostd berth-sshgw berth-desktop berth-web"
 DEADLINE=${BERTH_T910_DEADLINE:-0}
 if [ "$DEADLINE" -lt "$(date +%s)" ] || [ "$DEADLINE" -gt $(($(date +%s) + 3600)) ]; then
 	DEADLINE=$(($(date +%s) + 900))
@@ -94,8 +94,8 @@ rm -rf /var/lib/berth /etc/berth /etc/default/berth /usr/local/lib/berth \
 # The units by name: lvm-vm.sh's own (lvm-vm-cmd.service runs this very
 # script) are in /etc/systemd/system too.
 rm -f /usr/local/bin/berth /usr/local/bin/berth-* \
-	/etc/systemd/system/berth-{hostd,sshgw,desktop}.service \
-	/etc/systemd/system/multi-user.target.wants/berth-{hostd,sshgw,desktop}.service \
+	/etc/systemd/system/berth-{hostd,sshgw,desktop,web}.service \
+	/etc/systemd/system/multi-user.target.wants/berth-{hostd,sshgw,desktop,web}.service \
 	/etc/libvirt/qemu/*.xml /etc/libvirt/qemu/autostart/*.xml \
 	/etc/libvirt/qemu/networks/autostart/*.xml /etc/libvirt/storage/autostart/*.xml
 # lvm without udev (this root has none): lvm-vm.sh's lvm.conf for that,
@@ -105,7 +105,7 @@ unset LVM_SYSTEM_DIR
 mkdir -p /etc/lvm
 sed '/^backup {/,/^}/d' /run/berth-vm/lvm.conf >/etc/lvm/lvm.conf
 check "a bare host: no berth program, unit or state" \
-	eval '! ls /usr/local/bin/berth* /etc/systemd/system/berth-{hostd,sshgw,desktop}.service /var/lib/berth >/dev/null 2>&1'
+	eval '! ls /usr/local/bin/berth* /etc/systemd/system/berth-{hostd,sshgw,desktop,web}.service /var/lib/berth >/dev/null 2>&1'
 
 # ------------------------------------------------------------ install ---
 t=$(now)
@@ -115,7 +115,8 @@ check_eq "deploy/install.sh --disk $BERTH_LVM_DEVICE succeeds" 0 "$rc" ||
 	sed 's/^/# install: /' "$T/install.err" | tail -30
 diag "install.sh took $(secs "$t") s"
 check_match "install.sh says the services run and how to go on" \
-	"berth-hostd, berth-sshgw \\(port 2222\\) and berth-desktop run" "$(cat "$T/install.err")"
+	"berth-hostd, berth-sshgw \\(port 2222\\), berth-desktop and berth-web \\(127\\.0\\.0\\.1:8080\\) run" \
+	"$(cat "$T/install.err")"
 check_match "and prints the next steps" "ssh -p 2222 NAME@" "$(cat "$T/install.out")"
 for u in $UNITS; do
 	check_eq "$u.service is active" active "$(systemctl is-active "$u.service")"
@@ -129,10 +130,16 @@ check_match "the thin pool berth/pool is made" "^t" "$(lvm lvs --noheadings -o l
 check_match "berth-sshgw listens on port 2222" "^SSH-2\\.0-" "$(banner 2222)"
 check_eq "berth-desktop answers on 127.0.0.1:6080" 200 \
 	"$(curl -s -o /dev/null -w '%{http_code}' --max-time 20 http://127.0.0.1:6080/)"
+check_eq "berth-web serves the dashboard on 127.0.0.1:8080" 200 \
+	"$(curl -s -o /dev/null -w '%{http_code}' --max-time 20 http://127.0.0.1:8080/)"
+check_eq "  and the API (401 without a token)" 401 \
+	"$(curl -s -o /dev/null -w '%{http_code}' --max-time 20 http://127.0.0.1:8080/v1/machines)"
 hostd_pid=$(main_pid berth-hostd) sshgw_pid=$(main_pid berth-sshgw) desk_pid=$(main_pid berth-desktop)
+web_pid=$(main_pid berth-web)
 check_eq "berth-hostd runs as root" root "$(proc_user "$hostd_pid")"
 check_eq "berth-sshgw runs as berth-sshgw" berth-sshgw "$(proc_user "$sshgw_pid")"
 check_eq "berth-desktop runs as berth-desktop" berth-desktop "$(proc_user "$desk_pid")"
+check_eq "berth-web runs as berth-web" berth-web "$(proc_user "$web_pid")"
 
 # ----------------------------------------------------- a running machine ---
 t=$(now)
@@ -153,14 +160,15 @@ check "the machines' dnsmasq (network = routed) runs" alive "$dns_pid"
 # ------------------------------------------------------------ restart ---
 t=$(now)
 # shellcheck disable=SC2086
-check "systemctl restart the three units" systemctl restart $UNITS
+check "systemctl restart the four units" systemctl restart $UNITS
 until_deadline berth info
 check "hostd answers again after its restart" berth info
 diag "restart to hostd answering: $(secs "$t") s"
 until_deadline all_active
-check_eq "all three units active again" \
-	"berth-hostd=active berth-sshgw=active berth-desktop=active " "$(units_state)"
-for pair in "berth-hostd $hostd_pid" "berth-sshgw $sshgw_pid" "berth-desktop $desk_pid"; do
+check_eq "all four units active again" \
+	"berth-hostd=active berth-sshgw=active berth-desktop=active berth-web=active " "$(units_state)"
+for pair in "berth-hostd $hostd_pid" "berth-sshgw $sshgw_pid" "berth-desktop $desk_pid" \
+	"berth-web $web_pid"; do
 	set -- $pair
 	p=$(main_pid "$1")
 	if alive "$p" && [ "$p" != "$2" ] && ! alive "$2"; then
@@ -182,7 +190,8 @@ make -C "$ROOT" --no-print-directory uninstall >"$T/uninstall.out" 2>&1
 rc=$?
 check_eq "make uninstall succeeds" 0 "$rc" || sed 's/^/# /' "$T/uninstall.out" | tail -20
 check_eq "the units are gone (inactive, no unit file)" \
-	"berth-hostd=inactive berth-sshgw=inactive berth-desktop=inactive " "$(units_state)"
+	"berth-hostd=inactive berth-sshgw=inactive berth-desktop=inactive berth-web=inactive " \
+	"$(units_state)"
 check_absent "no unit files, no programs left" \
 	find /etc/systemd/system /usr/local/bin -name 'berth*'
 check "m1's QEMU still runs (uninstall leaves machines)" alive "$qemu_pid"

@@ -2,7 +2,7 @@
  * Unit tests for API tokens (hostd/tokens.h) on a real SQLite file: the
  * secret's form, only its sha256 stored, a token acts for its owner,
  * malformed/unknown/revoked secrets are 401, names are checked, the limit
- * per user, and last_used; and http_parse_listen (hostd/http.h).
+ * per user, and last_used; and http_listen's checks (daemon_parse_listen, config_check).
  *
  * Built by the Makefile as build/default/tests/test_tokens.
  */
@@ -16,7 +16,8 @@
 
 #include "common/err.h"
 #include "common/log.h"
-#include "hostd/http.h"
+#include "common/daemon.h"
+#include "hostd/config.h"
 #include "tests/unit/tap.h"
 #include "common/banned.h"
 
@@ -134,23 +135,37 @@ static void test_tokens(void)
 static void test_listen(void)
 {
 	struct sockaddr_storage ss;
-	unsigned len;
-	struct err e = { 0 };
+	socklen_t len;
+	struct config cfg;
 
-	check(http_parse_listen("127.0.0.1:8080", &ss, &len, &e) == 0 &&
-	      ss.ss_family == AF_INET &&
+	check(daemon_parse_listen("127.0.0.1:8080", &ss, &len) == 0 &&
+	      ss.ss_family == AF_INET && daemon_addr_loopback(&ss) &&
 	      ntohs(((struct sockaddr_in *)&ss)->sin_port) == 8080, "127.0.0.1:8080");
-	check(http_parse_listen("[::1]:443", &ss, &len, &e) == 0 && ss.ss_family == AF_INET6 &&
+	check(daemon_parse_listen("[::1]:443", &ss, &len) == 0 && ss.ss_family == AF_INET6 &&
+	      daemon_addr_loopback(&ss) &&
 	      ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) == 443, "[::1]:443");
-	check(http_parse_listen("0.0.0.0:1", &ss, &len, &e) == 0, "0.0.0.0:1");
+	check(daemon_parse_listen("0.0.0.0:1", &ss, &len) == 0 && !daemon_addr_loopback(&ss),
+	      "0.0.0.0:1, not loopback");
 	const char *bad[] = { "localhost:80", "127.0.0.1", ":80", "127.0.0.1:", "127.0.0.1:0",
 			      "127.0.0.1:65536", "127.0.0.1:8o", "::1:80", "[::1]80", "[]:80",
 			      "1.2.3.4.5:80", NULL };
 	for (int i = 0; bad[i]; i++) {
 		struct err e2 = { 0 };
-		check(http_parse_listen(bad[i], &ss, &len, &e2) < 0 && e2.status == 400 &&
-		      strstr(e2.msg, bad[i]), "'%s' is refused, named", bad[i]);
+		config_defaults(&cfg, "/tmp");
+		snprintf(cfg.http_listen, sizeof(cfg.http_listen), "%s", bad[i]);
+		check(daemon_parse_listen(bad[i], &ss, &len) < 0 && config_check(&cfg, &e2) < 0 &&
+		      e2.status == 400 && strstr(e2.msg, bad[i]), "'%s' is refused, named", bad[i]);
 	}
+	struct err e3 = { 0 }, e4 = { 0 }, e5 = { 0 };
+	config_defaults(&cfg, "/tmp");
+	snprintf(cfg.http_listen, sizeof(cfg.http_listen), "0.0.0.0:443");
+	check(config_check(&cfg, &e3) < 0 && strstr(e3.msg, "reachable from other hosts"),
+	      "another host's address without TLS is refused");
+	snprintf(cfg.tls_cert, sizeof(cfg.tls_cert), "/etc/cert.pem");
+	check(config_check(&cfg, &e4) < 0 && strstr(e4.msg, "only tls_cert"),
+	      "tls_cert without tls_key is refused");
+	snprintf(cfg.tls_key, sizeof(cfg.tls_key), "/etc/key.pem");
+	check(config_check(&cfg, &e5) == 0, "with both, it is not");
 }
 
 int main(void)

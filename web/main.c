@@ -1,0 +1,400 @@
+/* berth-web: berth over HTTP(S), unprivileged.  Usage:
+ *   berth-web --state DIR [--listen ADDR:PORT] [--user USER] [--page DIR]
+ *             [--max-connections N] [--max-per-addr N]
+ *             [--log-level L] [--pidfile FILE]
+ *
+ * Started as root, it asks hostd (DIR/hostd.sock, root's GET
+ * /v1/web/settings) where to listen (http_listen; --listen instead) and
+ * which TLS files to serve (tls_cert, tls_key), binds, reads those files,
+ * then becomes its user (web_user, default berth-web; --user) for good
+ * before it reads a byte from the network.  Started as another user, it
+ * needs --listen and serves plain HTTP on loopback.
+ *
+ * What it serves (libmicrohttpd, one thread per connection):
+ *   /v1/...  berth's API, each request passed to hostd over DIR/web.sock
+ *            (web/proxy.h), where hostd acts as the user of its bearer
+ *            token: berth-web decides nothing of who calls;
+ *   else     the dashboard's files (web/page/, or where `make install`
+ *            put them).
+ * Runs until SIGTERM or SIGINT. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "common/daemon.h"
+#include "common/err.h"
+#include "common/hostapi.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "web/reply.h"
+#include "web/proxy.h"
+#include "common/banned.h"
+
+/* The dashboard's files, at most. */
+#define PAGE_FILE_MAX (8 << 20)
+/* How long berth-web waits for hostd to answer at its start. */
+#define SETTINGS_WAIT_S 30
+
+/* What the daemon was given, fixed after its start. */
+struct web {
+	char state[PATH_MAX];
+	char web_sock[PATH_MAX + 16];   /* hostd's socket for berth-web */
+	char page[PATH_MAX];            /* the dashboard's files */
+	char listen[128];
+	char user[64];
+	char tls_cert[PATH_MAX], tls_key[PATH_MAX];
+	char *cert, *key;               /* PEM, kept for libmicrohttpd's lifetime */
+	int max_conns, max_per_addr;
+};
+
+static struct web W = { .max_conns = 1024, .max_per_addr = 256 };
+
+/* One request, from its first line (uri_seen) to its end (completed). */
+struct req {
+	char *target;                   /* the request target as received */
+	enum { REQ_NEW, REQ_API, REQ_PAGE } kind;
+	struct proxy_req *px;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: berth-web --state DIR [--listen ADDR:PORT] [--user USER] [--page DIR]\n"
+		   "                 [--max-connections N] [--max-per-addr N]\n"
+		   "                 [--log-level LEVEL] [--pidfile FILE]\n");
+}
+
+/* A file of the dashboard: "/" is index.html, otherwise a path that
+ * web_path_ok takes, read beneath the page's directory. */
+static enum MHD_Result serve_page(struct MHD_Connection *c, const char *url, const char *method)
+{
+	const char *rel = strcmp(url, "/") == 0 ? "index.html" : url + 1;
+	struct MHD_Response *r;
+	enum MHD_Result ret;
+	size_t len = 0;
+	char *data;
+
+	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+		return web_error(c, 405, "method_not_allowed", "only GET and HEAD outside /v1");
+	if (url[0] != '/' || !web_path_ok(rel))
+		return web_error(c, 400, "invalid_path", "invalid path: letters, digits, '.', "
+				  "'_', '-' and '/', no segment starting with '.'");
+	data = file_read_beneath(W.page, rel, PAGE_FILE_MAX, &len);
+	if (!data)
+		return web_error(c, 404, "not_found", "no such file");
+	r = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+	MHD_add_response_header(r, "Content-Type", mime_type(rel));
+	/* The page must always be the one that matches the running berth. */
+	MHD_add_response_header(r, "Cache-Control", strcmp(rel, "index.html") == 0 ?
+				"no-store" : "no-cache");
+	MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+	MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+	MHD_add_response_header(r, "Content-Security-Policy",
+				"default-src 'self'; img-src 'self' data:; "
+				"frame-ancestors 'none'; base-uri 'none'; form-action 'self'");
+	ret = MHD_queue_response(c, 200, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+/* The client's address, for X-Forwarded-For and the logs. */
+static void peer_of(struct MHD_Connection *c, char *out, size_t outlen)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+
+	out[0] = '\0';
+	if (sa && sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out,
+			  (socklen_t)outlen);
+	else if (sa && sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out,
+			  (socklen_t)outlen);
+}
+
+/* libmicrohttpd hands every request's target here first, as sent
+ * (percent-encoded, with its query): what is passed to hostd.  The
+ * answer is the request's state (*con_cls in the handler). */
+static void *uri_seen(void *cls, const char *uri, struct MHD_Connection *c)
+{
+	struct req *r = calloc(1, sizeof(*r));
+
+	(void)cls;
+	(void)c;
+	if (!r || !(r->target = strdup(uri)))
+		abort();
+	return r;
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
+			      const char *method, const char *version, const char *upload_data,
+			      size_t *upload_data_size, void **con_cls)
+{
+	struct req *r = *con_cls;
+	char peer[INET6_ADDRSTRLEN];
+
+	(void)cls;
+	(void)version;
+	if (!r)
+		return MHD_NO;
+	if (r->kind == REQ_NEW)
+		r->kind = !strcmp(url, "/v1") || !strncmp(url, "/v1/", 4) ? REQ_API : REQ_PAGE;
+	if (r->kind == REQ_API) {
+		peer_of(c, peer, sizeof(peer));
+		return proxy_handle(W.web_sock, c, method, r->target, peer, upload_data,
+				    upload_data_size, &r->px);
+	}
+	/* The page's files answer at once; a body sent with them is
+	 * dropped. */
+	if (*upload_data_size) {
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	return serve_page(c, url, method);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
+		      enum MHD_RequestTerminationCode toe)
+{
+	struct req *r = *con_cls;
+
+	(void)cls;
+	(void)c;
+	(void)toe;
+	if (!r)
+		return;
+	proxy_done(r->px);
+	free(r->target);
+	free(r);
+	*con_cls = NULL;
+}
+
+/* What hostd says of berth-web's listener (root's GET /v1/web/settings),
+ * waiting up to SETTINGS_WAIT_S for hostd to answer.  Fills what the
+ * command line did not set.  0, or -1 (logged). */
+static int settings(void)
+{
+	char sock[PATH_MAX + 16], err[512];
+	json_t *resp = NULL;
+	long status = 0;
+	int64_t until = mono_ms() + SETTINGS_WAIT_S * 1000;
+	bool said = false;
+
+	snprintf(sock, sizeof(sock), "%s/hostd.sock", W.state);
+	while (hostapi_call(sock, "GET", "/v1/web/settings", NULL, &status, &resp, err,
+			    sizeof(err)) < 0) {
+		if (mono_ms() >= until) {
+			log_error("no settings from berth-hostd: %s (is it running for %s?)", err,
+				  W.state);
+			return -1;
+		}
+		if (!said)
+			log_info("waiting for berth-hostd at %s", sock);
+		said = true;
+		sleep(1);
+	}
+	if (status != 200) {
+		log_error("berth-hostd refused berth-web's settings (%ld): %s", status,
+			  hostapi_message(resp, "no message"));
+		json_decref(resp);
+		return -1;
+	}
+	const char *listen = json_string_value(json_object_get(resp, "http_listen"));
+	const char *cert = json_string_value(json_object_get(resp, "tls_cert"));
+	const char *key = json_string_value(json_object_get(resp, "tls_key"));
+	const char *dir = json_string_value(json_object_get(resp, "web_dir"));
+	const char *user = json_string_value(json_object_get(resp, "web_user"));
+	if (!W.listen[0] && listen)
+		snprintf(W.listen, sizeof(W.listen), "%s", listen);
+	if (!W.user[0] && user)
+		snprintf(W.user, sizeof(W.user), "%s", user);
+	if (!W.page[0] && dir && dir[0])
+		snprintf(W.page, sizeof(W.page), "%s", dir);
+	snprintf(W.tls_cert, sizeof(W.tls_cert), "%s", cert ? cert : "");
+	snprintf(W.tls_key, sizeof(W.tls_key), "%s", key ? key : "");
+	json_decref(resp);
+	return 0;
+}
+
+/* The PEM file of KEY (tls_cert, tls_key) as root reads it: root's, or a
+ * link of root's to it (certbot's live/).  NULL (logged). */
+static char *read_pem(const char *key, const char *file)
+{
+	struct err e = { 0 };
+	char *s = file_read_trusted_link(file, 1 << 20, &e);
+
+	if (!s)
+		log_error("%s = %s: %s", key, file, e.msg);
+	return s;
+}
+
+/* The private key FILE is not open to other users (as sshd insists for its
+ * host keys); a group may read it (Debian's ssl-cert group). */
+static bool key_private(const char *file)
+{
+	struct stat st;
+
+	if (stat(file, &st) == 0 && (st.st_mode & (S_IROTH | S_IWOTH))) {
+		log_error("tls_key = %s is open to every user (mode %04o): chmod o-rw it, the "
+			  "key must stay private", file, (unsigned)(st.st_mode & 07777));
+		return false;
+	}
+	return true;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "state", required_argument, NULL, 's' },
+		{ "listen", required_argument, NULL, 'l' },
+		{ "user", required_argument, NULL, 'u' },
+		{ "page", required_argument, NULL, 'P' },
+		{ "max-connections", required_argument, NULL, 'm' },
+		{ "max-per-addr", required_argument, NULL, 'a' },
+		{ "log-level", required_argument, NULL, 'L' },
+		{ "pidfile", required_argument, NULL, 'p' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *pidfile = NULL;
+	struct MHD_Daemon *d = NULL;
+	struct sockaddr_storage ss;
+	socklen_t sslen;
+	bool tls;
+	sigset_t sigs;
+	int c, sig, lfd;
+
+	log_init("berth-web");
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 's': snprintf(W.state, sizeof(W.state), "%s", optarg); break;
+		case 'l': snprintf(W.listen, sizeof(W.listen), "%s", optarg); break;
+		case 'u': snprintf(W.user, sizeof(W.user), "%s", optarg); break;
+		case 'P': snprintf(W.page, sizeof(W.page), "%s", optarg); break;
+		case 'p': pidfile = optarg; break;
+		case 'm':
+			if (daemon_arg_int("--max-connections", optarg, 1, 65536, &W.max_conns) < 0)
+				return 2;
+			break;
+		case 'a':
+			if (daemon_arg_int("--max-per-addr", optarg, 1, 65536, &W.max_per_addr) < 0)
+				return 2;
+			break;
+		case 'L':
+			if (daemon_arg_log_level(optarg) < 0)
+				return 2;
+			break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!W.state[0] || optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
+		log_error("cannot initialise libcurl");
+		return 1;
+	}
+	snprintf(W.web_sock, sizeof(W.web_sock), "%s/web.sock", W.state);
+	if (geteuid() == 0 && settings() < 0)
+		return 1;
+	if (!W.listen[0]) {
+		log_error(geteuid() == 0 ? "http_listen is empty in berth.conf: nothing to serve "
+			  "(set it, or pass --listen)" : "--listen is needed when berth-web is not "
+			  "started as root (root asks hostd for http_listen)");
+		return 1;
+	}
+	if (!W.user[0])
+		snprintf(W.user, sizeof(W.user), "berth-web");
+	if (!W.page[0])
+		daemon_beside_exe("web/page", "share/berth/web", W.page, sizeof(W.page));
+	{
+		char probe[PATH_MAX + 16];
+		snprintf(probe, sizeof(probe), "%s/index.html", W.page);
+		if (access(probe, R_OK) != 0)
+			log_warn("dashboard: no %s (--page DIR, web_dir): only the API answers", probe);
+	}
+	if (daemon_parse_listen(W.listen, &ss, &sslen) < 0) {
+		log_error("listen on '%s': not ADDR:PORT with a numeric address (127.0.0.1:8080, "
+			  "[::1]:8080, 0.0.0.0:443) and a port from 1 to 65535", W.listen);
+		return 1;
+	}
+	tls = W.tls_cert[0] && W.tls_key[0];
+	if (!tls && !daemon_addr_loopback(&ss)) {
+		log_error("%s is reachable from other hosts: API tokens would cross the network "
+			  "in clear; set tls_cert and tls_key, or listen on 127.0.0.1 (and reach "
+			  "it with ssh -L)", W.listen);
+		return 1;
+	}
+	if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+		log_error("tls_cert is set but this libmicrohttpd has no TLS support");
+		return 1;
+	}
+	/* As root still: the TLS files, then the port. */
+	if (tls && (!(W.cert = read_pem("tls_cert", W.tls_cert)) || !key_private(W.tls_key) ||
+		    !(W.key = read_pem("tls_key", W.tls_key))))
+		return 1;
+	lfd = daemon_start(W.listen, pidfile, W.user, "web server");
+	if (lfd < 0)
+		return 1;
+
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	struct MHD_OptionItem o[16] = {
+		{ MHD_OPTION_LISTEN_SOCKET, lfd, NULL },
+		{ MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)uri_seen, NULL },
+		{ MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)completed, NULL },
+		/* Clients from the network: idle ones do not hold a thread,
+		 * and one address cannot take every slot. */
+		{ MHD_OPTION_CONNECTION_TIMEOUT, 60, NULL },
+		{ MHD_OPTION_CONNECTION_LIMIT, W.max_conns, NULL },
+		{ MHD_OPTION_PER_IP_CONNECTION_LIMIT, W.max_per_addr, NULL },
+		{ MHD_OPTION_THREAD_STACK_SIZE, 512 << 10, NULL },
+	};
+	size_t n = 7;
+	if (tls) {
+		o[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0, W.cert };
+		o[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, W.key };
+		o[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_PRIORITIES, 0,
+			(void *)"NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2" };
+	}
+	o[n] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
+	d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD |
+			     MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE | (tls ? MHD_USE_TLS : 0),
+			     0, NULL, NULL, handle, NULL, MHD_OPTION_ARRAY, o, MHD_OPTION_END);
+	if (!d) {
+		log_error("cannot start the HTTP%s server on %s%s", tls ? "S" : "", W.listen,
+			  tls ? " (is tls_key the key of tls_cert, both PEM?)" : "");
+		return 1;
+	}
+	log_info("listening on %s (%s) as uid %u; dashboard %s://%s/ from %s; hostd at %s",
+		 W.listen, tls ? "HTTPS" : "HTTP", (unsigned)getuid(), tls ? "https" : "http",
+		 W.listen, W.page, W.web_sock);
+	while (sigwait(&sigs, &sig) == 0 && sig != SIGTERM && sig != SIGINT)
+		;
+	log_info("signal %d: stopping", sig);
+	MHD_stop_daemon(d);
+	if (pidfile)
+		unlink(pidfile);
+	free(W.cert);
+	free(W.key);
+	curl_global_cleanup();
+	return 0;
+}

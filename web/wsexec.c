@@ -3,16 +3,17 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <pthread.h>
-#include <stdatomic.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <microhttpd.h>
@@ -40,9 +41,8 @@
 #define TAG_STDOUT 1
 #define TAG_STDERR 2
 
-static atomic_int sessions;
-
 struct session {
+	struct session *next;      /* in all_sessions */
 	struct wsexec_req req;     /* as berth-web gave it; req.token is the header's */
 	char token[512];           /* the one hostd gets ("" none): the header's or the message's */
 	char base[128];            /* /v1/machines/NAME/exec */
@@ -61,11 +61,12 @@ struct session {
 	pthread_t stream;
 	bool stream_on;
 
-	pthread_mutex_t lock;      /* id, done, gone */
+	pthread_mutex_t lock;      /* id, done, gone, stopping */
 	pthread_cond_t cond;
 	long long id;              /* the command's (0 until hostd's first line) */
 	bool done;                 /* the stream ended; its close frame went, unless gone */
 	bool gone;                 /* the client went: the stream ends at its next piece */
+	bool stopping;             /* berth-web stops: wsexec_stop_all */
 
 	pthread_mutex_t wlock;     /* writes to SOCK, and close_sent (then lock, never after) */
 	bool close_sent;
@@ -79,6 +80,15 @@ struct session {
 	int end_code;              /* the close code after it */
 	char broke[256];           /* why the stream's thread ended the transfer */
 };
+
+/* Every session, for the cap and for berth-web's stop.  A session leaves
+ * the list before its socket is given back (nobody shuts down a descriptor
+ * libmicrohttpd may have closed), and is counted until after. */
+static pthread_mutex_t all_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t all_cond = PTHREAD_COND_INITIALIZER;
+static struct session *all_sessions;
+static int all_count;
+static bool all_stopping;
 
 /* ---- the messages ------------------------------------------------------------ */
 
@@ -214,6 +224,14 @@ static bool is_gone(struct session *s)
 	bool g = s->gone;
 	pthread_mutex_unlock(&s->lock);
 	return g;
+}
+
+static bool is_stopping(struct session *s)
+{
+	pthread_mutex_lock(&s->lock);
+	bool st = s->stopping;
+	pthread_mutex_unlock(&s->lock);
+	return st;
 }
 
 /* All LEN bytes of DATA to the client, each part taken within WRITE_MS:
@@ -443,9 +461,9 @@ static long long wait_id(struct session *s)
 	long long id;
 
 	pthread_mutex_lock(&s->lock);
-	while (!s->id && !s->done && !s->gone)
+	while (!s->id && !s->done && !s->gone && !s->stopping)
 		pthread_cond_wait(&s->cond, &s->lock);
-	id = s->done || s->gone ? 0 : s->id;
+	id = s->done || s->gone || s->stopping ? 0 : s->id;
 	pthread_mutex_unlock(&s->lock);
 	return id;
 }
@@ -506,7 +524,7 @@ static void stdin_send(struct session *s, const void *data, size_t len)
 		 * next message waits meanwhile. */
 		if (status == 503) {
 			pthread_mutex_lock(&s->lock);
-			bool over = s->done || s->gone;
+			bool over = s->done || s->gone || s->stopping;
 			pthread_mutex_unlock(&s->lock);
 			if (over || client_hung_up(s))
 				return;
@@ -629,7 +647,8 @@ static int first_message(struct session *s)
 			return -1;
 		}
 		if (r == RD_GONE) {
-			note(s, "its client went before its command");
+			note(s, is_stopping(s) ? "berth-web stopped" : "its client went before its "
+			     "command");
 			return -1;
 		}
 		if (m.kind == WS_PING) {
@@ -674,7 +693,8 @@ static void converse(struct session *s)
 			continue;
 		}
 		if (r != RD_MSG) {
-			note(s, r == RD_GONE ? "its client went" : "its client did not close");
+			note(s, is_stopping(s) ? "berth-web stopped" : r == RD_GONE ?
+			     "its client went" : "its client did not close");
 			return;
 		}
 		switch (m.kind) {
@@ -727,6 +747,10 @@ static void finish(struct session *s)
 	bool done;
 	long long id;
 
+	if (is_stopping(s)) {
+		send_close(s, WS_CLOSE_GOING_AWAY, "berth-web is stopping");
+		note(s, "berth-web stopped");
+	}
 	pthread_mutex_lock(&s->lock);
 	s->gone = true;
 	pthread_cond_broadcast(&s->cond);
@@ -751,9 +775,49 @@ static void finish(struct session *s)
 	}
 	log_info("wsexec %s: %s: %s after %.1f s", s->req.peer, s->req.machine,
 		 s->how[0] ? s->how : "ended", (double)(mono_ms() - s->t0) / 1000.0);
+	pthread_mutex_lock(&all_lock);
+	for (struct session **pp = &all_sessions; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	pthread_mutex_unlock(&all_lock);
 	MHD_upgrade_action(s->urh, MHD_UPGRADE_ACTION_CLOSE);
 	session_free(s);
-	atomic_fetch_sub(&sessions, 1);
+	pthread_mutex_lock(&all_lock);
+	all_count--;
+	pthread_cond_broadcast(&all_cond);
+	pthread_mutex_unlock(&all_lock);
+}
+
+void wsexec_stop_all(int wait_ms)
+{
+	struct timespec until;
+	int left;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += wait_ms / 1000;
+	until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&all_lock);
+	all_stopping = true;
+	for (struct session *s = all_sessions; s; s = s->next) {
+		pthread_mutex_lock(&s->lock);
+		s->stopping = true;
+		pthread_cond_broadcast(&s->cond);
+		pthread_mutex_unlock(&s->lock);
+		/* The client's thread wakes from its read (and finds the end). */
+		shutdown(s->sock, SHUT_RD);
+	}
+	while (all_count > 0 && pthread_cond_timedwait(&all_cond, &all_lock, &until) == 0)
+		;
+	left = all_count;
+	pthread_mutex_unlock(&all_lock);
+	if (left)
+		log_warn("wsexec: %d sessions still ending after %d ms", left, wait_ms);
 }
 
 static void *session_main(void *arg)
@@ -785,6 +849,112 @@ out:
 	return NULL;
 }
 
+/* ---- the handshake, in berth-web's access handler -------------------------------- */
+
+bool wsexec_route(const char *url, char *name, size_t namelen)
+{
+	static const char pre[] = "/v1/machines/", post[] = "/exec/ws";
+	size_t n = strlen(url), lp = sizeof(pre) - 1, ls = sizeof(post) - 1;
+
+	if (n <= lp + ls || strncmp(url, pre, lp) || strcmp(url + n - ls, post) ||
+	    memchr(url + lp, '/', n - lp - ls) || n - lp - ls >= namelen)
+		return false;
+	memcpy(name, url + lp, n - lp - ls);
+	name[n - lp - ls] = '\0';
+	return true;
+}
+
+/* A refusal of the handshake, as hostd's errors read; 426 says which
+ * version berth-web speaks (RFC 6455 section 4.4). */
+static enum MHD_Result refuse(struct MHD_Connection *c, unsigned status, const char *code,
+			      const char *msg)
+{
+	json_t *j = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
+	char *text = json_dumps(j, JSON_COMPACT);
+	struct MHD_Response *r;
+	enum MHD_Result ret;
+
+	json_decref(j);
+	if (!text)
+		abort();
+	r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+	MHD_add_response_header(r, "Content-Type", "application/json");
+	MHD_add_response_header(r, "Cache-Control", "no-store");
+	if (status == 426)
+		MHD_add_response_header(r, "Sec-WebSocket-Version", "13");
+	ret = MHD_queue_response(c, status, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+enum MHD_Result wsexec_answer(struct MHD_Connection *c, const char *method, const char *name,
+			      const char *web_sock, const char *peer, struct wsexec_req **slot,
+			      MHD_UpgradeHandler upgraded, void *upgraded_cls)
+{
+	struct ws_upgrade u = {
+		method,
+		MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_UPGRADE),
+		MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION),
+		MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-WebSocket-Version"),
+		MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-WebSocket-Key"),
+	};
+	const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+						       MHD_HTTP_HEADER_AUTHORIZATION);
+	char accept[WS_ACCEPT_SIZE], why[256];
+	struct wsexec_req *r;
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+	int status;
+
+	*slot = NULL;
+	if ((status = ws_upgrade_check(&u, accept, why, sizeof(why))))
+		return refuse(c, (unsigned)status, status == 405 ? "method_not_allowed" :
+			      "invalid_upgrade", why);
+	if (!name_valid(name))
+		return refuse(c, 400, "invalid_name", "not a machine's name");
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		abort();
+	if (auth && !strncasecmp(auth, "Bearer ", 7)) {
+		for (auth += 7; *auth == ' '; auth++)
+			;
+		if (!wsexec_token_ok(auth)) {
+			free(r);
+			return refuse(c, 400, "invalid_token", "the token has characters that no "
+				      "token has");
+		}
+		snprintf(r->token, sizeof(r->token), "%s", auth);
+	}
+	snprintf(r->machine, sizeof(r->machine), "%s", name);
+	snprintf(r->web_sock, sizeof(r->web_sock), "%s", web_sock);
+	snprintf(r->peer, sizeof(r->peer), "%s", peer);
+	resp = MHD_create_response_for_upgrade(upgraded, upgraded_cls);
+	if (!resp) {
+		free(r);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, "websocket");
+	MHD_add_response_header(resp, "Sec-WebSocket-Accept", accept);
+	ret = MHD_queue_response(c, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
+	MHD_destroy_response(resp);
+	if (ret == MHD_YES)
+		*slot = r;
+	else
+		free(r);
+	return ret;
+}
+
+/* ---- the session's start --------------------------------------------------------------- */
+
+/* A session that never started is not counted. */
+static void uncount(void)
+{
+	pthread_mutex_lock(&all_lock);
+	all_count--;
+	pthread_cond_broadcast(&all_cond);
+	pthread_mutex_unlock(&all_lock);
+}
+
 int wsexec_start(const struct wsexec_req *r, int sock, const char *extra, size_t extra_len,
 		 struct MHD_UpgradeResponseHandle *urh)
 {
@@ -793,11 +963,17 @@ int wsexec_start(const struct wsexec_req *r, int sock, const char *extra, size_t
 	pthread_t t;
 	int p[2], rc;
 
-	if (atomic_fetch_add(&sessions, 1) >= WSEXEC_MAX_SESSIONS) {
+	pthread_mutex_lock(&all_lock);
+	bool full = all_stopping || all_count >= WSEXEC_MAX_SESSIONS;
+	if (!full)
+		all_count++;
+	pthread_mutex_unlock(&all_lock);
+	if (full) {
 		struct buf f = BUF_INIT;
-		atomic_fetch_sub(&sessions, 1);
-		log_warn("wsexec %s: %d sessions already: refused", r->peer, WSEXEC_MAX_SESSIONS);
-		ws_close_add(&f, WS_CLOSE_TRY_LATER, "too many sessions: try again later");
+		log_warn("wsexec %s: %s: refused", r->peer, all_stopping ? "berth-web is stopping" :
+			 "too many sessions");
+		ws_close_add(&f, WS_CLOSE_TRY_LATER, all_stopping ? "berth-web is stopping" :
+			     "too many sessions: try again later");
 		if (send(sock, f.data, f.len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
 			log_debug("wsexec %s: %s", r->peer, strerror(errno));
 		buf_free(&f);
@@ -805,7 +981,7 @@ int wsexec_start(const struct wsexec_req *r, int sock, const char *extra, size_t
 		return 0;
 	}
 	if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) {
-		atomic_fetch_sub(&sessions, 1);
+		uncount();
 		return -1;
 	}
 	s = calloc(1, sizeof(*s));
@@ -839,12 +1015,18 @@ int wsexec_start(const struct wsexec_req *r, int sock, const char *extra, size_t
 	pthread_attr_init(&a);
 	pthread_attr_setstacksize(&a, STACK_BYTES);
 	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	pthread_mutex_lock(&all_lock);
+	s->next = all_sessions;
+	all_sessions = s;
 	rc = pthread_create(&t, &a, session_main, s);
+	if (rc != 0)
+		all_sessions = s->next;
+	pthread_mutex_unlock(&all_lock);
 	pthread_attr_destroy(&a);
 	if (rc != 0) {
 		log_error("wsexec %s: cannot start a thread: %s", r->peer, strerror(rc));
 		session_free(s);
-		atomic_fetch_sub(&sessions, 1);
+		uncount();
 		return -1;
 	}
 	return 0;

@@ -18,10 +18,9 @@
 #define BERTH_WEB_WSEXEC_H
 
 #include <jansson.h>
+#include <microhttpd.h>
 #include <stdbool.h>
 #include <stddef.h>
-
-struct MHD_UpgradeResponseHandle;
 
 /* A client's message, the first one (the command) included, is at most
  * this big: stdin comes in messages of at most this many bytes. */
@@ -38,12 +37,38 @@ struct wsexec_req {
 	char peer[64];             /* the client's address, for logs */
 };
 
+/* True when URL (libmicrohttpd's, decoded) is GET /v1/machines/NAME/exec/ws's
+ * path, with NAME (not checked yet) into NAME (NAMELEN bytes). */
+bool wsexec_route(const char *url, char *name, size_t namelen);
+
+/* berth-web's answer to C, a request for exec/ws of machine NAME: the
+ * checks of RFC 6455's handshake (ws_upgrade_check) and of NAME and the
+ * Authorization header's token, then "101 Switching Protocols", after
+ * which libmicrohttpd calls UPGRADED (with UPGRADED_CLS) with the socket,
+ * which passes *SLOT to wsexec_start; or a JSON refusal as hostd's read
+ * (400 invalid_upgrade, 405, 426 with Sec-WebSocket-Version: 13, 400
+ * invalid_name, 400 invalid_token), the connection kept.  *SLOT (malloc'd
+ * here, NULL on a refusal) holds the session's request (NAME, the token,
+ * WEB_SOCK, PEER) until then: the caller keeps it with the request's state
+ * (libmicrohttpd's con_cls, which UPGRADED gets) and frees it when the
+ * request completes, which is after UPGRADED returns.  What
+ * MHD_queue_response returns. */
+enum MHD_Result wsexec_answer(struct MHD_Connection *c, const char *method, const char *name,
+			      const char *web_sock, const char *peer, struct wsexec_req **slot,
+			      MHD_UpgradeHandler upgraded, void *upgraded_cls);
+
 /* Takes over SOCK (a plain socket: libmicrohttpd does TLS), EXTRA_LEN bytes that
  * libmicrohttpd read past the request head, and URH (MHD_upgrade_action(urh,
  * MHD_UPGRADE_ACTION_CLOSE) when done); runs on a thread of its own.  0, or -1 when
  * no thread could be started (the caller closes). */
 int wsexec_start(const struct wsexec_req *r, int sock, const char *extra, size_t extra_len,
 		 struct MHD_UpgradeResponseHandle *urh);
+
+/* berth-web stops: every session's client gets close 1001 and its command
+ * is killed; no new session starts.  Returns when all have given their
+ * sockets back, or after WAIT_MS.  Before MHD_stop_daemon, which frees
+ * what the sessions still use. */
+void wsexec_stop_all(int wait_ms);
 
 /* ---- the messages (exposed for the unit tests) ----------------------------- */
 

@@ -23,6 +23,8 @@ node 20 no WebSocket client): RFC 6455's handshake and masked frames.
       stdin:TEXT        a binary message (TEXT with \\n, \\r, \\x03 escapes)
       text:TEXT         a text message as is
       binary:HEX        a binary message of these bytes
+      stdin-file:PATH   PATH's bytes as binary messages of 64 KiB
+      binary-file:PATH  PATH's bytes as one binary message
       frame:HEX         raw bytes on the socket (a hand-made frame)
       resize:CxR        {"resize": {"cols": C, "rows": R}}
       signal:NAME       {"signal": NAME}
@@ -162,7 +164,8 @@ class Client:
                     self.send(10, payload)
                 elif op == 8:
                     code = struct.unpack(">H", payload[:2])[0] if len(payload) >= 2 else 1005
-                    say("close", code, payload[2:].decode(errors="replace"))
+                    reason = payload[2:].decode(errors="replace")
+                    say("close", code, *([reason] if reason else []))
                     self.send(8, payload[:2])
                     break
                 else:
@@ -205,6 +208,12 @@ def main():
             c.send(1, arg.encode())
         elif what == "binary":
             c.send(2, bytes.fromhex(arg))
+        elif what == "stdin-file":
+            data = open(arg, "rb").read()
+            for i in range(0, len(data), 65536):
+                c.send(2, data[i:i + 65536])
+        elif what == "binary-file":
+            c.send(2, open(arg, "rb").read())
         elif what == "frame":
             with c.lock:
                 c.s.sendall(bytes.fromhex(arg))

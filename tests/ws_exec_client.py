@@ -3,8 +3,9 @@
 tests (t460), on plain sockets (python3 has no websocket module here, and
 node 20 no WebSocket client): RFC 6455's handshake and masked frames.
 
-  ws_exec_client.py [--token T] [--timeout S] URL NAME FIRST ACTION...
-      Opens ws://HOST:PORT/v1/machines/NAME/exec/ws (URL: http://HOST:PORT),
+  ws_exec_client.py [--token T] [--timeout S] [--cafile F] [--no-pong] URL NAME FIRST ACTION...
+      Opens ws://HOST:PORT/v1/machines/NAME/exec/ws (URL: http://HOST:PORT;
+      https://HOST:PORT: wss, the server's certificate checked against F),
       with "Authorization: Bearer T" when --token is given, sends FIRST as
       its first text message (unless FIRST is "-"), then runs each ACTION
       in turn while the server's messages are printed as they come, one a
@@ -13,7 +14,8 @@ node 20 no WebSocket client): RFC 6455's handshake and masked frames.
           exit {"exit": N}        refused...), named by their first key
           stdout "TEXT"           binary messages: output, as a JSON string
           stderr "TEXT"
-          ping                    (answered with a pong)
+          ping                    (answered with a pong, unless --no-pong:
+                                  a client that RFC 6455 would not have)
           close CODE REASON       the server's close frame
           eof                     the connection ended without one
       and at the end "stdout-all "TEXT"" (all of stdout, joined: pieces may
@@ -42,6 +44,7 @@ import json
 import os
 import re
 import socket
+import ssl
 import struct
 import sys
 import threading
@@ -55,9 +58,12 @@ def say(*parts):
 
 
 class Client:
-    def __init__(self, url, name, token, timeout):
+    def __init__(self, url, name, token, timeout, cafile):
         host, port = url.split("//", 1)[1].rstrip("/").rsplit(":", 1)
         self.s = socket.create_connection((host, int(port)), timeout=timeout)
+        if url.startswith("https:"):
+            ctx = ssl.create_default_context(cafile=cafile)
+            self.s = ctx.wrap_socket(self.s, server_hostname=host)
         self.s.settimeout(None)
         key = base64.b64encode(os.urandom(16)).decode()
         head = (f"GET /v1/machines/{name}/exec/ws HTTP/1.1\r\nHost: {host}:{port}\r\n"
@@ -100,6 +106,7 @@ class Client:
         self.id = None
         self.ended = False
         self.close_sent = False
+        self.pong = True
 
     def send(self, op, payload):
         mask = os.urandom(4)
@@ -161,7 +168,8 @@ class Client:
                     say(name, json.dumps(payload[1:].decode(errors="replace")))
                 elif op == 9:
                     say("ping")
-                    self.send(10, payload)
+                    if self.pong:
+                        self.send(10, payload)
                 elif op == 8:
                     code = struct.unpack(">H", payload[:2])[0] if len(payload) >= 2 else 1005
                     reason = payload[2:].decode(errors="replace")
@@ -187,15 +195,22 @@ def unescape(s):
 
 def main():
     args = sys.argv[1:]
-    token, timeout = None, 60.0
+    token, timeout, cafile, pong = None, 60.0, None, True
     while args and args[0].startswith("--"):
+        if args[0] == "--no-pong":
+            pong = False
+            args = args[1:]
+            continue
         if args[0] == "--token":
             token = args[1]
         elif args[0] == "--timeout":
             timeout = float(args[1])
+        elif args[0] == "--cafile":
+            cafile = args[1]
         args = args[2:]
     url, name, first, actions = args[0], args[1], args[2], args[3:]
-    c = Client(url, name, token, timeout)
+    c = Client(url, name, token, timeout, cafile)
+    c.pong = pong
     rd = threading.Thread(target=c.reader, daemon=True)
     rd.start()
     if first != "-":

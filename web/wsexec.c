@@ -29,6 +29,13 @@
 #define WRITE_MS 30000
 /* After the server's close frame, how long the client's is awaited. */
 #define CLOSE_WAIT_MS 5000
+/* A ping to the client this often, and its end when nothing came from it
+ * (not even a pong, which RFC 6455 requires and browsers send by
+ * themselves) for SILENT_MS.  With TLS, libmicrohttpd tells the session
+ * of a client that went only when something is written to it; and a
+ * client whose network went says nothing at all. */
+#define PING_MS 10000
+#define SILENT_MS 30000
 /* A line of hostd's stream is at most about 44 KiB (32 KiB of output in
  * base64): one over this is a broken stream. */
 #define LINE_MAX_BYTES (1 << 20)
@@ -679,24 +686,35 @@ static int first_message(struct session *s)
 }
 
 /* The command runs: the client's messages to hostd until either side
- * ends.  After the stream's end (its close frame sent), the client's close
- * is awaited CLOSE_WAIT_MS, and what else it sends is dropped. */
+ * ends, and a ping every PING_MS.  After the stream's end (its close frame
+ * sent), the client's close is awaited CLOSE_WAIT_MS, and what else it
+ * sends is dropped. */
 static void converse(struct session *s)
 {
-	int64_t closing = 0;
+	int64_t closing = 0, heard = mono_ms(), ping = heard + PING_MS;
 	struct ws_msg m;
 
 	for (;;) {
-		enum rd r = next_msg(s, closing, &m);
+		int64_t silent = heard + SILENT_MS;
+		enum rd r = next_msg(s, closing ? closing : ping < silent ? ping : silent, &m);
 		if (r == RD_WAKE) {
 			closing = mono_ms() + CLOSE_WAIT_MS;
 			continue;
 		}
+		if (r == RD_TIMEOUT && !closing && mono_ms() < silent) {
+			send_frame(s, WS_OP_PING, "", 0);
+			ping = mono_ms() + PING_MS;
+			continue;
+		}
 		if (r != RD_MSG) {
 			note(s, is_stopping(s) ? "berth-web stopped" : r == RD_GONE ?
-			     "its client went" : "its client did not close");
+			     "its client went" : closing ? "its client did not close" :
+			     "its client answered nothing for 30 s");
 			return;
 		}
+		/* (After a wait on hostd, what the client sent meanwhile is read
+		 * before any silence is judged: poll finds it at once.) */
+		heard = mono_ms();
 		switch (m.kind) {
 		case WS_PING:
 			send_frame(s, WS_OP_PONG, m.data, m.len);

@@ -4,8 +4,9 @@
 # with a real hostd, berth-web and guest.  With a WebSocket client of the
 # test's own (tests/ws_exec_client.py): stdout and stderr apart, the exit
 # status, stdin of 1 MiB byte-exact in 64 KiB messages and its EOF, a
-# signal, a PTY's size and a resize, keepalive pings, a client that closes
-# or drops (its command is killed), berth-web's stop (close 1001), and
+# signal, a PTY's size and a resize, keepalive pings, a client that closes,
+# drops or stops answering pings (its command is killed), berth-web's stop
+# (close 1001), the same over TLS (wss), and
 # every refusal with its code: the handshake's (400, 405, 426), a missing,
 # refused, revoked or malformed token, no such machine, another user's, a
 # bad first message, none within 10 s, RFC 6455's (1002, 1007, 1009).  In
@@ -50,6 +51,17 @@ line() { sed -n "s/^[0-9.]* $2 //p" "$T/$1" | head -n 1; }
 # kinds OUT: the kinds of the lines, in order (output pieces once).
 kinds() { awk '{ k = $2; if (k != last) printf "%s ", k; last = k }' "$T/$1" | sed 's/ $//'; }
 alive() { ub exec m -- sh -c "kill -0 $1 2>/dev/null && echo alive || echo gone"; }
+# execs: $U's commands in m as hostd lists them, once none is listed (5 s
+# at most).
+execs() {
+	local out
+	for _ in $(seq 25); do
+		out=$(curl -s -H "Authorization: Bearer $TOK" "$URL/v1/machines/m/exec")
+		[ "$out" = '{"execs":[]}' ] && break
+		sleep 0.2
+	done
+	echo "$out"
+}
 
 # The round trip: output as it comes, stdout and stderr apart, the exit.
 ws s1 "$URL" m "$(first '"argv": ["sh", "-c", "echo out; echo err >&2; sleep 3; echo late; exit 3"]')"
@@ -110,7 +122,13 @@ for how in close drop; do
 	check_eq "a client that goes ($how): its command ($pid) is killed" yes "$gone"
 done
 check_match "  and hostd lists no command of $U's" '^\{"execs":\[\]\}$' \
-	"$(curl -s -H "Authorization: Bearer $TOK" "$URL/v1/machines/m/exec")"
+	"$(execs)"
+
+# A client that answers no ping (its network went, say): after 30 s of
+# silence its session ends and its command is killed.  (In the background,
+# while the refusals below run.)
+ws np --no-pong "$URL" m "$(first '"argv": ["sleep", "1000"]')" &
+NP=$!
 
 # Refusals of the handshake (plain HTTP answers, as hostd's read).
 code() { curl -s -o "$T/body" -w '%{http_code}' "$@"; }
@@ -165,6 +183,15 @@ ub token rm "$NID" >/dev/null
 ws r12 "$URL" m "{\"token\": \"$NTOK\", \"argv\": [\"true\"]}"
 check_match "a revoked token: 4401" '^invalid_token: .*\|4401 ' "$(err_close r12)"
 
+wait "$NP"
+check_match "a client that answers no ping: its session ends after 30 s (pings at 10 and 20 s)" \
+	'^id ping eof stdout-all elapsed$' "$(kinds np)"
+check "  at 30 to 35 s" awk '$2 == "elapsed" { t = $3 } END { exit !(t >= 30 && t < 36) }' "$T/np"
+check_match "  berth-web says why" 'm: its client answered nothing for 30 s after 3[0-9.]+ s' \
+	"$(cat "$T/web.log")"
+check_match "  and its command is killed" '^\{"execs":\[\]\}$' \
+	"$(execs)"
+
 # RFC 6455's refusals, after the command started: the close code says
 # which, and the command is killed.
 ws p1 "$URL" m "$(first '"argv": ["cat"]')" waitid frame:8205414243444546
@@ -177,9 +204,8 @@ check_eq "text that is not UTF-8: 1007" "1007 a text message that is not UTF-8" 
 ws p4 "$URL" m "$(first '"argv": ["cat"]')" waitid frame:c18100000000ff
 check_eq "a reserved bit (compression was not agreed): 1002" \
 	"1002 a reserved bit is set (no extension was agreed)" "$(line p4 close)"
-sleep 1
 check_match "  and their commands are killed: hostd lists none" '^\{"execs":\[\]\}$' \
-	"$(curl -s -H "Authorization: Bearer $TOK" "$URL/v1/machines/m/exec")"
+	"$(execs)"
 
 # The dashboard: its CSP as before; the terminal in Chromium.
 check_match "the page's Content-Security-Policy is as strict as before" \
@@ -228,6 +254,31 @@ done
 check_eq "  and its command ($pid) is killed" yes "$gone"
 check_match "berth-web logs each session, how it ended" \
 	'wsexec 127\.0\.0\.1: m: \{"exit":3\} after [0-9.]+ s' "$(cat "$T/web.log")"
+
+# Over TLS (libmicrohttpd's: the session gets one end of a socket pair
+# that libmicrohttpd pumps through TLS): the same session, and a client
+# that drops is found out at the next ping.
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+	-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
+	-keyout "$T/key.pem" -out "$T/cert.pem" 2>"$T/openssl.err" || diag "$(cat "$T/openssl.err")"
+kill_hostd TERM
+printf 'tls_cert = %s\ntls_key = %s\n' "$T/cert.pem" "$T/key.pem" >>"$STATE/berth.conf"
+start_hostd && web_up || not_ok "hostd and berth-web with TLS"
+SURL=https://127.0.0.1:$PORT
+ws t1 --cafile "$T/cert.pem" "$SURL" m "$(first '"cmd": "stty size; read a; echo got $a", "pty": {"cols": 90, "rows": 20}')" \
+	waitid wait:'20 90' 'stdin:tls\r'
+check_eq "over TLS (wss): a PTY's size, stdin, output, the exit" '"20 90\r\ntls\r\ngot tls\r\n"|{"exit": 0}' \
+	"$(line t1 stdout-all)|$(line t1 exit)"
+ws t2 --cafile "$T/cert.pem" "$SURL" m "$(first '"argv": ["sh", "-c", "echo $$ > /tmp/p; exec sleep 1000"]')" \
+	waitid sleep:1 drop
+pid=$(ub exec m -- cat /tmp/p)
+gone=
+for _ in $(seq 30); do
+	[ "$(alive "${pid:-0}")" = gone ] && { gone=yes; break; }
+	sleep 0.5
+done
+check_eq "over TLS a client that drops: its command ($pid) is killed (by the next ping, 10 s)" yes "$gone"
+web_down
 check_absent "the tokens are in no log" matching "$TOK|$VTOK|$NTOK" cat "$T/web.log" "$T/hostd.log"
 ub rm m >/dev/null
 finish

@@ -1,6 +1,6 @@
 /* berth-web: berth over HTTP(S), unprivileged.  Usage:
  *   berth-web --state DIR [--listen ADDR:PORT] [--user USER] [--page DIR]
- *             [--max-connections N] [--max-per-addr N]
+ *             [--xterm DIR] [--max-connections N] [--max-per-addr N]
  *             [--log-level L] [--pidfile FILE]
  *
  * Started as root, it asks hostd (DIR/hostd.sock, root's GET
@@ -13,7 +13,12 @@
  * What it serves (libmicrohttpd, one thread per connection):
  *   /v1/...  berth's API, each request passed to hostd over DIR/web.sock
  *            (web/proxy.h), where hostd acts as the user of its bearer
- *            token: berth-web decides nothing of who calls;
+ *            token: berth-web decides nothing of who calls; but GET
+ *            /v1/machines/NAME/exec/ws, a command over a WebSocket, a
+ *            session of berth-web's on hostd's exec routes (web/wsexec.h);
+ *   /xterm/  xterm.js's files for the dashboard's terminal (npm's @xterm/:
+ *            xterm/ and addon-fit/, from build/node or where `make
+ *            install` put them);
  *   else     the dashboard's files (web/page/, or where `make install`
  *            put them);
  * and, when hostd's settings have a "broker", the credential broker on the
@@ -44,6 +49,7 @@
 #include "web/broker.h"
 #include "web/reply.h"
 #include "web/proxy.h"
+#include "web/wsexec.h"
 #include "common/banned.h"
 
 /* The dashboard's files, at most. */
@@ -56,6 +62,7 @@ struct web {
 	char state[PATH_MAX];
 	char web_sock[PATH_MAX + 16];   /* hostd's socket for berth-web */
 	char page[PATH_MAX];            /* the dashboard's files */
+	char xterm[PATH_MAX];           /* xterm.js's (npm's @xterm/), under /xterm/ */
 	char listen[128];
 	char user[64];
 	char tls_cert[PATH_MAX], tls_key[PATH_MAX];
@@ -71,18 +78,20 @@ struct req {
 	char *target;                   /* the request target as received */
 	enum { REQ_NEW, REQ_API, REQ_PAGE } kind;
 	struct proxy_req *px;
+	struct wsexec_req *ws;          /* exec/ws: the session's, until the upgrade */
 };
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: berth-web --state DIR [--listen ADDR:PORT] [--user USER] [--page DIR]\n"
-		   "                 [--max-connections N] [--max-per-addr N]\n"
+		   "                 [--xterm DIR] [--max-connections N] [--max-per-addr N]\n"
 		   "                 [--log-level LEVEL] [--pidfile FILE]\n");
 }
 
-/* A file of the dashboard: "/" is index.html, otherwise a path that
- * web_path_ok takes, read beneath the page's directory. */
-static enum MHD_Result serve_page(struct MHD_Connection *c, const char *url, const char *method)
+/* A file of the dashboard (DIR: the page's, or xterm's): "/" is
+ * index.html, otherwise a path that web_path_ok takes, read beneath DIR. */
+static enum MHD_Result serve_page(struct MHD_Connection *c, const char *dir, const char *url,
+				  const char *method)
 {
 	const char *rel = strcmp(url, "/") == 0 ? "index.html" : url + 1;
 	struct MHD_Response *r;
@@ -95,7 +104,7 @@ static enum MHD_Result serve_page(struct MHD_Connection *c, const char *url, con
 	if (url[0] != '/' || !web_path_ok(rel))
 		return web_error(c, 400, "invalid_path", "invalid path: letters, digits, '.', "
 				  "'_', '-' and '/', no segment starting with '.'");
-	data = file_read_beneath(W.page, rel, PAGE_FILE_MAX, &len);
+	data = file_read_beneath(dir, rel, PAGE_FILE_MAX, &len);
 	if (!data)
 		return web_error(c, 404, "not_found", "no such file");
 	r = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
@@ -143,6 +152,19 @@ static void *uri_seen(void *cls, const char *uri, struct MHD_Connection *c)
 	return r;
 }
 
+/* exec/ws's 101 went: the socket is the session's (libmicrohttpd calls
+ * this before the request's completed(), which frees r->ws). */
+static void upgraded(void *cls, struct MHD_Connection *c, void *con_cls, const char *extra,
+		     size_t extra_len, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
+{
+	struct req *r = con_cls;
+
+	(void)cls;
+	(void)c;
+	if (wsexec_start(r->ws, sock, extra, extra_len, urh) < 0)
+		MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
 			      const char *method, const char *version, const char *upload_data,
 			      size_t *upload_data_size, void **con_cls)
@@ -157,7 +179,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	if (r->kind == REQ_NEW)
 		r->kind = !strcmp(url, "/v1") || !strncmp(url, "/v1/", 4) ? REQ_API : REQ_PAGE;
 	if (r->kind == REQ_API) {
+		char name[64];
 		peer_of(c, peer, sizeof(peer));
+		if (wsexec_route(url, name, sizeof(name)))
+			return wsexec_answer(c, method, name, W.web_sock, peer, &r->ws, upgraded,
+					     NULL);
 		return proxy_handle(W.web_sock, c, method, r->target, peer, upload_data,
 				    upload_data_size, &r->px);
 	}
@@ -167,7 +193,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
-	return serve_page(c, url, method);
+	if (!strncmp(url, "/xterm/", 7))
+		return serve_page(c, W.xterm, url + 6, method);
+	return serve_page(c, W.page, url, method);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -181,6 +209,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	if (!r)
 		return;
 	proxy_done(r->px);
+	free(r->ws);
 	free(r->target);
 	free(r);
 	*con_cls = NULL;
@@ -267,6 +296,7 @@ int main(int argc, char **argv)
 		{ "listen", required_argument, NULL, 'l' },
 		{ "user", required_argument, NULL, 'u' },
 		{ "page", required_argument, NULL, 'P' },
+		{ "xterm", required_argument, NULL, 'X' },
 		{ "max-connections", required_argument, NULL, 'm' },
 		{ "max-per-addr", required_argument, NULL, 'a' },
 		{ "log-level", required_argument, NULL, 'L' },
@@ -289,6 +319,7 @@ int main(int argc, char **argv)
 		case 'l': snprintf(W.listen, sizeof(W.listen), "%s", optarg); break;
 		case 'u': snprintf(W.user, sizeof(W.user), "%s", optarg); break;
 		case 'P': snprintf(W.page, sizeof(W.page), "%s", optarg); break;
+		case 'X': snprintf(W.xterm, sizeof(W.xterm), "%s", optarg); break;
 		case 'p': pidfile = optarg; break;
 		case 'm':
 			if (daemon_arg_int("--max-connections", optarg, 1, 65536, &W.max_conns) < 0)
@@ -328,11 +359,18 @@ int main(int argc, char **argv)
 		snprintf(W.user, sizeof(W.user), "berth-web");
 	if (!W.page[0])
 		daemon_beside_exe("web/page", "share/berth/web", W.page, sizeof(W.page));
+	if (!W.xterm[0])
+		daemon_beside_exe("build/node/node_modules/@xterm", "share/berth/xterm", W.xterm,
+				  sizeof(W.xterm));
 	{
-		char probe[PATH_MAX + 16];
+		char probe[PATH_MAX + 32];
 		snprintf(probe, sizeof(probe), "%s/index.html", W.page);
 		if (access(probe, R_OK) != 0)
 			log_warn("dashboard: no %s (--page DIR, web_dir): only the API answers", probe);
+		snprintf(probe, sizeof(probe), "%s/xterm/lib/xterm.js", W.xterm);
+		if (access(probe, R_OK) != 0)
+			log_warn("the dashboard's terminal: no %s (make deps installs it; --xterm "
+				 "DIR)", probe);
 	}
 	if (daemon_parse_listen(W.listen, &ss, &sslen) < 0) {
 		log_error("listen on '%s': not ADDR:PORT with a numeric address (127.0.0.1:8080, "
@@ -417,6 +455,7 @@ int main(int argc, char **argv)
 	log_info("signal %d: stopping", sig);
 	broker_stop(broker);
 	json_decref(W.broker);
+	wsexec_stop_all(5000);
 	MHD_stop_daemon(d);
 	if (pidfile)
 		unlink(pidfile);

@@ -50,13 +50,14 @@ HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/busy.c hostd/config.c hostd/db.c
 CLI_SRC     := cli/main.c cli/cli.c cli/client.c cli/up.c cli/image.c cli/usage.c \
                cli/token.c cli/info.c cli/key.c cli/machine.c cli/cp.c
 SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/pool.c sshgw/algos.c
-WEB_SRC     := web/main.c web/proxy.c web/reply.c
+WEB_SRC     := web/main.c web/proxy.c web/reply.c web/ws.c web/wsexec.c
 DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c \
                desktop/vdagent.c desktop/request.c
 # The credential broker's privileged half (hostd/secrets.h) and berth-web's
 # descriptors (hostd/webctl.h).
 HOSTD_SRC   += hostd/secrets.c hostd/secrets_rules.c hostd/webctl.c
 CLI_SRC     += cli/secret.c
+WEB_SRC     += web/broker.c web/hostctl.c
 # Previews: hostd's half (the table, webctl's ops), the CLI, berth-web's
 # proxy to the guests' ports and its reader of their answers.
 HOSTD_SRC   += hostd/preview.c
@@ -120,9 +121,21 @@ $(OUT)/tests/test_vdagent: $(call obj,tests/unit/test_vdagent.c desktop/vdagent.
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# berth-web's WebSocket frames and exec sessions (web/ws.c, web/wsexec.c)
+# likewise.
+$(OUT)/tests/test_ws: $(call obj,tests/unit/test_ws.c web/ws.c $(COMMON_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(OUT)/tests/test_wsexec: $(call obj,tests/unit/test_wsexec.c web/wsexec.c web/ws.c $(COMMON_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # berth-web's previews, without hostd's objects.
 $(OUT)/tests/test_web_preview: $(call obj,tests/unit/test_web_preview.c web/preview.c \
-				web/upstream.c web/reply.c $(COMMON_SRC))
+				web/upstream.c web/hostctl.c web/reply.c $(COMMON_SRC))
 	$(call quiet,LINK,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -134,8 +147,9 @@ $(OUT)/tests/%: $(call obj,tests/unit/%.c $(LIB_SRC))
 
 # ---- install ---------------------------------------------------------------
 # PREFIX/bin: the four programs.  PREFIX/lib/berth/recipes: the image
-# recipes; PREFIX/share/berth/{web,desktop,novnc}: the dashboard, the
-# desktop page and noVNC; PREFIX/share/doc/berth: README and docs/.  The
+# recipes; PREFIX/share/berth/{web,desktop,novnc,xterm}: the dashboard, the
+# desktop page, noVNC and the terminal's xterm.js (its three files the page
+# loads); PREFIX/share/doc/berth: README and docs/.  The
 # programs find these beside themselves (BIN/../lib/berth/recipes,
 # BIN/../share/berth/...), so any PREFIX works without configuration.
 # UNITDIR: the systemd units, their paths rewritten for PREFIX and
@@ -146,6 +160,7 @@ PREFIX     ?= /usr/local
 SYSCONFDIR ?= /etc
 UNITDIR    ?= /etc/systemd/system
 NOVNC      ?= build/node/node_modules/@novnc/novnc
+XTERM      ?= build/node/node_modules/@xterm
 BINDIR      = $(PREFIX)/bin
 RECIPEDIR   = $(PREFIX)/lib/berth/recipes
 SHAREDIR    = $(PREFIX)/share/berth
@@ -157,14 +172,23 @@ D           = $(DESTDIR)
 install: $(PROGS)
 	$(Q)test -f $(NOVNC)/core/rfb.js || { echo "make install: no noVNC in $(NOVNC)" \
 		"(deploy/install-deps.sh run fetches it; or NOVNC=DIR)" >&2; exit 1; }
+	$(Q)test -f $(XTERM)/xterm/lib/xterm.js || { echo "make install: no xterm.js in $(XTERM)" \
+		"(deploy/install-deps.sh run fetches it; or XTERM=DIR)" >&2; exit 1; }
 	$(call quiet,INSTALL,$(D)$(PREFIX))
 	$(Q)install -d $(D)$(BINDIR) $(D)$(RECIPEDIR) $(D)$(SHAREDIR)/web \
 		$(D)$(SHAREDIR)/desktop $(D)$(DOCDIR) $(D)$(UNITDIR) $(D)$(SYSCONFDIR)/berth
 	$(Q)install -m 0755 $(PROGS) $(D)$(BINDIR)/
-	$(Q)rm -rf $(D)$(RECIPEDIR) $(D)$(SHAREDIR)/novnc
+	$(Q)rm -rf $(D)$(RECIPEDIR) $(D)$(SHAREDIR)/novnc $(D)$(SHAREDIR)/xterm
 	$(Q)cp -R images/recipes $(D)$(RECIPEDIR)
 	$(Q)cp -R $(NOVNC) $(D)$(SHAREDIR)/novnc
-	$(Q)chmod -R u=rwX,go=rX $(D)$(RECIPEDIR) $(D)$(SHAREDIR)/novnc
+	$(Q)install -d $(D)$(SHAREDIR)/xterm/xterm/lib $(D)$(SHAREDIR)/xterm/xterm/css \
+		$(D)$(SHAREDIR)/xterm/addon-fit/lib
+	$(Q)install -m 0644 $(XTERM)/xterm/lib/xterm.js $(D)$(SHAREDIR)/xterm/xterm/lib/
+	$(Q)install -m 0644 $(XTERM)/xterm/css/xterm.css $(D)$(SHAREDIR)/xterm/xterm/css/
+	$(Q)install -m 0644 $(XTERM)/xterm/LICENSE $(D)$(SHAREDIR)/xterm/xterm/
+	$(Q)install -m 0644 $(XTERM)/addon-fit/lib/addon-fit.js $(D)$(SHAREDIR)/xterm/addon-fit/lib/
+	$(Q)install -m 0644 $(XTERM)/addon-fit/LICENSE $(D)$(SHAREDIR)/xterm/addon-fit/
+	$(Q)chmod -R u=rwX,go=rX $(D)$(RECIPEDIR) $(D)$(SHAREDIR)/novnc $(D)$(SHAREDIR)/xterm
 	$(Q)install -m 0644 web/page/* $(D)$(SHAREDIR)/web/
 	$(Q)install -m 0644 desktop/page/* $(D)$(SHAREDIR)/desktop/
 	$(Q)install -m 0644 README.md docs/*.md $(D)$(DOCDIR)/
@@ -212,7 +236,7 @@ FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE $(filter-out -Wformat-truncation,$(WARN)) 
                $(shell pkg-config --cflags $(PKGS) 2>/dev/null) \
                -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN)
 FUZZ_LIB    := $(patsubst %.c,$(FUZZ_OUT)/obj/%.o,$(LIB_SRC) desktop/vdagent.c desktop/request.c \
-               web/upstream.c)
+               web/ws.c web/upstream.c)
 FUZZ_SECONDS ?= 60
 
 $(FUZZ_OUT)/obj/tests/fuzz/%.o: tests/fuzz/%.c

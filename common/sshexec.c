@@ -24,6 +24,8 @@
 
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -208,6 +210,9 @@ static int tcp_connect(const char *host, int port, long long deadline,
 	freeaddrinfo(res);
 	if (fd < 0)
 		snprintf(why, whylen, "%s", connect_error_text(e));
+	else	/* A keystroke goes at once, not after the ACK of a window
+		 * adjust (the guest delays its ACKs: 40 ms a keystroke). */
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int));
 	return fd;
 }
 

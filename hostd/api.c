@@ -416,10 +416,11 @@ static struct reply do_web_settings(struct call *c)
 	char dashboard[160];
 
 	dashboard_url(cfg, dashboard, sizeof(dashboard));
-	return ok(200, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}",
+	return ok(200, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:s}",
 				 "http_listen", cfg->http_listen, "tls_cert", cfg->tls_cert,
 				 "tls_key", cfg->tls_key, "web_dir", cfg->web_dir,
 				 "web_user", cfg->web_user, "dashboard", dashboard,
+				 "broker", secrets_broker_settings(c->h),
 				 "preview_domain", cfg->preview_domain));
 }
 

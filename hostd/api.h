@@ -1,5 +1,6 @@
-/* hostd's JSON API over HTTP/1.1 on a UNIX socket (libmicrohttpd, one
- * thread per connection), and over the HTTP listener for bearer tokens.
+/* hostd's JSON API over HTTP/1.1 on UNIX sockets (libmicrohttpd, one
+ * thread per connection): hostd.sock for local users, web.sock for the
+ * bearer tokens berth-web passes on (hostd listens on no TCP port).
  * Routes and bodies are documented in docs/api.md.
  *
  * Every route is a row of one table (api_routes): method, path, who may
@@ -27,7 +28,8 @@ enum api_caller {
 				     with X-Berth-User) */
 	CALLER_USER = 1 << 1,     /* any other local user on the socket, as
 				     themselves */
-	CALLER_TOKEN = 1 << 2,    /* a bearer token's user, over HTTP */
+	CALLER_TOKEN = 1 << 2,    /* a bearer token's user, over HTTP (berth-web's
+				     web.sock) */
 	CALLER_SSHGW = 1 << 3,    /* berth-sshgw's user (sshgw_user) on the
 				     socket */
 	CALLER_DESKTOP = 1 << 4,  /* berth-desktop's user (desktop_user) on

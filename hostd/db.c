@@ -62,7 +62,7 @@ static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS storage_samples("
 	"  machine_id TEXT NOT NULL, t INTEGER NOT NULL, bytes INTEGER NOT NULL,"
 	"  PRIMARY KEY(machine_id, t));"
-	/* API tokens of the HTTP listener: only the sha256 of the secret is
+	/* API tokens (berth-web's callers): only the sha256 of the secret is
 	 * kept; last_used is 0 until the first use. */
 	"CREATE TABLE IF NOT EXISTS tokens("
 	"  id INTEGER PRIMARY KEY, owner TEXT NOT NULL, name TEXT NOT NULL,"

@@ -237,8 +237,8 @@ int db_key_find(struct db *db, const char *type, const char *blob, struct userke
  * or another user's. */
 int db_key_delete(struct db *db, const char *owner, int64_t id, struct err *e);
 
-/* An API token of the HTTP listener (hostd/tokens.c): the secret itself is
- * never stored, only its sha256. */
+/* An API token (hostd/tokens.c), what berth-web's callers send: the
+ * secret itself is never stored, only its sha256. */
 struct token {
 	int64_t id;
 	char owner[64];

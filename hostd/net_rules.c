@@ -320,6 +320,13 @@ void net_ruleset(const struct net_conf *c, const struct net_machine *ms, size_t 
 	buf_adds(b, "\tchain guest_out {\n"
 		    "\t\tct state established,related accept\n"
 		    "\t\tudp sport 67 udp dport 68 accept\n");
+	/* The broker's answers on a connection conntrack lost (a policy
+	 * change flushes the machine's zone; another instance's flush of a
+	 * zone of the same number too): taken up again, never a new one (no
+	 * SYN: the host opens no connection from the broker's port). */
+	if (c->broker_port > 0)
+		buf_printf(b, "\t\tip saddr %s tcp sport %d tcp flags & syn == 0 accept\n", gw,
+			   c->broker_port);
 	buf_adds(b, "\t\tmeta skuid 0 meta l4proto tcp accept\n");
 	if (c->has_gw_uid)
 		buf_printf(b, "\t\tmeta skuid %u tcp dport 22 accept\n", c->gw_uid);

@@ -238,7 +238,8 @@ json_t *secrets_list(struct hostd *h, const char *owner, struct err *e)
 		json_array_append_new(a, secret_json(&ss[i], names_json(names, nn)));
 		free(names);
 	}
-	explicit_bzero(ss, n * sizeof(*ss));
+	if (ss)
+		explicit_bzero(ss, n * sizeof(*ss));
 	free(ss);
 	return a ? json_pack("{s:o}", "secrets", a) : NULL;
 }

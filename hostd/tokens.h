@@ -1,4 +1,4 @@
-/* API tokens: what the HTTP listener (hostd/http.c) accepts as
+/* API tokens: what hostd accepts on berth-web's socket (web.sock) as
  * `Authorization: Bearer SECRET`.  A token acts as the user it was made
  * for, never with root's privileges.  The secret is TOKEN_PREFIX and 64
  * hex digits (32 random bytes); the database keeps only its sha256. */

@@ -112,8 +112,8 @@ int webctl_read(int fd, int timeout_ms, json_t **out)
 	int64_t deadline = mono_ms() + timeout_ms;
 
 	*out = NULL;
-	/* Byte by byte up to the newline: nothing after it is read (one
-	 * line is all an op's peer sends at a time). */
+	/* Up to the newline, nothing after it: what is there is peeked at
+	 * first. */
 	while (len < LINE_MAX_BYTES) {
 		int64_t left = deadline - mono_ms();
 		struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -124,12 +124,18 @@ int webctl_read(int fd, int timeout_ms, json_t **out)
 		}
 		if (!p.revents)
 			continue;
-		ssize_t n = read(fd, line + len, 1);
+		ssize_t n = recv(fd, line + len, LINE_MAX_BYTES - len, MSG_PEEK);
 		if (n <= 0)
 			return 1;
-		if (line[len] == '\n')
+		char *nl = memchr(line + len, '\n', (size_t)n);
+		n = read(fd, line + len, nl ? (size_t)(nl - (line + len)) + 1 : (size_t)n);
+		if (n <= 0)
+			return 1;
+		len += (size_t)n;
+		if (line[len - 1] == '\n') {
+			len--;
 			break;
-		len++;
+		}
 	}
 	line[len] = '\0';
 	*out = json_loads(line, 0, NULL);

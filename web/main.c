@@ -1,6 +1,6 @@
 /* berth-web: berth over HTTP(S), unprivileged.  Usage:
  *   berth-web --state DIR [--listen ADDR:PORT] [--user USER] [--page DIR]
- *             [--max-connections N] [--max-per-addr N]
+ *             [--xterm DIR] [--max-connections N] [--max-per-addr N]
  *             [--log-level L] [--pidfile FILE]
  *
  * Started as root, it asks hostd (DIR/hostd.sock, root's GET
@@ -15,9 +15,16 @@
  *            (web/preview.h), whatever the path;
  *   /v1/...  berth's API, each request passed to hostd over DIR/web.sock
  *            (web/proxy.h), where hostd acts as the user of its bearer
- *            token: berth-web decides nothing of who calls;
+ *            token: berth-web decides nothing of who calls; but GET
+ *            /v1/machines/NAME/exec/ws, a command over a WebSocket, a
+ *            session of berth-web's on hostd's exec routes (web/wsexec.h);
+ *   /xterm/  xterm.js's files for the dashboard's terminal (npm's @xterm/:
+ *            xterm/ and addon-fit/, from build/node or where `make
+ *            install` put them);
  *   else     the dashboard's files (web/page/, or where `make install`
- *            put them).
+ *            put them);
+ * and, when hostd's settings have a "broker", the credential broker on the
+ * guests' gateway (web/broker.h), bound as root too.
  * Runs until SIGTERM or SIGINT. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -41,9 +48,11 @@
 #include "common/hostapi.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "web/broker.h"
 #include "web/reply.h"
 #include "web/preview.h"
 #include "web/proxy.h"
+#include "web/wsexec.h"
 #include "common/banned.h"
 
 /* The dashboard's files, at most. */
@@ -56,11 +65,13 @@ struct web {
 	char state[PATH_MAX];
 	char web_sock[PATH_MAX + 16];   /* hostd's socket for berth-web */
 	char page[PATH_MAX];            /* the dashboard's files */
+	char xterm[PATH_MAX];           /* xterm.js's (npm's @xterm/), under /xterm/ */
 	char listen[128];
 	char user[64];
 	char tls_cert[PATH_MAX], tls_key[PATH_MAX];
 	char *cert, *key;               /* PEM, kept for libmicrohttpd's lifetime */
 	int max_conns, max_per_addr;
+	json_t *broker;                 /* the credential broker's settings (null: off) */
 };
 
 static struct web W = { .max_conns = 1024, .max_per_addr = 256 };
@@ -71,18 +82,20 @@ struct req {
 	enum { REQ_NEW, REQ_API, REQ_PAGE, REQ_PREVIEW } kind;
 	struct proxy_req *px;
 	struct preview_req *pv;
+	struct wsexec_req *ws;          /* exec/ws: the session's, until the upgrade */
 };
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: berth-web --state DIR [--listen ADDR:PORT] [--user USER] [--page DIR]\n"
-		   "                 [--max-connections N] [--max-per-addr N]\n"
+		   "                 [--xterm DIR] [--max-connections N] [--max-per-addr N]\n"
 		   "                 [--log-level LEVEL] [--pidfile FILE]\n");
 }
 
-/* A file of the dashboard: "/" is index.html, otherwise a path that
- * web_path_ok takes, read beneath the page's directory. */
-static enum MHD_Result serve_page(struct MHD_Connection *c, const char *url, const char *method)
+/* A file of the dashboard (DIR: the page's, or xterm's): "/" is
+ * index.html, otherwise a path that web_path_ok takes, read beneath DIR. */
+static enum MHD_Result serve_page(struct MHD_Connection *c, const char *dir, const char *url,
+				  const char *method)
 {
 	const char *rel = strcmp(url, "/") == 0 ? "index.html" : url + 1;
 	struct MHD_Response *r;
@@ -95,7 +108,7 @@ static enum MHD_Result serve_page(struct MHD_Connection *c, const char *url, con
 	if (url[0] != '/' || !web_path_ok(rel))
 		return web_error(c, 400, "invalid_path", "invalid path: letters, digits, '.', "
 				  "'_', '-' and '/', no segment starting with '.'");
-	data = file_read_beneath(W.page, rel, PAGE_FILE_MAX, &len);
+	data = file_read_beneath(dir, rel, PAGE_FILE_MAX, &len);
 	if (!data)
 		return web_error(c, 404, "not_found", "no such file");
 	r = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
@@ -143,6 +156,19 @@ static void *uri_seen(void *cls, const char *uri, struct MHD_Connection *c)
 	return r;
 }
 
+/* exec/ws's 101 went: the socket is the session's (libmicrohttpd calls
+ * this before the request's completed(), which frees r->ws). */
+static void upgraded(void *cls, struct MHD_Connection *c, void *con_cls, const char *extra,
+		     size_t extra_len, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
+{
+	struct req *r = con_cls;
+
+	(void)cls;
+	(void)c;
+	if (wsexec_start(r->ws, sock, extra, extra_len, urh) < 0)
+		MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
 			      const char *method, const char *version, const char *upload_data,
 			      size_t *upload_data_size, void **con_cls)
@@ -163,7 +189,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 				      &r->pv);
 	}
 	if (r->kind == REQ_API) {
+		char name[64];
 		peer_of(c, peer, sizeof(peer));
+		if (wsexec_route(url, name, sizeof(name)))
+			return wsexec_answer(c, method, name, W.web_sock, peer, &r->ws, upgraded,
+					     NULL);
 		return proxy_handle(W.web_sock, c, method, r->target, peer, upload_data,
 				    upload_data_size, &r->px);
 	}
@@ -173,7 +203,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
-	return serve_page(c, url, method);
+	if (!strncmp(url, "/xterm/", 7))
+		return serve_page(c, W.xterm, url + 6, method);
+	return serve_page(c, W.page, url, method);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -188,6 +220,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		return;
 	proxy_done(r->px);
 	preview_done(r->pv);
+	free(r->ws);
 	free(r->target);
 	free(r);
 	*con_cls = NULL;
@@ -237,6 +270,7 @@ static int settings(void)
 	snprintf(W.tls_cert, sizeof(W.tls_cert), "%s", cert ? cert : "");
 	snprintf(W.tls_key, sizeof(W.tls_key), "%s", key ? key : "");
 	preview_configure(json_string_value(json_object_get(resp, "preview_domain")));
+	W.broker = json_incref(json_object_get(resp, "broker"));
 	json_decref(resp);
 	return 0;
 }
@@ -274,6 +308,7 @@ int main(int argc, char **argv)
 		{ "listen", required_argument, NULL, 'l' },
 		{ "user", required_argument, NULL, 'u' },
 		{ "page", required_argument, NULL, 'P' },
+		{ "xterm", required_argument, NULL, 'X' },
 		{ "max-connections", required_argument, NULL, 'm' },
 		{ "max-per-addr", required_argument, NULL, 'a' },
 		{ "log-level", required_argument, NULL, 'L' },
@@ -296,6 +331,7 @@ int main(int argc, char **argv)
 		case 'l': snprintf(W.listen, sizeof(W.listen), "%s", optarg); break;
 		case 'u': snprintf(W.user, sizeof(W.user), "%s", optarg); break;
 		case 'P': snprintf(W.page, sizeof(W.page), "%s", optarg); break;
+		case 'X': snprintf(W.xterm, sizeof(W.xterm), "%s", optarg); break;
 		case 'p': pidfile = optarg; break;
 		case 'm':
 			if (daemon_arg_int("--max-connections", optarg, 1, 65536, &W.max_conns) < 0)
@@ -335,11 +371,18 @@ int main(int argc, char **argv)
 		snprintf(W.user, sizeof(W.user), "berth-web");
 	if (!W.page[0])
 		daemon_beside_exe("web/page", "share/berth/web", W.page, sizeof(W.page));
+	if (!W.xterm[0])
+		daemon_beside_exe("build/node/node_modules/@xterm", "share/berth/xterm", W.xterm,
+				  sizeof(W.xterm));
 	{
-		char probe[PATH_MAX + 16];
+		char probe[PATH_MAX + 32];
 		snprintf(probe, sizeof(probe), "%s/index.html", W.page);
 		if (access(probe, R_OK) != 0)
 			log_warn("dashboard: no %s (--page DIR, web_dir): only the API answers", probe);
+		snprintf(probe, sizeof(probe), "%s/xterm/lib/xterm.js", W.xterm);
+		if (access(probe, R_OK) != 0)
+			log_warn("the dashboard's terminal: no %s (make deps installs it; --xterm "
+				 "DIR)", probe);
 	}
 	if (daemon_parse_listen(W.listen, &ss, &sslen) < 0) {
 		log_error("listen on '%s': not ADDR:PORT with a numeric address (127.0.0.1:8080, "
@@ -360,6 +403,12 @@ int main(int argc, char **argv)
 	/* As root still: the TLS files, then the port. */
 	if (tls && (!(W.cert = read_pem("tls_cert", W.tls_cert)) || !key_private(W.tls_key) ||
 		    !(W.key = read_pem("tls_key", W.tls_key))))
+		return 1;
+	/* The credential broker's port on the guests' gateway, bound as root
+	 * too (web/broker.h). */
+	int bfd = -1;
+	const char *blisten = json_string_value(json_object_get(W.broker, "listen"));
+	if (blisten && (bfd = broker_listen(blisten)) < 0)
 		return 1;
 	lfd = daemon_start(W.listen, pidfile, W.user, "web server");
 	if (lfd < 0 || preview_start(W.state, tls) < 0)
@@ -401,9 +450,26 @@ int main(int argc, char **argv)
 	log_info("listening on %s (%s) as uid %u; dashboard %s://%s/ from %s; hostd at %s",
 		 W.listen, tls ? "HTTPS" : "HTTP", (unsigned)getuid(), tls ? "https" : "http",
 		 W.listen, W.page, W.web_sock);
+	struct broker *broker = NULL;
+	if (bfd >= 0) {
+		char ctl[PATH_MAX + 16];
+		snprintf(ctl, sizeof(ctl), "%s/webctl.sock", W.state);
+		struct broker_conf bc = {
+			.webctl_sock = ctl,
+			.ca_file = json_string_value(json_object_get(W.broker, "ca_file")),
+			.timeout_s = (int)json_integer_value(json_object_get(W.broker, "timeout_s")),
+			.max_body = (uint64_t)json_integer_value(json_object_get(W.broker, "max_body")),
+		};
+		if (!(broker = broker_start(bfd, &bc)))
+			return 1;
+		log_info("credential broker on %s", blisten);
+	}
 	while (sigwait(&sigs, &sig) == 0 && sig != SIGTERM && sig != SIGINT)
 		;
 	log_info("signal %d: stopping", sig);
+	broker_stop(broker);
+	json_decref(W.broker);
+	wsexec_stop_all(5000);
 	MHD_stop_daemon(d);
 	if (pidfile)
 		unlink(pidfile);

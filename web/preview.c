@@ -19,6 +19,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "web/hostctl.h"
 #include "web/reply.h"
 #include "web/upstream.h"
 #include "common/banned.h"
@@ -39,8 +40,6 @@
  * opening the port); a write to a guest that takes nothing. */
 #define CONNECT_WAIT_MS (15 * 60 * 1000)
 #define SEND_TIMEOUT_S 60
-/* hostd's answers to berth-web, at most. */
-#define CTL_LINE_MAX (64 << 10)
 
 /* A connection to a guest's port that hostd handed over, known to the
  * watch thread (P.links, under P.lock). */
@@ -173,129 +172,6 @@ bool preview_setcookie_ours(const char *v, const char *name, const char *drop)
 	       (drop && (size_t)(e - s) == strlen(drop) && !strncasecmp(s, drop, strlen(drop)));
 }
 
-/* ---- hostd's webctl socket ------------------------------------------------ */
-
-/* Ask hostd REQ on a new connection to its webctl socket: its answer line
- * (a new reference) into *ANS and the descriptor passed with it into *FD
- * (-1: none; FD may be NULL when none is wanted), within TIMEOUT_MS.  The
- * connection, left open for what follows (the caller closes it), or -1
- * with ERR. */
-static int ctl_ask(json_t *req, json_t **ans, int *fd, int timeout_ms, char *err,
-		   size_t errlen)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	char *line = json_dumps(req, JSON_COMPACT), *in = NULL;
-	size_t len = 0;
-	int s = -1, got = -1;
-	int64_t deadline = mono_ms() + timeout_ms;
-
-	*ans = NULL;
-	if (fd)
-		*fd = -1;
-	if (!line) {
-		snprintf(err, errlen, "out of memory");
-		return -1;
-	}
-	memcpy(sa.sun_path, P.ctl, sizeof(sa.sun_path));
-	s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (s < 0 || connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		snprintf(err, errlen, "cannot reach berth-hostd at %.107s: %s", P.ctl,
-			 strerror(errno));
-		goto fail;
-	}
-	struct iovec iov[2] = { { line, strlen(line) }, { (char *)"\n", 1 } };
-	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
-	/* A hostd that refuses at accept (too many connections) says why and
-	 * closes: its line is read even when the request could not go. */
-	if (sendmsg(s, &mh, MSG_NOSIGNAL) != (ssize_t)(iov[0].iov_len + 1) &&
-	    errno != EPIPE && errno != ECONNRESET) {
-		snprintf(err, errlen, "berth-hostd took no request: %s", strerror(errno));
-		goto fail;
-	}
-	in = malloc(CTL_LINE_MAX);
-	if (!in)
-		abort();
-	/* Up to the newline, byte runs as they come, the descriptor with
-	 * the first. */
-	while (!memchr(in, '\n', len)) {
-		union {
-			char c[CMSG_SPACE(4 * sizeof(int))];
-			struct cmsghdr align;
-		} u;
-		struct iovec v = { in + len, CTL_LINE_MAX - len };
-		struct msghdr m = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = u.c,
-				    .msg_controllen = sizeof(u.c) };
-		struct pollfd pf = { .fd = s, .events = POLLIN };
-		int64_t left = deadline - mono_ms();
-		int r;
-		if (len == CTL_LINE_MAX || left <= 0) {
-			snprintf(err, errlen, "berth-hostd's answer %s", left <= 0 ? "did not come in "
-				 "time" : "is too long");
-			goto fail;
-		}
-		r = poll(&pf, 1, left > INT_MAX ? INT_MAX : (int)left);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			continue;
-		ssize_t n = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
-		if (n <= 0) {
-			snprintf(err, errlen, "berth-hostd closed the connection without an answer");
-			goto fail;
-		}
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
-			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-				continue;
-			for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-				int f;
-				memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-				if (got < 0 && fd)
-					got = f;
-				else
-					close(f);
-			}
-		}
-		len += (size_t)n;
-	}
-	*ans = json_loadb(in, (size_t)((char *)memchr(in, '\n', len) - in), 0, NULL);
-	if (!json_is_object(*ans)) {
-		snprintf(err, errlen, "berth-hostd's answer is not a JSON object");
-		json_decref(*ans);
-		*ans = NULL;
-		goto fail;
-	}
-	if (fd)
-		*fd = got;
-	free(line);
-	free(in);
-	return s;
-fail:
-	if (got >= 0)
-		close(got);
-	if (s >= 0)
-		close(s);
-	free(line);
-	free(in);
-	return -1;
-}
-
-/* The status, code and message of an error answer; 0 when ANS is none. */
-static int ctl_error(json_t *ans, const char **code, const char **msg)
-{
-	json_t *e = json_object_get(ans, "error");
-
-	if (!e)
-		return 0;
-	*code = json_string_value(json_object_get(e, "code"));
-	*msg = json_string_value(json_object_get(e, "message"));
-	if (!*code)
-		*code = "internal";
-	if (!*msg)
-		*msg = "berth-hostd refused";
-	int st = (int)json_integer_value(json_object_get(e, "status"));
-	return st >= 400 && st <= 599 ? st : 500;
-}
-
 /* ---- the links ------------------------------------------------------------ */
 
 static struct link *link_add(int fd, const char *grant)
@@ -355,9 +231,9 @@ static bool link_fresh(struct link *l)
  * 0, or -1 when the connection failed. */
 static int report(int s)
 {
-	json_t *live = json_array(), *active = json_array(), *rep, *ans = NULL, *v;
-	char *line = NULL, buf[256 << 10];
-	size_t len = 0, i;
+	json_t *live = json_array(), *active = json_array(), *rep = NULL, *ans = NULL, *v;
+	char err[256];
+	size_t i;
 	int rc = -1;
 
 	pthread_mutex_lock(&P.lock);
@@ -377,21 +253,10 @@ static int report(int s)
 		return poll(&pf, 1, 0) == 0 ? 0 : -1;
 	}
 	rep = json_pack("{s:o, s:o}", "live", live, "active", active);
-	line = rep ? json_dumps(rep, JSON_COMPACT) : NULL;
-	json_decref(rep);
-	if (!line || fd_write_all(s, line, strlen(line)) < 0 || fd_write_all(s, "\n", 1) < 0)
+	if (!rep || hostctl_say(s, rep, &ans, 10000, err, sizeof(err)) < 0) {
+		log_warn("preview: reporting connections to berth-hostd: %s", rep ? err : "no memory");
 		goto out;
-	/* The answer: one line. */
-	while (!memchr(buf, '\n', len)) {
-		struct pollfd pf = { .fd = s, .events = POLLIN };
-		if (len == sizeof(buf) || poll(&pf, 1, 10000) <= 0)
-			goto out;
-		ssize_t n = read(s, buf + len, sizeof(buf) - len);
-		if (n <= 0)
-			goto out;
-		len += (size_t)n;
 	}
-	ans = json_loadb(buf, (size_t)((char *)memchr(buf, '\n', len) - buf), 0, NULL);
 	pthread_mutex_lock(&P.lock);
 	json_array_foreach(json_object_get(ans, "cut"), i, v) {
 		const char *g = json_string_value(v);
@@ -408,7 +273,7 @@ static int report(int s)
 	pthread_mutex_unlock(&P.lock);
 	rc = 0;
 out:
-	free(line);
+	json_decref(rep);
 	json_decref(ans);
 	return rc;
 }
@@ -421,7 +286,7 @@ static void *watch_thread(void *arg)
 	for (;;) {
 		json_t *req = json_pack("{s:s}", "op", "preview_watch"), *ans = NULL;
 		char err[256];
-		int s = ctl_ask(req, &ans, NULL, 10000, err, sizeof(err));
+		int s = hostctl_open(P.ctl, req, -1, &ans, NULL, 0, 10000, err, sizeof(err));
 		json_decref(req);
 		if (s >= 0 && !json_is_true(json_object_get(ans, "watching"))) {
 			snprintf(err, sizeof(err), "berth-hostd does not watch previews' connections");
@@ -566,14 +431,14 @@ static enum MHD_Result login(struct preview_req *r, const char *method)
 				  "with GET");
 	req = json_pack("{s:s, s:s, s:s}", "op", "preview_login", "label", r->label, "token",
 			token ? token : "");
-	s = ctl_ask(req, &ans, NULL, 30000, err, sizeof(err));
+	s = hostctl_open(P.ctl, req, -1, &ans, NULL, 0, 30000, err, sizeof(err));
 	json_decref(req);
 	if (s < 0) {
 		log_warn("preview %s: login: %s", r->label, err);
 		return own_answer(r, 502, "hostd_unreachable", err);
 	}
 	close(s);
-	if ((st = ctl_error(ans, &code, &msg))) {
+	if ((st = hostctl_error(ans, &code, &msg))) {
 		ret = own_answer(r, (unsigned)st, code, msg);
 		json_decref(ans);
 		return ret;
@@ -720,8 +585,8 @@ static int connect_guest(struct preview_req *r, bool browser, enum MHD_Result *r
 	/* hostd serves WEBCTL_MAX_CONNS at once: a burst of new connections
 	 * beyond that waits a little rather than fail. */
 	for (int tries = 0;; tries++) {
-		s = ctl_ask(req, &ans, &fd, CONNECT_WAIT_MS, err, sizeof(err));
-		if (s < 0 || tries == 100 || ctl_error(ans, &code, &msg) != 503 ||
+		s = hostctl_open(P.ctl, req, -1, &ans, &fd, 1, CONNECT_WAIT_MS, err, sizeof(err));
+		if (s < 0 || tries == 100 || hostctl_error(ans, &code, &msg) != 503 ||
 		    strcmp(code, "too_many_connections") != 0)
 			break;
 		close(s);
@@ -735,7 +600,7 @@ static int connect_guest(struct preview_req *r, bool browser, enum MHD_Result *r
 		return -1;
 	}
 	close(s);
-	if ((st = ctl_error(ans, &code, &msg)) || fd < 0) {
+	if ((st = hostctl_error(ans, &code, &msg)) || fd < 0) {
 		*ret = st ? own_answer(r, (unsigned)st, code, msg)
 			  : own_answer(r, 502, "bad_gateway", "berth-hostd passed no connection");
 		json_decref(ans);

@@ -45,6 +45,11 @@
 #    virtio drivers, ext4 and crc32c, checked to be there).  The kernel
 #    package is held (apt-mark hold): hostd boots the kernel of the image,
 #    so a newer one inside would only strand its modules;
+#  - /usr/lib/berth/broker-env (images/recipes/agents/broker-env): the
+#    credential broker's hook, which hostd runs after writing the machine's
+#    NAME_BASE_URL variables: Claude Code and Codex use ANTHROPIC_BASE_URL
+#    and OPENAI_BASE_URL (secrets named anthropic and openai), with
+#    placeholder keys that the broker replaces by the secrets;
 #  - systemd; at every boot berth-seed.service (images/recipes/agents/
 #    berth-seed; 1-3 s under TCG, most of it ssh-keygen at the first
 #    boot) reads the NoCloud seed (ISO 9660
@@ -153,7 +158,7 @@ for tool in debootstrap chroot mke2fs zstd unshare mount umount flock awk \
 		die "$tool not found (install debootstrap, e2fsprogs, zstd, util-linux)"
 done
 for f in berth-seed berth-seed.service 20-berth.network sshd-berth.conf \
-	lightdm-berth.conf; do
+	lightdm-berth.conf broker-env; do
 	[ -f "$FILES/$f" ] || die "missing $FILES/$f"
 done
 
@@ -279,6 +284,9 @@ run inchroot visudo -cq -f "/etc/sudoers.d/90-berth-$USER_NAME"
 
 mkdir -p "$R/usr/lib/berth" "$R/etc/berth"
 install -m 755 "$FILES/berth-seed" "$R/usr/lib/berth/berth-seed"
+# The credential broker's hook: Claude Code's and Codex's settings for the
+# NAME_BASE_URL variables hostd writes (images/recipes/agents/broker-env).
+install -m 755 "$FILES/broker-env" "$R/usr/lib/berth/broker-env"
 printf '# berth-seed: the user who gets the seed'"'"'s SSH keys\nBERTH_USER=%s\n' \
 	"$USER_NAME" >"$R/etc/berth/seed.conf"
 install -m 644 "$FILES/berth-seed.service" "$R/etc/systemd/system/berth-seed.service"

@@ -369,6 +369,9 @@ export PATH=/sbin:/bin:/usr/sbin:/usr/bin
 export HOME=${HOME:-/root}
 [ -n "$TERM" ] && [ "$TERM" != dumb ] || export TERM=vt100
 PS1='\u@\h:\w\$ '
+# What berth writes there (the credential broker's NAME_BASE_URL).
+for f in /etc/profile.d/*.sh; do [ -r "$f" ] && . "$f"; done
+unset f
 EOF
 
 cat >"$R/etc/inittab" <<'EOF'

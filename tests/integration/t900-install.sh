@@ -1,11 +1,12 @@
 #!/bin/bash
 # `make install` and `make uninstall` into a DESTDIR: every file where the
-# layout says (programs, recipes, dashboard, desktop page, noVNC, docs,
-# units, berth.conf), the units' paths following PREFIX, systemd-analyze
-# verify on the installed units (tests/verify-units.sh, which must also
-# fail on a broken one), the installed berth-hostd finding the installed
-# recipes (it builds the tiny image from them), the installed berth-web
-# finding the installed dashboard, the installed berth-desktop finding the
+# layout says (programs, recipes, dashboard, desktop page, noVNC, the
+# terminal's xterm.js, docs, units, berth.conf), the units' paths
+# following PREFIX, systemd-analyze verify on the installed units
+# (tests/verify-units.sh, which must also fail on a broken one), the
+# installed berth-hostd finding the installed recipes (it builds the tiny
+# image from them), the installed berth-web finding the installed
+# dashboard and xterm.js, the installed berth-desktop finding the
 # installed page and noVNC, berth.conf never
 # overwritten, and uninstall removing what install put there and nothing
 # else (not the state directory, not a changed berth.conf).
@@ -14,6 +15,7 @@
 D=$T/root
 P=$D/usr/local
 SRC_NOVNC=$ROOT/build/node/node_modules/@novnc/novnc
+SRC_XTERM=$ROOT/build/node/node_modules/@xterm
 mk() { make -C "$ROOT" --no-print-directory "$@" >>"$T/make.log" 2>&1; }
 # Every file and link under DESTDIR, relative to it (exits non-zero when
 # it cannot look).
@@ -33,6 +35,9 @@ check "the dashboard in share/berth/web" cmp "$ROOT/web/page/app.js" "$P/share/b
 check "the desktop page in share/berth/desktop" \
 	cmp "$ROOT/desktop/page/desktop.js" "$P/share/berth/desktop/desktop.js"
 check "noVNC in share/berth/novnc" cmp "$SRC_NOVNC/core/rfb.js" "$P/share/berth/novnc/core/rfb.js"
+for f in xterm/lib/xterm.js xterm/css/xterm.css xterm/LICENSE addon-fit/lib/addon-fit.js addon-fit/LICENSE; do
+	check "the terminal's $f in share/berth/xterm" cmp "$SRC_XTERM/$f" "$P/share/berth/xterm/$f"
+done
 check "docs in share/doc/berth" test -f "$P/share/doc/berth/README.md" -a \
 	-f "$P/share/doc/berth/architecture.md"
 check "berth.conf in etc/berth" cmp "$ROOT/deploy/berth.conf" "$D/etc/berth/berth.conf"
@@ -83,6 +88,9 @@ if start_hostd; then
 	curl -s -o "$T/index.html" "http://127.0.0.1:$HTTP/"
 	check "installed berth-web: serves the installed dashboard" cmp "$ROOT/web/page/index.html" "$T/index.html"
 	check_absent "installed berth-web: no warning about the dashboard" matching 'dashboard: no' cat "$T/web.log"
+	curl -s -o "$T/xterm.js" "http://127.0.0.1:$HTTP/xterm/xterm/lib/xterm.js"
+	check "installed berth-web: serves the installed xterm.js" cmp "$SRC_XTERM/xterm/lib/xterm.js" "$T/xterm.js"
+	check_absent "installed berth-web: no warning about the terminal" matching "terminal: no" cat "$T/web.log"
 
 	DPORT=$(free_port)
 	"$P/bin/berth-desktop" --state "$STATE" --listen "127.0.0.1:$DPORT" --user berth-desktop \

@@ -98,6 +98,13 @@ static void test_rules(void)
 		check(strstr(rb, "dport 9480") == strstr(broker, "dport 9480") &&
 		      !strstr(strstr(broker, "dport 9480") + 1, "dport 9480"),
 		      "the broker's port is opened nowhere else");
+		const char *out = strstr(rb, "chain guest_out {");
+		const char *est = out ? strstr(out, "ct state established,related accept\n") : NULL;
+		const char *pick = out ? strstr(out, "\t\tip saddr 10.87.0.1 tcp sport 9480 tcp flags "
+						"& syn == 0 accept\n") : NULL;
+		check(est && pick && est < pick && pick < strstr(out, "\t}"),
+		      "its answers to guests: taken up again after a conntrack flush, never "
+		      "a new connection (no SYN)");
 		buf_free(&bb);
 	}
 	check(has(r, "iifname . ip saddr . ether saddr != @guests counter drop"),

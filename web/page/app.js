@@ -101,6 +101,7 @@ function showLogin(msg) {
 }
 
 function logout(msg) {
+  closeTerminal();
   state.token = '';
   sessionStorage.removeItem('berth-token');
   clearInterval(state.timer);
@@ -210,8 +211,8 @@ function actionsFor(st) {
   if (st === 'paused') a.push(['Resume', 'resume']);
   if (st === 'running') a.push(['Stop', 'stop'], ['Suspend', 'suspend']);
   if (st !== 'creating' && st !== 'deleting') {
-    a.push(['Checkpoint', 'checkpoint'], ['Fork', 'fork'], ['Desktop', 'desktop'],
-      ['Delete', 'delete']);
+    a.push(['Terminal', 'terminal'], ['Checkpoint', 'checkpoint'], ['Fork', 'fork'],
+      ['Desktop', 'desktop'], ['Delete', 'delete']);
   }
   return a;
 }
@@ -268,7 +269,8 @@ function machineCard(m) {
   for (const [label, act] of actionsFor(m.state)) {
     actions.append(el('button', { type: 'button', textContent: label, disabled: !!busy,
       className: act === 'delete' ? 'danger' : '', onclick: () => act === 'desktop'
-        ? desktop(m.name) : action(m.name, act), 'data-action': act }));
+        ? desktop(m.name) : act === 'terminal' ? terminal(m.name) : action(m.name, act),
+      'data-action': act }));
   }
   card.append(
     el('div', { class: 'top' }, el('span', { class: 'name', textContent: m.name }),
@@ -297,6 +299,7 @@ function render() {
   tick();
   renderSeries();
   renderChart();
+  termWatch();
 }
 
 // Every second: the counters move by the machines' rates.
@@ -453,6 +456,277 @@ async function create(form) {
   }
 }
 
+// ---- the terminal: a login shell on a PTY, over a WebSocket ---------------------
+//
+// GET /v1/machines/NAME/exec/ws (docs/api.md, "Commands over a WebSocket"): the
+// first message is the command (the token with it: a browser cannot send
+// Authorization on a WebSocket), output comes as binary messages (a byte
+// saying stdout or stderr, then the bytes), what is typed goes as binary
+// messages, a resize as {"resize": ...}.  The page's xterm.js and its fit
+// addon (npm @xterm/xterm, @xterm/addon-fit) are berth-web's, under /xterm/,
+// loaded the first time a terminal opens.  Closing the terminal (or the
+// page) ends the shell.
+
+const XTERM_JS = ['/xterm/xterm/lib/xterm.js', '/xterm/addon-fit/lib/addon-fit.js'];
+const XTERM_CSS = '/xterm/xterm/css/xterm.css';
+// The login shell of the image's user, as ssh would start it.
+const SHELL = 'exec "${SHELL:-/bin/sh}" -l';
+
+const term = {
+  name: null,          // the machine
+  xterm: null,         // the Terminal
+  fit: null,           // its FitAddon
+  observer: null,      // the ResizeObserver that refits it
+  ws: null,            // the WebSocket of the shell now (null: none)
+  sent: '',            // the size the shell was last told, "COLSxROWS"
+  ended: false,        // the shell's end came (exit or error): the close is no loss
+  loading: null,       // the promise of xterm's scripts
+};
+
+function loadScript(src) {
+  return new Promise((resolve, reject) => {
+    const s = el('script', { src });
+    s.onload = resolve;
+    s.onerror = () => reject(new Error('cannot load ' + src));
+    document.head.append(s);
+  });
+}
+
+// xterm.js 6.0 writes its DOM renderer's theme and sizes, and its
+// scrollbar's colours, into <style> elements it makes (textContent), which
+// the page's Content-Security-Policy refuses (style-src 'self', no
+// 'unsafe-inline'): every rule of theirs would be dropped, and the
+// terminal drawn without its colours and line heights.  So a <style> asked
+// of document.createElement (by xterm alone: the page makes none) is an
+// inert <template> element whose CSS text goes into a constructed
+// stylesheet of the document's (CSSOM, which the policy allows), taken
+// away with it.  Likewise the colours of a row's cells that have no class
+// (24-bit colours, the selection), which xterm sets with
+// setAttribute('style') on their <span>: set through CSSOM instead (the
+// page sets no span's style attribute).
+function styleShim() {
+  const setAttr = HTMLSpanElement.prototype.setAttribute;
+  HTMLSpanElement.prototype.setAttribute = function (name, value) {
+    if (String(name).toLowerCase() !== 'style') return setAttr.call(this, name, value);
+    this.style.cssText = String(value);
+    return undefined;
+  };
+  const create = document.createElement;
+  document.createElement = function (tag, options) {
+    if (String(tag).toLowerCase() !== 'style') return create.call(this, tag, options);
+    const holder = create.call(this, 'template');
+    const sheet = new CSSStyleSheet();
+    let text = '';
+    const set = (v) => { text = String(v); sheet.replaceSync(text); };
+    Object.defineProperty(holder, 'textContent', { get: () => text, set });
+    Object.defineProperty(holder, 'innerText', { get: () => text, set });
+    Object.defineProperty(holder, 'sheet', { get: () => sheet });
+    document.adoptedStyleSheets = [...document.adoptedStyleSheets, sheet];
+    const remove = holder.remove.bind(holder);
+    holder.remove = () => {
+      document.adoptedStyleSheets = document.adoptedStyleSheets.filter((x) => x !== sheet);
+      remove();
+    };
+    return holder;
+  };
+}
+
+function loadXterm() {
+  if (!term.loading) {
+    styleShim();
+    document.head.append(el('link', { rel: 'stylesheet', href: XTERM_CSS }));
+    term.loading = Promise.all(XTERM_JS.map(loadScript)).then(() => {
+      if (!window.Terminal || !window.FitAddon) throw new Error('xterm.js did not load');
+    });
+    term.loading.catch(() => { term.loading = null; });
+  }
+  return term.loading;
+}
+
+// What the terminal's bar says; STATE (connecting, connected, asleep,
+// ended, lost, closed) is also #term's data-state (the tests wait on it).
+function termState(st, text) {
+  $('term').dataset.state = st;
+  $('term-status').textContent = text;
+  $('term-reconnect').hidden = !['asleep', 'ended', 'lost'].includes(st);
+}
+
+function termSize() {
+  const x = term.xterm;
+  $('term').dataset.cols = x.cols;
+  $('term').dataset.rows = x.rows;
+  const size = `${x.cols}x${x.rows}`;
+  const ws = term.ws;
+  // After the command (the first message), which has the size it starts with.
+  if (ws && ws.readyState === WebSocket.OPEN && term.sent && size !== term.sent) {
+    ws.send(JSON.stringify({ resize: { cols: x.cols, rows: x.rows } }));
+    term.sent = size;
+  }
+}
+
+function termFit() {
+  if (!term.xterm || $('term').hidden) return;
+  try { term.fit.fit(); } catch (e) { /* not laid out yet */ }
+  termSize();
+}
+
+function termSend(bytes) {
+  const ws = term.ws;
+  if (ws && ws.readyState === WebSocket.OPEN) ws.send(bytes);
+}
+
+async function copySelection() {
+  const text = term.xterm.getSelection();
+  if (!text) return;
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch (e) {
+    // No async clipboard (an http:// page that is not localhost's).
+    const t = el('textarea', { value: text });
+    document.body.append(t);
+    t.select();
+    document.execCommand('copy');
+    t.remove();
+    term.xterm.focus();
+  }
+}
+
+// Ctrl+Shift+C copies the selection; Ctrl+Shift+V is left to the browser,
+// whose paste event xterm sends as typed (Ctrl+C and Ctrl+V stay the
+// terminal's).
+function termKeys(ev) {
+  if (ev.type !== 'keydown' || !ev.ctrlKey || !ev.shiftKey || ev.altKey || ev.metaKey) return true;
+  if (ev.code === 'KeyC') {
+    ev.preventDefault();
+    copySelection();
+    return false;
+  }
+  return ev.code !== 'KeyV';
+}
+
+async function terminal(name) {
+  if (term.name && term.name !== name) closeTerminal();
+  term.name = name;
+  $('term-title').textContent = name;
+  $('term').hidden = false;
+  document.body.classList.add('term-open');
+  termState('connecting', 'loading the terminal…');
+  try {
+    await loadXterm();
+  } catch (e) {
+    termState('closed', 'the terminal cannot load: ' + e.message);
+    return;
+  }
+  if (term.name !== name) return;
+  if (!term.xterm) {
+    const x = new window.Terminal({ cursorBlink: true, scrollback: 5000, fontSize: 14,
+      fontFamily: 'ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace' });
+    term.fit = new window.FitAddon.FitAddon();
+    x.loadAddon(term.fit);
+    x.open($('term-screen'));
+    const utf8 = new TextEncoder();
+    x.onData((d) => termSend(utf8.encode(d)));
+    x.onBinary((d) => termSend(Uint8Array.from(d, (c) => c.charCodeAt(0) & 255)));
+    x.onResize(termSize);
+    x.attachCustomKeyEventHandler(termKeys);
+    term.xterm = x;
+    term.observer = new ResizeObserver(() => requestAnimationFrame(termFit));
+    term.observer.observe($('term-screen'));
+  }
+  termFit();
+  if (!term.ws) connect();
+  term.xterm.focus();
+}
+
+// A new shell (the one before, if any, ends): a machine that sleeps is
+// woken by it.
+function connect() {
+  const old = term.ws;
+  term.ws = null;
+  if (old) old.close(1000);
+  const x = term.xterm, name = term.name;
+  const m = state.machines.find((mm) => mm.name === name);
+  const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
+  const ws = new WebSocket(`${proto}//${location.host}/v1/machines/${enc(name)}/exec/ws`);
+  ws.binaryType = 'arraybuffer';
+  term.ws = ws;
+  term.sent = '';
+  term.ended = false;
+  termState('connecting', m && m.state !== 'running' ? `waking ${name}…` : 'connecting…');
+  ws.onopen = () => {
+    termFit();
+    ws.send(JSON.stringify({ token: state.token, cmd: SHELL,
+      pty: { cols: x.cols, rows: x.rows, term: 'xterm-256color' } }));
+    term.sent = `${x.cols}x${x.rows}`;
+  };
+  ws.onmessage = (ev) => {
+    if (ws !== term.ws) return;
+    if (typeof ev.data !== 'string') {
+      const b = new Uint8Array(ev.data);
+      if (b[0] === 1 || b[0] === 2) x.write(b.subarray(1));
+      return;
+    }
+    const j = JSON.parse(ev.data);
+    if (j.id !== undefined) {
+      termState('connected', j.woke_ms ? `connected (${name} woke in ` +
+        `${(j.woke_ms / 1000).toFixed(1)} s)` : 'connected');
+      termFit();
+      x.focus();
+    } else if (j.exit !== undefined) {
+      term.ended = true;
+      termState('ended', `the shell ended (exit ${j.exit}${j.signal ? ', ' + j.signal : ''})`);
+    } else if (j.refused) {
+      $('term-status').textContent = `${j.refused} refused: ${j.error.message}`;
+    } else if (j.error) {
+      term.ended = true;
+      if (j.error.code === 'unauthorized' || j.error.code === 'invalid_token') {
+        logout('Your token was refused: ' + j.error.message);
+        return;
+      }
+      termState('ended', j.error.message);
+    }
+  };
+  ws.onclose = (ev) => {
+    if (ws !== term.ws) return;
+    term.ws = null;
+    if (term.ended) return;
+    termState('lost', `the connection was lost (${ev.code}${ev.reason ? ': ' + ev.reason : ''})`);
+    x.write('\r\n\x1b[2m[disconnected]\x1b[0m\r\n');
+  };
+}
+
+// After each refresh: a machine that sleeps leaves its shell waiting (with
+// network = routed it goes on after the wake); Reconnect wakes it with a
+// new one.
+function termWatch() {
+  if (!term.name || !term.ws) return;
+  const m = state.machines.find((mm) => mm.name === term.name);
+  const st = $('term').dataset.state;
+  if (!m) {
+    term.ended = true;
+    term.ws.close(1000);
+    termState('ended', `${term.name} is gone`);
+  } else if (m.state !== 'running' && st === 'connected') {
+    termState('asleep', `${term.name} is ${m.state}: the shell waits for it; Reconnect ` +
+      'wakes it with a new one');
+  } else if (m.state === 'running' && st === 'asleep') {
+    termState('connected', 'connected');
+  }
+}
+
+function closeTerminal() {
+  const ws = term.ws;
+  term.ws = null;
+  if (ws) ws.close(1000);
+  if (term.observer) term.observer.disconnect();
+  if (term.xterm) term.xterm.dispose();
+  term.xterm = term.fit = term.observer = term.name = null;
+  term.sent = '';
+  $('term').hidden = true;
+  document.body.classList.remove('term-open');
+  termState('closed', '');
+}
+
 // ---- CSV: the columns of `berth usage --csv`, from a fresh /v1/usage ------------
 
 function csvField(s) {
@@ -492,6 +766,8 @@ document.addEventListener('DOMContentLoaded', () => {
     create(ev.target);
   });
   $('csv').addEventListener('click', downloadCsv);
+  $('term-close').addEventListener('click', closeTerminal);
+  $('term-reconnect').addEventListener('click', () => { if (term.name) connect(); });
   window.addEventListener('resize', () => { if (state.usage) { renderSeries(); renderChart(); } });
   if (state.token) login(state.token);
   else showLogin();

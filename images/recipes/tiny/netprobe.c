@@ -17,15 +17,27 @@
  *                                   "sent N bytes in S s: M Mbit/s"
  *   netprobe rtt IP PORT N          N one-byte round trips to an echo
  *                                   server: min/median/max in microseconds
+ *   netprobe http IP PORT PATH [HEADER...]
+ *                                   GET PATH (HTTP/1.1, Connection: close,
+ *                                   each HEADER a "Name: value" line), the
+ *                                   answer read to its end: "status S head
+ *                                   U body U bytes N s S mbit M", head and
+ *                                   body the microseconds from the connect
+ *                                   to the answer's first byte and to its
+ *                                   body's (what follows the head: the
+ *                                   first chunk's size line when chunked),
+ *                                   N the bytes after the head
  * Exit status 0 when it did what was asked ("open" for tcp and udp), 1
  * otherwise, 2 for bad arguments.
  */
+#define _GNU_SOURCE /* memmem */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,13 +260,83 @@ static int do_rtt(const struct addr *sa, int count)
 	return 0;
 }
 
+static int do_http(const struct addr *sa, const char *path, char **headers, int nh)
+{
+	static char buf[1 << 16];
+	const char *why;
+	char req[8192];
+	int fd, len, status = 0;
+	double t0 = now(), head = -1, body = -1;
+	long long bytes = 0;
+	size_t got = 0;
+	char host[64];
+
+	inet_ntop(sa->family, sa->family == AF_INET ?
+		  (const void *)&((const struct sockaddr_in *)&sa->ss)->sin_addr :
+		  (const void *)&((const struct sockaddr_in6 *)&sa->ss)->sin6_addr, host, sizeof(host));
+	len = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n",
+		       path, host);
+	for (int i = 0; i < nh && len < (int)sizeof(req) - 4; i++)
+		len += snprintf(req + len, sizeof(req) - (size_t)len, "%s\r\n", headers[i]);
+	if (len >= (int)sizeof(req) - 4) {
+		puts("error");
+		return 1;
+	}
+	len += snprintf(req + len, sizeof(req) - (size_t)len, "\r\n");
+	fd = tcp_connect(sa, 5000, &why);
+	if (fd < 0) {
+		puts(why);
+		return 1;
+	}
+	if (write(fd, req, (size_t)len) != len) {
+		puts("error");
+		return 1;
+	}
+	/* The head is looked for in the first 64 KiB. */
+	for (bool in_head = true;;) {
+		ssize_t n = in_head ? read(fd, buf + got, sizeof(buf) - got)
+				    : read(fd, buf, sizeof(buf));
+		if (n <= 0)
+			break;
+		if (head < 0)
+			head = (now() - t0) * 1e6;
+		if (!in_head) {
+			if (body < 0)
+				body = (now() - t0) * 1e6;
+			bytes += n;
+			continue;
+		}
+		got += (size_t)n;
+		char *end = memmem(buf, got, "\r\n\r\n", 4);
+		if (!end) {
+			if (got == sizeof(buf)) {
+				puts("error");
+				return 1;
+			}
+			continue;
+		}
+		sscanf(buf, "HTTP/%*s %d", &status);
+		in_head = false;
+		size_t rest = got - (size_t)(end + 4 - buf);
+		if (rest > 0) {
+			body = (now() - t0) * 1e6;
+			bytes += (long long)rest;
+		}
+	}
+	double s = now() - t0;
+	printf("status %d head %.0f body %.0f bytes %lld s %.3f mbit %.1f\n", status, head, body,
+	       bytes, s, (double)bytes * 8 / s / 1e6);
+	close(fd);
+	return status ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	struct addr sa;
 
 	if (argc < 4 || addr_of(argv[2], argv[3], &sa) < 0) {
 		fputs("usage: netprobe tcp|udp IP PORT [MS] | stream IP PORT FILE | "
-		      "send IP PORT MIB | rtt IP PORT N\n", stderr);
+		      "send IP PORT MIB | rtt IP PORT N | http IP PORT PATH [HEADER...]\n", stderr);
 		return 2;
 	}
 	if (!strcmp(argv[1], "tcp"))
@@ -267,6 +349,8 @@ int main(int argc, char **argv)
 		return do_send(&sa, atol(argv[4]));
 	if (!strcmp(argv[1], "rtt") && argc > 4)
 		return do_rtt(&sa, atoi(argv[4]));
+	if (!strcmp(argv[1], "http") && argc > 4)
+		return do_http(&sa, argv[4], argv + 5, argc - 5);
 	fputs("netprobe: unknown mode\n", stderr);
 	return 2;
 }

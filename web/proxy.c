@@ -17,23 +17,16 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "web/reply.h"
+#include "web/upstream.h"
 #include "common/banned.h"
 
 /* What is read from hostd at once; and the buffer's most, for an answer's
  * head. */
 #define IO_BUF (64 << 10)
-#define HEAD_MAX (256 << 10)
+#define HEAD_MAX UPSTREAM_HEAD_MAX
 /* How long a connect to hostd is tried while its listen backlog is full
  * (as common/hostapi.c does). */
 #define CONNECT_WAIT_MS 5000
-
-/* How hostd's answer's body ends. */
-enum body_end {
-	END_NONE,       /* no body (a 204, 304, or a HEAD request's answer) */
-	END_LENGTH,     /* after Content-Length bytes */
-	END_CHUNKED,    /* chunked, decoded here */
-	END_CLOSE,      /* when hostd closes */
-};
 
 struct proxy_req {
 	int fd;                 /* hostd's connection, -1 when there is none */
@@ -46,21 +39,13 @@ struct proxy_req {
 	/* Bytes read from hostd and not used yet: buf[off, len). */
 	char *buf;
 	size_t off, len, cap;
-	enum body_end end;
-	uint64_t left;          /* END_LENGTH: bytes to come; END_CHUNKED: of this chunk */
-	bool crlf_owed;         /* END_CHUNKED: a chunk's data ended, its CRLF is next */
-	bool eof;               /* hostd closed */
+	struct upstream_body body;  /* hostd's answer's body, as web/upstream.c decodes it */
 };
 
 /* Client headers passed on (the rest are the client's and berth-web's
  * business, not hostd's). */
 static const char *const passed[] = { "Authorization", "Content-Type", "Accept",
 				      "X-Berth-User", NULL };
-/* hostd's headers not passed back: the connection's own, and what
- * libmicrohttpd writes itself. */
-static const char *const dropped[] = { "Connection", "Keep-Alive", "Transfer-Encoding",
-				       "Content-Length", "Date", "Proxy-Connection", "TE",
-				       "Trailer", "Upgrade", NULL };
 
 static int hostd_connect(const char *sock)
 {
@@ -151,96 +136,26 @@ static ssize_t fill(struct proxy_req *r)
 	}
 }
 
-/* A line of buf[off, len) ending in CRLF: its length (without the CRLF),
- * -1 when it is not all there yet, -2 when it ends in a bare LF. */
-static ssize_t line_len(const struct proxy_req *r)
+/* Read and parse the head of hostd's next answer (1xx included; ANSWER to
+ * a HEAD request when R->head_req) with web/upstream.c, the reader of
+ * previews' guests' answers too.  0 with *H (upstream_head_free it), or -1
+ * when hostd closed, sent no answer or a malformed one (logged), or the
+ * client went. */
+static int read_head(struct proxy_req *r, struct upstream_head *h)
 {
-	const char *s = r->buf + r->off, *nl = memchr(s, '\n', r->len - r->off);
+	char why[160];
+	ssize_t hl;
 
-	if (!nl)
-		return -1;
-	if (nl == s || nl[-1] != '\r')
-		return -2;
-	return nl - s - 1;
-}
-
-/* hostd's answer's head, parsed: STATUS, and the header lines (name and
- * value, NUL-terminated, pointing into *TEXT, which the caller frees). */
-struct head {
-	int status;
-	char *text;
-	char *name[64], *value[64];
-	size_t n;
-};
-
-/* Read and parse the head of hostd's next answer (1xx included).  0, or
- * -1 when hostd closed, sent no answer or a malformed one, or the client
- * went. */
-static int read_head(struct proxy_req *r, struct head *h)
-{
-	char *end = NULL, *line, *save = NULL;
-	size_t n;
-
-	memset(h, 0, sizeof(*h));
-	while (!(r->len > r->off &&
-		 (end = memmem(r->buf + r->off, r->len - r->off, "\r\n\r\n", 4)))) {
+	while ((hl = upstream_head_parse(r->buf + r->off, r->len - r->off, r->head_req, h, why,
+					 sizeof(why))) == 0) {
 		if (fill(r) <= 0)
 			return -1;
 	}
-	n = (size_t)(end - (r->buf + r->off)) + 2;
-	h->text = malloc(n + 1);
-	if (!h->text)
-		abort();
-	memcpy(h->text, r->buf + r->off, n);
-	h->text[n] = '\0';
-	r->off += n + 2;
-	line = strtok_r(h->text, "\r\n", &save);
-	if (!line || strncmp(line, "HTTP/1.", 7) != 0 || strlen(line) < 12 || line[8] != ' ')
-		goto bad;
-	h->status = atoi(line + 9);
-	if (h->status < 100 || h->status > 599)
-		goto bad;
-	while ((line = strtok_r(NULL, "\r\n", &save)) && h->n < 64) {
-		char *colon = strchr(line, ':');
-		if (!colon || colon == line)
-			goto bad;
-		*colon = '\0';
-		for (colon++; *colon == ' ' || *colon == '\t'; colon++)
-			;
-		h->name[h->n] = line;
-		h->value[h->n++] = colon;
+	if (hl < 0) {
+		log_warn("berth-hostd's answer is malformed: %s", why);
+		return -1;
 	}
-	return 0;
-bad:
-	free(h->text);
-	h->text = NULL;
-	return -1;
-}
-
-static const char *head_get(const struct head *h, const char *name)
-{
-	for (size_t i = 0; i < h->n; i++)
-		if (!strcasecmp(h->name[i], name))
-			return h->value[i];
-	return NULL;
-}
-
-/* The chunk size line at buf[off]: consumed and 0 with *SIZE, 1 when it
- * is not all there yet, -1 when it is malformed. */
-static int chunk_size(struct proxy_req *r, uint64_t *size)
-{
-	ssize_t n = line_len(r);
-	char *end;
-
-	if (n == -1)
-		return 1;
-	if (n < 0)
-		return -1;
-	errno = 0;
-	*size = strtoull(r->buf + r->off, &end, 16);
-	if (errno || end == r->buf + r->off || (*end != ';' && *end != '\r'))
-		return -1;
-	r->off += (size_t)n + 2;
+	r->off += (size_t)hl;
 	return 0;
 }
 
@@ -248,135 +163,63 @@ static int chunk_size(struct proxy_req *r, uint64_t *size)
 static ssize_t body_read(void *cls, uint64_t pos, char *out, size_t max)
 {
 	struct proxy_req *r = cls;
+	char why[128];
 
 	(void)pos;
 	for (;;) {
-		size_t avail = r->len - r->off, n;
-		switch (r->end) {
-		case END_NONE:
-			return MHD_CONTENT_READER_END_OF_STREAM;
-		case END_LENGTH:
-			if (r->left == 0)
-				return MHD_CONTENT_READER_END_OF_STREAM;
-			if (!avail)
-				break;
-			n = avail < max ? avail : max;
-			n = n < r->left ? n : (size_t)r->left;
-			memcpy(out, r->buf + r->off, n);
-			r->off += n;
-			r->left -= n;
-			return (ssize_t)n;
-		case END_CLOSE:
-			if (avail) {
-				n = avail < max ? avail : max;
-				memcpy(out, r->buf + r->off, n);
-				r->off += n;
+		if (r->off < r->len) {
+			size_t avail = r->len - r->off, used, n;
+			const char *data;
+			int rc = upstream_body_step(&r->body, r->buf + r->off, avail < max ? avail : max,
+						    &used, &data, &n, why, sizeof(why));
+			if (rc < 0) {
+				log_warn("berth-hostd's answer's body is malformed: %s", why);
+				return MHD_CONTENT_READER_END_WITH_ERROR;
+			}
+			if (n)
+				memmove(out, data, n);
+			r->off += used;
+			if (n)
 				return (ssize_t)n;
-			}
-			if (r->eof)
+			if (rc == 1)
 				return MHD_CONTENT_READER_END_OF_STREAM;
-			break;
-		case END_CHUNKED:
-			if (r->left) {
-				if (!avail)
-					break;
-				n = avail < max ? avail : max;
-				n = n < r->left ? n : (size_t)r->left;
-				memcpy(out, r->buf + r->off, n);
-				r->off += n;
-				r->left -= n;
-				r->crlf_owed = r->left == 0;
-				return (ssize_t)n;
-			}
-			if (r->crlf_owed) {
-				if (avail < 2)
-					break;
-				if (memcmp(r->buf + r->off, "\r\n", 2) != 0)
-					return MHD_CONTENT_READER_END_WITH_ERROR;
-				r->off += 2;
-				r->crlf_owed = false;
-				continue;
-			}
-			if (r->eof)    /* the last chunk was read: trailers follow */
-				goto trailers;
-			{
-				uint64_t size;
-				int rc = chunk_size(r, &size);
-				if (rc < 0)
-					return MHD_CONTENT_READER_END_WITH_ERROR;
-				if (rc > 0)
-					break;
-				if (size == 0) {
-					r->eof = true;
-					goto trailers;
-				}
-				r->left = size;
-			}
 			continue;
-trailers:
-			{
-				ssize_t l = line_len(r);
-				if (l == -1)
-					break;
-				if (l < 0)
-					return MHD_CONTENT_READER_END_WITH_ERROR;
-				r->off += (size_t)l + 2;
-				if (l == 0)
-					return MHD_CONTENT_READER_END_OF_STREAM;
-				continue;
-			}
 		}
+		if (r->body.done)
+			return MHD_CONTENT_READER_END_OF_STREAM;
 		ssize_t got = fill(r);
 		if (got < 0)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
-		if (got == 0) {
-			if (r->end != END_CLOSE)
-				return MHD_CONTENT_READER_END_WITH_ERROR;  /* cut short */
-			r->eof = true;
-		}
+		if (got == 0)      /* hostd closed: the end, or cut short */
+			return upstream_body_eof(&r->body) == 1 ? MHD_CONTENT_READER_END_OF_STREAM
+								 : MHD_CONTENT_READER_END_WITH_ERROR;
 	}
 }
 
 /* Queue hostd's answer (head H, its body still to be read) for the
  * client. */
-static enum MHD_Result answer(struct proxy_req *r, struct MHD_Connection *c, struct head *h)
+static enum MHD_Result answer(struct proxy_req *r, struct MHD_Connection *c,
+			      struct upstream_head *h)
 {
-	const char *te = head_get(h, "Transfer-Encoding"), *cl = head_get(h, "Content-Length");
 	struct MHD_Response *resp;
 	enum MHD_Result ret;
-	uint64_t size = MHD_SIZE_UNKNOWN;
+	uint64_t size = h->framing == UPSTREAM_NONE ? 0 : h->framing == UPSTREAM_LENGTH ?
+			h->length : MHD_SIZE_UNKNOWN;
 
-	if (r->head_req || h->status == 204 || h->status == 304) {
-		r->end = END_NONE;
-		size = 0;
-	} else if (te && !strcasecmp(te, "chunked")) {
-		r->end = END_CHUNKED;
-	} else if (cl) {
-		char *end;
-		errno = 0;
-		size = strtoull(cl, &end, 10);
-		if (errno || *end || end == cl)
-			return web_error(c, 502, "bad_gateway", "berth-hostd's answer has a "
-					  "malformed Content-Length");
-		r->end = END_LENGTH;
-		r->left = size;
-	} else {
-		r->end = END_CLOSE;
-	}
+	upstream_body_init(&r->body, h);
 	resp = size == 0 ? MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT)
 			 : MHD_create_response_from_callback(size, IO_BUF, body_read, r, NULL);
 	if (!resp)
 		return MHD_NO;
-	for (size_t i = 0; i < h->n; i++) {
-		size_t k;
-		for (k = 0; dropped[k] && strcasecmp(dropped[k], h->name[i]) != 0; k++)
-			;
-		if (!dropped[k])
+	/* Not passed back: the connection's own headers, and what
+	 * libmicrohttpd writes itself. */
+	for (size_t i = 0; i < h->n; i++)
+		if (!upstream_hop_by_hop(h, h->name[i]) && strcasecmp(h->name[i], "Content-Length") &&
+		    strcasecmp(h->name[i], "Date"))
 			MHD_add_response_header(resp, h->name[i], h->value[i]);
-	}
-	if (!head_get(h, "X-Content-Type-Options"))
+	if (!upstream_head_get(h, "X-Content-Type-Options"))
 		MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-	if (!head_get(h, "Cache-Control"))
+	if (!upstream_head_get(h, "Cache-Control"))
 		MHD_add_response_header(resp, "Cache-Control", "no-store");
 	r->answered = true;
 	ret = MHD_queue_response(c, (unsigned)h->status, resp);
@@ -424,7 +267,7 @@ static enum MHD_Result begin(const char *sock, struct MHD_Connection *c, const c
 	struct buf head = BUF_INIT;
 	uint64_t length = 0;
 	char msg[256];
-	struct head h;
+	struct upstream_head h;
 	enum MHD_Result ret;
 
 	r->client_fd = ci ? ci->connect_fd : -1;
@@ -459,11 +302,11 @@ static enum MHD_Result begin(const char *sock, struct MHD_Connection *c, const c
 		return web_error(c, 502, "bad_gateway", "berth-hostd answered nothing to the "
 				  "request's head");
 	if (h.status == 100) {
-		free(h.text);
+		upstream_head_free(&h);
 		return MHD_YES;
 	}
 	ret = answer(r, c, &h);
-	free(h.text);
+	upstream_head_free(&h);
 	return ret;
 }
 
@@ -472,7 +315,7 @@ enum MHD_Result proxy_handle(const char *sock, struct MHD_Connection *c, const c
 			     size_t *upload_data_size, struct proxy_req **state)
 {
 	struct proxy_req *r = *state;
-	struct head h;
+	struct upstream_head h;
 	enum MHD_Result ret;
 
 	if (!r) {
@@ -508,10 +351,10 @@ enum MHD_Result proxy_handle(const char *sock, struct MHD_Connection *c, const c
 					  "answered nothing" :
 					  "berth-hostd closed the connection without an answer");
 		if (h.status < 200)
-			free(h.text);
+			upstream_head_free(&h);
 	} while (h.status < 200);
 	ret = answer(r, c, &h);
-	free(h.text);
+	upstream_head_free(&h);
 	return ret;
 }
 

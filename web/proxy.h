@@ -16,7 +16,8 @@
  *   - hostd's answer streams back as it comes (exec's NDJSON line by line,
  *     a file as it is read): its status, its headers but the hop-by-hop
  *     ones, its body (Content-Length kept; chunked and close-delimited
- *     bodies are decoded and libmicrohttpd frames them for the client).
+ *     bodies are decoded and libmicrohttpd frames them for the client),
+ *     read by web/upstream.h, the reader of previews' guests' answers.
  *     A client that goes (its side of the TCP connection closed) closes
  *     hostd's connection, which ends what hostd was doing for it (a
  *     command is killed, an upload's temporary file removed).

@@ -470,6 +470,7 @@ int main(int argc, char **argv)
 	broker_stop(broker);
 	json_decref(W.broker);
 	wsexec_stop_all(5000);
+	preview_stop(5000);
 	MHD_stop_daemon(d);
 	if (pidfile)
 		unlink(pidfile);

@@ -60,6 +60,7 @@ static struct {
 	const char *other;        /* the other scheme's, dropped as well */
 	pthread_mutex_t lock;
 	struct link *links;
+	atomic_int splices;       /* upgraded connections' threads running */
 } P = { .domain = "localhost", .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* A client connection: the guest connection kept for its next request. */
@@ -348,6 +349,21 @@ int preview_start(const char *state, bool tls)
 	log_info("previews at PORT-NAME-USER.%s, connections from berth-hostd at %s", P.domain,
 		 P.ctl);
 	return 0;
+}
+
+void preview_stop(int wait_ms)
+{
+	pthread_mutex_lock(&P.lock);
+	for (struct link *l = P.links; l; l = l->next) {
+		l->cut = true;
+		shutdown(l->fd, SHUT_RDWR);
+	}
+	pthread_mutex_unlock(&P.lock);
+	for (int i = 0; i < wait_ms / 50 && atomic_load(&P.splices) > 0; i++)
+		usleep(50 * 1000);
+	if (atomic_load(&P.splices) > 0)
+		log_warn("preview: %d upgraded connections still open at the stop",
+			 atomic_load(&P.splices));
 }
 
 /* ---- berth-web's own answers ---------------------------------------------- */
@@ -799,6 +815,7 @@ static void *splice_thread(void *arg)
 	free(s->to_up);
 	free(s->to_client);
 	free(s);
+	atomic_fetch_sub(&P.splices, 1);
 	return NULL;
 }
 
@@ -832,7 +849,9 @@ static void upgraded(void *cls, struct MHD_Connection *c, void *con_cls, const c
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&attr, 256 << 10);
+	atomic_fetch_add(&P.splices, 1);
 	if (pthread_create(&t, &attr, splice_thread, s) != 0) {
+		atomic_fetch_sub(&P.splices, 1);
 		log_warn("preview %s: cannot start a thread for an upgraded connection", r->label);
 		MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
 		link_close(s->up);

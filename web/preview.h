@@ -53,6 +53,11 @@ void preview_configure(const char *domain);
  * becoming berth-web's user.  0, or -1 (logged). */
 int preview_start(const char *state, bool tls);
 
+/* At berth-web's stop, before libmicrohttpd's: every guest connection is
+ * shut down, so that upgraded ones (WebSockets) end and their threads give
+ * their sockets back to libmicrohttpd, waited for up to WAIT_MS. */
+void preview_stop(int wait_ms);
+
 /* Whether connection C's request is for a preview's host (its Host is a
  * name under the domain): preview_handle answers it. */
 bool preview_host(struct MHD_Connection *c);

@@ -302,6 +302,16 @@ check_match "  the guest sees X-Forwarded-Proto: https" $'X-Forwarded-Proto: htt
 check_absent "  and no berth cookie" matching 'berth_preview' echo "$h"
 check_eq "  a WebSocket over TLS" "hello over tls" \
 	"$(pc ws "$S/ws" "__Host-berth_preview=$SV" 'hello over tls')"
+pc ws-hold "$S/ws" "__Host-berth_preview=$SV" 30 >"$T/hold2" &
+HOLD=$!
+sleep 2
+t0=$(date +%s%N)
+web_down
+t1=$(date +%s%N)
+wait "$HOLD"
+check "berth-web stops within 5 s with a WebSocket open ($(( (t1 - t0) / 1000000 )) ms)" \
+	test $(( (t1 - t0) / 1000000 )) -lt 5000
+check_match "  which it ends" '^cut after' "$(cat "$T/hold2")"
 
 berth rm m >/dev/null
 check_absent "deleting the machine removes its previews" matching ' m +80' berth preview ls

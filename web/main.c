@@ -180,9 +180,15 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	(void)version;
 	if (!r)
 		return MHD_NO;
-	if (r->kind == REQ_NEW)
+	if (r->kind == REQ_NEW) {
 		r->kind = preview_host(c) ? REQ_PREVIEW :
 			  !strcmp(url, "/v1") || !strncmp(url, "/v1/", 4) ? REQ_API : REQ_PAGE;
+		/* A page's file is answered at the request's end: answered at
+		 * its head, libmicrohttpd would close the connection after it,
+		 * and the browser make a new one for the next file. */
+		if (r->kind == REQ_PAGE)
+			return MHD_YES;
+	}
 	if (r->kind == REQ_PREVIEW) {
 		peer_of(c, peer, sizeof(peer));
 		return preview_handle(c, method, r->target, peer, upload_data, upload_data_size,
@@ -197,8 +203,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		return proxy_handle(W.web_sock, c, method, r->target, peer, upload_data,
 				    upload_data_size, &r->px);
 	}
-	/* The page's files answer at once; a body sent with them is
-	 * dropped. */
+	/* A body sent with a page's request is dropped. */
 	if (*upload_data_size) {
 		*upload_data_size = 0;
 		return MHD_YES;

@@ -71,8 +71,11 @@ private() {
 		! \( -group kvm -perm 0710 \( -path "$STATE/machines" -o -path "$STATE/machines/*" \
 		-o -path "$STATE/images" -o -path "$STATE/images/*" -o -path "$STATE/volumes" \) \) ||
 		return 1
+	# The sockets are 0666 and answer by SO_PEERCRED: hostd.sock everyone,
+	# desktop.sock, web.sock and webctl.sock their daemon's user and root
+	# (t700, t610, t470 and t480 probe them as other users).
 	find "$STATE" -mindepth 1 -maxdepth 1 ! -type d -perm /077 ! -name hostd.sock \
-		! -name desktop.sock ! -name berth.conf
+		! -name desktop.sock ! -name web.sock ! -name webctl.sock ! -name berth.conf
 }
 check_absent "what hostd made is private (umask 077)" private
 # Refused for the right reason, not because the path is wrong.

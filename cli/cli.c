@@ -122,7 +122,8 @@ static void export_poll(struct cli_progress *p)
 	long status;
 
 	snprintf(path, sizeof(path), "/v1/machines/%s", p->machine);
-	if (hostapi_call(p->c->sock, "GET", path, NULL, &status, &r, err, sizeof(err)) == 0 &&
+	if (hostapi_call_as(p->c->sock, client_token(p->c), "GET", path, NULL, &status, &r, err,
+			    sizeof(err)) == 0 &&
 	    status == 200 && (op = json_object_get(r, "operation"))) {
 		p->done = (uint64_t)cli_jint(op, "done");
 		p->total = (uint64_t)cli_jint(op, "total");

@@ -10,11 +10,14 @@
 int client_call(const struct client *c, const char *method, const char *path,
 		json_t *body, long *status, json_t **resp, char *err, size_t errlen)
 {
-	if (hostapi_call(c->sock, method, path, body, status, resp, err, errlen) == 0)
+	if (hostapi_call_as(c->sock, client_token(c), method, path, body, status, resp, err,
+			    errlen) == 0)
 		return 0;
 	size_t n = strlen(err);
-	/* A hint: cut short when ERR is full, which is fine. */
-	if (snprintf(err + n, errlen - n, " (is it running? try `berth up --state %s`)",
+	/* A hint for a local hostd (a URL's host is not ours to start): cut
+	 * short when ERR is full, which is fine. */
+	if (!client_token(c) &&
+	    snprintf(err + n, errlen - n, " (is it running? try `berth up --state %s`)",
 		     c->state) < 0)
 		err[n] = '\0';
 	return -1;
@@ -30,4 +33,9 @@ bool client_alive(const struct client *c)
 
 	json_decref(resp);
 	return ok;
+}
+
+const char *client_token(const struct client *c)
+{
+	return c->token[0] ? c->token : NULL;
 }

@@ -60,8 +60,9 @@ static int cp_in(struct client *c, const char *local, const char *name, const ch
 	snprintf(mode, sizeof(mode), "%o", (unsigned)(sb.st_mode & 0777));
 	files_url(&url, name, path, mode);
 	struct cli_progress p = { .on = !c->json && isatty(2), .label = "copying", .t0 = mono_ms() };
-	if (hostapi_upload(c->sock, "PUT", buf_str(&url), fd, (uint64_t)sb.st_size,
-			   cli_progress_draw, &p, &status, &r, err, sizeof(err)) < 0) {
+	if (hostapi_upload_as(c->sock, client_token(c), "PUT", buf_str(&url), fd,
+			      (uint64_t)sb.st_size, cli_progress_draw, &p, &status, &r, err,
+			      sizeof(err)) < 0) {
 		cli_progress_end(&p);
 		fprintf(stderr, "berth cp: %s\n", err);
 		goto out;
@@ -111,8 +112,8 @@ static int cp_out(struct client *c, const char *name, const char *path, const ch
 	files_url(&url, name, path, NULL);
 	struct cli_progress p = { .on = !c->json && isatty(2) && !out, .label = "copying",
 				  .t0 = mono_ms() };
-	int hr = hostapi_download(c->sock, buf_str(&url), fd, cli_progress_draw, &p, &status,
-				  &r, err, sizeof(err));
+	int hr = hostapi_download_as(c->sock, client_token(c), buf_str(&url), fd,
+				     cli_progress_draw, &p, &status, &r, err, sizeof(err));
 	cli_progress_end(&p);
 	if (status && (status < 200 || status > 299))
 		fprintf(stderr, "berth cp: %s\n", hostapi_message(r, "the copy failed"));

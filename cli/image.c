@@ -133,8 +133,8 @@ static int image_import(struct client *c, int argc, char **argv)
 	snprintf(path, sizeof(path), "/v1/images/%s%s", name, buf_str(&q));
 	struct cli_progress p = { .on = !c->json && isatty(2), .label = "importing", .t0 = mono_ms() };
 	int64_t t0 = mono_ms();
-	if (hostapi_upload(c->sock, "PUT", path, fd, (uint64_t)sb.st_size, cli_progress_draw, &p,
-			   &status, &r, err, sizeof(err)) < 0) {
+	if (hostapi_upload_as(c->sock, client_token(c), "PUT", path, fd, (uint64_t)sb.st_size,
+			      cli_progress_draw, &p, &status, &r, err, sizeof(err)) < 0) {
 		cli_progress_end(&p);
 		fprintf(stderr, "berth: %s\n", err);
 		goto out;
@@ -220,8 +220,8 @@ static int image_export(struct client *c, int argc, char **argv)
 	struct cli_progress p = { .on = !c->json && isatty(2), .label = "exporting", .t0 = mono_ms(),
 			      .c = c, .machine = machine };
 	int64_t t0 = mono_ms();
-	int hr = hostapi_download(c->sock, path, fd, cli_progress_draw, &p, &status, &r, err,
-				  sizeof(err));
+	int hr = hostapi_download_as(c->sock, client_token(c), path, fd, cli_progress_draw, &p,
+				     &status, &r, err, sizeof(err));
 	cli_progress_end(&p);
 	if (hr < 0) {
 		fprintf(stderr, "berth: %s\n", err);

@@ -245,6 +245,7 @@ out:
  * .../exec/ID/stdin once the first line gave the id. */
 struct api_exec {
 	char sock[PATH_MAX];    /* hostd's (a copy: the thread outlives cmd_exec) */
+	char token[128];        /* the API token through berth-web ("" on the socket) */
 	const char *name;       /* in argv */
 	struct buf line;        /* a line not complete yet */
 	_Atomic long long id;   /* from the first line; 0 before */
@@ -327,6 +328,8 @@ static void *api_exec_stdin(void *arg)
 	json_t *r;
 	ssize_t n;
 
+	const char *token = x->token[0] ? x->token : NULL;
+
 	while (!(id = atomic_load(&x->id)))
 		usleep(2000);
 	snprintf(path, sizeof(path), "/v1/machines/%s/exec/%lld/stdin", x->name, id);
@@ -337,16 +340,17 @@ static void *api_exec_stdin(void *arg)
 		if (n <= 0) {
 			snprintf(path, sizeof(path), "/v1/machines/%s/exec/%lld/stdin?eof=1",
 				 x->name, id);
-			if (hostapi_send(x->sock, "POST", path, "", 0, "application/octet-stream",
-					 &status, &r, err, sizeof(err)) == 0)
+			if (hostapi_send_as(x->sock, token, "POST", path, "", 0,
+					    "application/octet-stream", &status, &r, err,
+					    sizeof(err)) == 0)
 				json_decref(r);
 			return NULL;
 		}
 		size_t done = 0;
 		while (done < (size_t)n) {
-			if (hostapi_send(x->sock, "POST", path, piece + done, (size_t)n - done,
-					 "application/octet-stream", &status, &r, err,
-					 sizeof(err)) < 0)
+			if (hostapi_send_as(x->sock, token, "POST", path, piece + done,
+					    (size_t)n - done, "application/octet-stream", &status,
+					    &r, err, sizeof(err)) < 0)
 				return NULL;
 			json_int_t w = json_integer_value(json_object_get(r, "written"));
 			json_decref(r);
@@ -371,6 +375,7 @@ static int exec_api(struct client *c, const char *name, bool wake, int connect_m
 
 	x = (struct api_exec){ .name = name, .line = BUF_INIT, .status = 255 };
 	snprintf(x.sock, sizeof(x.sock), "%s", c->sock);
+	snprintf(x.token, sizeof(x.token), "%s", c->token);
 	for (; *argv; argv++)
 		json_array_append_new(args, json_string(*argv));
 	body = json_pack("{s:o, s:b, s:b}", "argv", args, "wake", wake, "stdin_open", true);
@@ -380,8 +385,8 @@ static int exec_api(struct client *c, const char *name, bool wake, int connect_m
 	snprintf(path, sizeof(path), "/v1/machines/%s/exec", name);
 	if (pthread_create(&in, NULL, api_exec_stdin, &x) == 0)
 		pthread_detach(in);
-	rc = hostapi_stream(c->sock, "POST", path, body, api_exec_sink, &x, &status, &r, err,
-			    sizeof(err));
+	rc = hostapi_stream_as(c->sock, client_token(c), "POST", path, body, api_exec_sink, &x,
+			       &status, &r, err, sizeof(err));
 	json_decref(body);
 	if (status && (status < 200 || status > 299)) {
 		fprintf(stderr, "berth: %s\n", hostapi_message(r, "unexpected answer from hostd"));
@@ -436,9 +441,9 @@ int cmd_exec(struct client *c, int argc, char **argv)
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
-	/* Root speaks SSH itself with the gateway key; every other user has
-	 * hostd run the command. */
-	if (geteuid() != 0)
+	/* Root speaks SSH itself with the gateway key; every other user, and
+	 * anyone through berth-web with a token, has hostd run the command. */
+	if (geteuid() != 0 || client_token(c))
 		return exec_api(c, name, wake, connect_ms, argv + i + 1);
 	if (connect_ms == 0)
 		connect_ms = 15000;

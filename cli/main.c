@@ -1,6 +1,10 @@
 /* berth: the command line of berth.  It talks to berth-hostd's JSON API on
  * STATE/hostd.sock; STATE comes from --state, $BERTH_STATE or
- * /var/lib/berth.  Every listing takes --json. */
+ * /var/lib/berth.  With --url or $BERTH_URL it talks to berth-web there
+ * instead, as the user of the API token in $BERTH_TOKEN or --token-file
+ * (never on the command line, where other users would see it).  Every
+ * listing takes --json. */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,11 +13,12 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "common/hostapi.h"
 #include "common/util.h"
 #include "common/banned.h"
 
 static const char usage_text[] =
-	"usage: berth [--state DIR] [--json] COMMAND [ARGS]\n"
+	"usage: berth [--state DIR | --url URL [--token-file F]] [--json] COMMAND [ARGS]\n"
 	"\n"
 	"  up [--detach]                  start libvirtd (if none), hostd, the tiny image, a demo machine\n"
 	"  down                           stop the machines and what `up` started\n"
@@ -56,6 +61,8 @@ static const char usage_text[] =
 	"  desktop NAME --revoke              cut the machine's viewers, void its desktop URLs\n"
 	"\n"
 	"  --state DIR   state directory of the hostd to talk to (default $BERTH_STATE or /var/lib/berth)\n"
+	"  --url URL     berth-web's address instead (default $BERTH_URL), e.g. https://host:8080,\n"
+	"                acting as the user of the API token in $BERTH_TOKEN or --token-file F\n"
 	"  --json        machine-readable output\n";
 
 /* The commands, by the name that runs them; the verbs on one machine are
@@ -82,16 +89,64 @@ static const struct command {
 	{ "preview", cmd_preview },
 };
 
+/* Through berth-web at URL with the token in $BERTH_TOKEN or FILE (its
+ * first line) into C.  0, or -1 having said why. */
+static int use_url(struct client *c, const char *url, const char *file)
+{
+	const char *tok = getenv("BERTH_TOKEN");
+	char line[256] = "";
+	size_t n;
+
+	if (!hostapi_is_url(url) || strlen(url) >= sizeof(c->sock)) {
+		fprintf(stderr, "berth: --url '%s' is not http://HOST[:PORT] or https://HOST[:PORT]\n",
+			url);
+		return -1;
+	}
+	snprintf(c->sock, sizeof(c->sock), "%s", url);
+	for (n = strlen(c->sock); n > 0 && c->sock[n - 1] == '/'; n--)
+		c->sock[n - 1] = '\0';
+	if (file) {
+		FILE *f = fopen(file, "re");
+		if (!f || !fgets(line, sizeof(line), f)) {
+			fprintf(stderr, "berth: --token-file %s: %s\n", file,
+				f ? "empty" : strerror(errno));
+			if (f)
+				fclose(f);
+			return -1;
+		}
+		fclose(f);
+		line[strcspn(line, "\r\n")] = '\0';
+		tok = line;
+	}
+	if (!tok || !*tok) {
+		fprintf(stderr, "berth: %s needs an API token: set BERTH_TOKEN or pass --token-file "
+			"(berth token create makes one)\n", c->sock);
+		return -1;
+	}
+	if (strlen(tok) >= sizeof(c->token) || strspn(tok, "abcdefghijklmnopqrstuvwxyz"
+						       "0123456789_") != strlen(tok)) {
+		fprintf(stderr, "berth: the API token is not one (berth_ and 64 hex digits)\n");
+		return -1;
+	}
+	snprintf(c->token, sizeof(c->token), "%s", tok);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct client c = { 0 };
 	const char *state = getenv("BERTH_STATE");
+	const char *url = getenv("BERTH_URL"), *token_file = NULL;
 	int i;
 
 	for (i = 1; i < argc; i++) {
 		const char *v;
 		if ((v = cli_optval(argc, argv, &i, "--state")))
 			state = v;
+		else if ((v = cli_optval(argc, argv, &i, "--url")))
+			url = v;
+		else if ((v = cli_optval(argc, argv, &i, "--token-file")))
+			token_file = v;
 		else if (!strcmp(argv[i], "--json"))
 			c.json = true;
 		else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -119,6 +174,10 @@ int main(int argc, char **argv)
 			c.json = true;
 		else if ((v = cli_optval(nargs, args, &j, "--state")))
 			state = v;
+		else if ((v = cli_optval(nargs, args, &j, "--url")))
+			url = v;
+		else if ((v = cli_optval(nargs, args, &j, "--token-file")))
+			token_file = v;
 		else
 			args[n++] = args[j];
 	}
@@ -146,6 +205,12 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	xsnprintf(c.sock, sizeof(c.sock), "%s/hostd.sock", c.state);
+	if (token_file && !(url && *url)) {
+		fprintf(stderr, "berth: --token-file goes with --url (or BERTH_URL)\n");
+		return 2;
+	}
+	if (url && *url && use_url(&c, url, token_file) < 0)
+		return 2;
 	const char *cmd = args[0];
 
 	for (size_t k = 0; k < sizeof(commands) / sizeof(commands[0]); k++)

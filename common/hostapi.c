@@ -53,13 +53,19 @@ static size_t on_data(char *p, size_t size, size_t n, void *data)
 int hostapi_call(const char *sock, const char *method, const char *path, json_t *body,
 		 long *status, json_t **resp, char *err, size_t errlen)
 {
+	return hostapi_call_as(sock, NULL, method, path, body, status, resp, err, errlen);
+}
+
+int hostapi_call_as(const char *sock, const char *token, const char *method, const char *path,
+		    json_t *body, long *status, json_t **resp, char *err, size_t errlen)
+{
 	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	int ret;
 
 	if (body && !text)
 		abort();
-	ret = hostapi_send(sock, method, path, text, text ? strlen(text) : 0,
-			   text ? "application/json" : NULL, status, resp, err, errlen);
+	ret = hostapi_send_as(sock, token, method, path, text, text ? strlen(text) : 0,
+			      text ? "application/json" : NULL, status, resp, err, errlen);
 	free(text);
 	return ret;
 }
@@ -70,6 +76,28 @@ int hostapi_send(const char *sock, const char *method, const char *path, const v
 {
 	return hostapi_send_as(sock, NULL, method, path, data, len, type, status, resp, err,
 			       errlen);
+}
+
+/* Aim H at PATH of AT: a UNIX socket, or berth-web's base URL. */
+static void aim(CURL *h, const char *at, const char *path)
+{
+	char url[4096];
+
+	if (hostapi_is_url(at)) {
+		snprintf(url, sizeof(url), "%s%s", at, path);
+		/* What a remote berth-web answers is bounded by it; a dead
+		 * network is not waited for forever. */
+		curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 30L);
+	} else {
+		snprintf(url, sizeof(url), "http://berth%s", path);
+		curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, at);
+	}
+	curl_easy_setopt(h, CURLOPT_URL, url);
+}
+
+bool hostapi_is_url(const char *at)
+{
+	return !strncmp(at, "http://", 7) || !strncmp(at, "https://", 8);
 }
 
 /* "Authorization: Bearer TOKEN" onto HDRS when TOKEN is not NULL. */
@@ -93,7 +121,7 @@ int hostapi_send_as(const char *sock, const char *token, const char *method, con
 	CURL *h = curl_easy_init();
 	struct curl_slist *hdrs = NULL;
 	struct buf out = BUF_INIT;
-	char url[1024], ctype[128];
+	char ctype[128];
 	CURLcode rc;
 	int ret = -1;
 
@@ -103,9 +131,7 @@ int hostapi_send_as(const char *sock, const char *token, const char *method, con
 		snprintf(err, errlen, "cannot initialise libcurl");
 		return -1;
 	}
-	snprintf(url, sizeof(url), "http://berth%s", path);
-	curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, sock);
-	curl_easy_setopt(h, CURLOPT_URL, url);
+	aim(h, sock, path);
 	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &out);
@@ -122,7 +148,8 @@ int hostapi_send_as(const char *sock, const char *token, const char *method, con
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
 	rc = perform(h);
 	if (rc != CURLE_OK) {
-		snprintf(err, errlen, "cannot reach berth-hostd at %s: %s", sock,
+		snprintf(err, errlen, "cannot reach %s at %s: %s",
+			 hostapi_is_url(sock) ? "berth-web" : "berth-hostd", sock,
 			 curl_easy_strerror(rc));
 		goto out;
 	}
@@ -209,7 +236,6 @@ static int transfer(const char *sock, const char *method, const char *path,
 		    char *err, size_t errlen)
 {
 	struct curl_slist *hdrs = NULL;
-	char url[2048];
 	CURLcode rc;
 	int ret = -1;
 
@@ -220,9 +246,7 @@ static int transfer(const char *sock, const char *method, const char *path,
 		snprintf(err, errlen, "cannot initialise libcurl");
 		return -1;
 	}
-	snprintf(url, sizeof(url), "http://berth%s", path);
-	curl_easy_setopt(s->h, CURLOPT_UNIX_SOCKET_PATH, sock);
-	curl_easy_setopt(s->h, CURLOPT_URL, url);
+	aim(s->h, sock, path);
 	curl_easy_setopt(s->h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(s->h, CURLOPT_WRITEFUNCTION, on_write);
 	curl_easy_setopt(s->h, CURLOPT_WRITEDATA, s);
@@ -261,7 +285,8 @@ static int transfer(const char *sock, const char *method, const char *path,
 			snprintf(err, errlen, "the transfer from berth-hostd broke off: %s "
 				 "(hostd's log says why)", curl_easy_strerror(rc));
 		else
-			snprintf(err, errlen, "cannot reach berth-hostd at %s: %s", sock,
+			snprintf(err, errlen, "cannot reach %s at %s: %s",
+				 hostapi_is_url(sock) ? "berth-web" : "berth-hostd", sock,
 				 curl_easy_strerror(rc));
 		goto out;
 	}
@@ -277,7 +302,15 @@ int hostapi_upload(const char *sock, const char *method, const char *path, int f
 		   uint64_t size, hostapi_progress_fn fn, void *data, long *status,
 		   json_t **resp, char *err, size_t errlen)
 {
-	struct stream s = { .fd = fd, .size = size, .fn = fn, .data = data,
+	return hostapi_upload_as(sock, NULL, method, path, fd, size, fn, data, status, resp, err,
+				 errlen);
+}
+
+int hostapi_upload_as(const char *sock, const char *token, const char *method,
+		      const char *path, int fd, uint64_t size, hostapi_progress_fn fn, void *data,
+		      long *status, json_t **resp, char *err, size_t errlen)
+{
+	struct stream s = { .fd = fd, .size = size, .fn = fn, .data = data, .token = token,
 			    .err_body = BUF_INIT };
 
 	return transfer(sock, method, path, &s, true, status, resp, err, errlen);
@@ -286,7 +319,14 @@ int hostapi_upload(const char *sock, const char *method, const char *path, int f
 int hostapi_download(const char *sock, const char *path, int fd, hostapi_progress_fn fn,
 		     void *data, long *status, json_t **resp, char *err, size_t errlen)
 {
-	struct stream s = { .fd = fd, .fn = fn, .data = data, .download = true,
+	return hostapi_download_as(sock, NULL, path, fd, fn, data, status, resp, err, errlen);
+}
+
+int hostapi_download_as(const char *sock, const char *token, const char *path, int fd,
+			hostapi_progress_fn fn, void *data, long *status, json_t **resp,
+			char *err, size_t errlen)
+{
+	struct stream s = { .fd = fd, .fn = fn, .data = data, .download = true, .token = token,
 			    .err_body = BUF_INIT };
 
 	return transfer(sock, "GET", path, &s, false, status, resp, err, errlen);

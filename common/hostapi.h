@@ -1,12 +1,21 @@
 /* A client of berth-hostd's JSON API over its UNIX socket (libcurl), for the
  * CLI and the gateways: JSON in, JSON out, one HTTP request per call.  (The
- * gateways never open libvirt: this is how they ask hostd.) */
+ * gateways never open libvirt: this is how they ask hostd.)
+ *
+ * SOCK is hostd's socket, or, where it begins with http:// or https://,
+ * berth-web's base URL ("https://host:8080"): the same routes over HTTP,
+ * where a call acts as the user of the bearer token the *_as functions
+ * send (TLS verified against the system's CAs). */
 #ifndef BERTH_HOSTAPI_H
 #define BERTH_HOSTAPI_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* Whether AT is a URL (berth-web's) rather than a socket's path. */
+bool hostapi_is_url(const char *at);
 
 /* METHOD PATH with BODY (NULL: none; not consumed) to the hostd listening on
  * SOCK.  Sets *STATUS to the HTTP status and *RESP to the JSON body (NULL
@@ -14,6 +23,10 @@
  * could not be reached, with ERR (ERRLEN bytes) saying why. */
 int hostapi_call(const char *sock, const char *method, const char *path, json_t *body,
 		 long *status, json_t **resp, char *err, size_t errlen);
+
+/* hostapi_call with a bearer TOKEN (NULL: none), as hostapi_send_as. */
+int hostapi_call_as(const char *sock, const char *token, const char *method, const char *path,
+		    json_t *body, long *status, json_t **resp, char *err, size_t errlen);
 
 /* METHOD PATH with the LEN bytes of DATA as the body, of Content-Type TYPE
  * (NULL: no body).  Otherwise as hostapi_call. */
@@ -47,12 +60,18 @@ typedef void (*hostapi_progress_fn)(uint64_t done, uint64_t total, void *data);
 int hostapi_upload(const char *sock, const char *method, const char *path, int fd,
 		   uint64_t size, hostapi_progress_fn fn, void *data, long *status,
 		   json_t **resp, char *err, size_t errlen);
+int hostapi_upload_as(const char *sock, const char *token, const char *method,
+		      const char *path, int fd, uint64_t size, hostapi_progress_fn fn, void *data,
+		      long *status, json_t **resp, char *err, size_t errlen);
 
 /* GET PATH; a 2xx body is written to FD as it arrives, any other body is
  * parsed into *RESP.  Returns -1 with ERR also when the transfer breaks
  * off (hostd ends a failed stream early). */
 int hostapi_download(const char *sock, const char *path, int fd, hostapi_progress_fn fn,
 		     void *data, long *status, json_t **resp, char *err, size_t errlen);
+int hostapi_download_as(const char *sock, const char *token, const char *path, int fd,
+			hostapi_progress_fn fn, void *data, long *status, json_t **resp,
+			char *err, size_t errlen);
 
 /* S escaped for a URL's query (malloc'd). */
 char *hostapi_escape(const char *s);

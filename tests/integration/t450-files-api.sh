@@ -156,6 +156,14 @@ check_eq "over HTTP with $U's token" old \
 	"$(curl -sS -H "Authorization: Bearer $TOK" "http://127.0.0.1:$PORT/v1/machines/m/files?path=/root/keep")"
 check_match "  and without it: 401" '^401$' \
 	"$(curl -sS -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/machines/m/files?path=/root/keep")"
+# berth cp with the same token through berth-web, as another user.
+echo "$TOK" >"$T/tok" && chmod 644 "$T/tok"
+nb() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$BIN/berth" \
+	--url "http://127.0.0.1:$PORT" --token-file "$T/tok" "$@"; }
+head -c 300000 /dev/urandom >"$T/r1" && chmod 644 "$T/r1"
+nb cp "$T/r1" m:/root/r1 2>"$T/cp.err"
+check_eq "berth cp in with --url and $U's token file, as nobody" 0 "$?" || diag "$(cat "$T/cp.err")"
+check_eq "  and out again, byte-exact" "$(sha256sum <"$T/r1")" "$(nb cp m:/root/r1 - | sha256sum)"
 
 # A suspended machine wakes for a file.
 ub suspend m >/dev/null

@@ -169,14 +169,14 @@ check_match "  and without the token: 401" '^401 ' \
 # The same token from the CLI, anywhere: berth exec through berth-web as
 # $U, run by another user (nobody, who has no machine of their own).
 nb() { setpriv --reuid=nobody --regid=nogroup --clear-groups env BERTH_URL="http://127.0.0.1:$PORT" \
-	BERTH_TOKEN="$TOK" "$BIN/berth" "$@"; }
+	BERTH_TOKEN="${NB_TOKEN:-$TOK}" "$BIN/berth" "$@"; }
 out=$(nb exec m -- sh -c 'echo via; echo web >&2; exit 5' 2>"$T/nb.err")
 check_eq "berth exec with BERTH_URL and $U's token, as nobody: exit 5" "5 via web" \
 	"$? $out $(cat "$T/nb.err")"
 check_eq "  it acts as $U: berth ls shows m" m "$(nb ls --json | json machines.0.name)"
 check_eq "  stdin goes through" piped "$(echo piped | nb exec m -- cat)"
 check_match "  a revoked token is refused, named" "invalid or revoked token" \
-	"$(BERTH_TOKEN=berth_$(printf '%064d' 0) nb exec m -- true 2>&1)"
+	"$(NB_TOKEN=berth_$(printf '%064d' 0) nb exec m -- true 2>&1)"
 
 # A sleeping machine wakes for a command.
 ub suspend m >/dev/null

@@ -152,15 +152,15 @@ def sshgw(h):
 
 
 @contextlib.contextmanager
-def web(h):
+def web(h, *args):
     """berth-web for H on a free loopback port (started as root, it runs as
-    berth-web), up: yields its port.  Its log tail is printed when the body
-    failed."""
+    berth-web) with its options ARGS, up: yields its port.  Its log tail is
+    printed when the body failed."""
     port = free_port()
     logpath = os.path.join(os.path.dirname(h.state), "web.log")
     log = open(logpath, "w")
     proc = subprocess.Popen([os.path.join(BIN, "berth-web"), "--state", h.state,
-                             "--listen", f"127.0.0.1:{port}", "--log-level", "warn"],
+                             "--listen", f"127.0.0.1:{port}", "--log-level", "warn", *args],
                             stdout=log, stderr=log)
     try:
         for _ in range(200):

@@ -119,8 +119,8 @@ async def many(addr, port, host, conns, rounds, web_pid):
     peak RSS KiB and threads; 0 without WEB_PID)."""
     opened, lat = [], []
     go = asyncio.Event()
-    # berth-web takes 256 connections per client address: the clients come
-    # from four loopback addresses, as many clients would.
+    # berth-web is given 256 connections per client address (--max-per-addr):
+    # the clients come from four loopback addresses, as many clients would.
     srcs = ["127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"] if web_pid else [None]
     t0 = time.monotonic()
     tasks = []
@@ -173,7 +173,9 @@ def main():
         h.must("preview", "bench", str(PORT), "--public")
         procs = []
         try:
-            with sshgw(h) as (_, gwport), web(h) as wport:
+            # 1,000 connections from four loopback addresses: 256 each
+            # (berth-web's default share is 64 an address).
+            with sshgw(h) as (_, gwport), web(h, "--max-per-addr", "256") as wport:
                 wpid = web_pid(wport)
                 host = f"{PORT}-bench-root.localhost:{wport}"
                 lgw, ldir = free_port(), free_port()

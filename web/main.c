@@ -1,6 +1,7 @@
 /* berth-web: berth over HTTP(S), unprivileged.  Usage:
  *   berth-web --state DIR [--listen ADDR:PORT] [--user USER] [--page DIR]
  *             [--xterm DIR] [--max-connections N] [--max-per-addr N]
+ *             [--head-timeout S] [--idle-timeout S]
  *             [--log-level L] [--pidfile FILE]
  *
  * Started as root, it asks hostd (DIR/hostd.sock, root's GET
@@ -24,7 +25,11 @@
  *   else     the dashboard's files (web/page/, or where `make install`
  *            put them);
  * and, when hostd's settings have a "broker", the credential broker on the
- * guests' gateway (web/broker.h), bound as root too.
+ * guests' gateway (web/broker.h), bound as root too.  At most 1024
+ * connections (--max-connections), 64 per client address or IPv6 /64
+ * (--max-per-addr); a request head within 10 s of the accept or of its
+ * request line (--head-timeout), a kept connection's next request within
+ * 60 s (--idle-timeout): web/conns.h.
  * Runs until SIGTERM or SIGINT. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -49,6 +54,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "web/broker.h"
+#include "web/conns.h"
 #include "web/reply.h"
 #include "web/preview.h"
 #include "web/proxy.h"
@@ -71,10 +77,16 @@ struct web {
 	char tls_cert[PATH_MAX], tls_key[PATH_MAX];
 	char *cert, *key;               /* PEM, kept for libmicrohttpd's lifetime */
 	int max_conns, max_per_addr;
+	/* A request's head is owed this long after the accept or its request
+	 * line; a kept connection's next request line this long after its
+	 * last answer (web/conns.h). */
+	int head_s, idle_s;
 	json_t *broker;                 /* the credential broker's settings (null: off) */
 };
 
-static struct web W = { .max_conns = 1024, .max_per_addr = 256 };
+static struct web W = { .max_conns = 1024, .max_per_addr = 64, .head_s = 10, .idle_s = 60 };
+
+
 
 /* One request, from its first line (uri_seen) to its end (completed). */
 struct req {
@@ -89,6 +101,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: berth-web --state DIR [--listen ADDR:PORT] [--user USER] [--page DIR]\n"
 		   "                 [--xterm DIR] [--max-connections N] [--max-per-addr N]\n"
+		   "                 [--head-timeout S] [--idle-timeout S]\n"
 		   "                 [--log-level LEVEL] [--pidfile FILE]\n");
 }
 
@@ -150,10 +163,23 @@ static void *uri_seen(void *cls, const char *uri, struct MHD_Connection *c)
 	struct req *r = calloc(1, sizeof(*r));
 
 	(void)cls;
-	(void)c;
 	if (!r || !(r->target = strdup(uri)))
 		abort();
+	conns_request_line(c);
 	return r;
+}
+
+/* A connection opens and closes: its place in its address's share and
+ * the reaper's list (web/conns.h), with previews' state for it in its
+ * slot. */
+static void notify(void *cls, struct MHD_Connection *c, void **socket_context,
+		   enum MHD_ConnectionNotificationCode code)
+{
+	if (code == MHD_CONNECTION_NOTIFY_STARTED)
+		conns_notify(cls, c, socket_context, code);
+	preview_notify(cls, c, conns_slot(c), code);
+	if (code == MHD_CONNECTION_NOTIFY_CLOSED)
+		conns_notify(cls, c, socket_context, code);
 }
 
 /* exec/ws's 101 went: the socket is the session's (libmicrohttpd calls
@@ -164,7 +190,7 @@ static void upgraded(void *cls, struct MHD_Connection *c, void *con_cls, const c
 	struct req *r = con_cls;
 
 	(void)cls;
-	(void)c;
+	conns_upgraded(c);
 	if (wsexec_start(r->ws, sock, extra, extra_len, urh) < 0)
 		MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
 }
@@ -181,6 +207,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	if (!r)
 		return MHD_NO;
 	if (r->kind == REQ_NEW) {
+		conns_head(c);
 		r->kind = preview_host(c) ? REQ_PREVIEW :
 			  !strcmp(url, "/v1") || !strncmp(url, "/v1/", 4) ? REQ_API : REQ_PAGE;
 		/* A page's file is answered at the request's end: answered at
@@ -219,8 +246,8 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	struct req *r = *con_cls;
 
 	(void)cls;
-	(void)c;
 	(void)toe;
+	conns_done(c);
 	if (!r)
 		return;
 	proxy_done(r->px);
@@ -316,6 +343,8 @@ int main(int argc, char **argv)
 		{ "xterm", required_argument, NULL, 'X' },
 		{ "max-connections", required_argument, NULL, 'm' },
 		{ "max-per-addr", required_argument, NULL, 'a' },
+		{ "head-timeout", required_argument, NULL, 'H' },
+		{ "idle-timeout", required_argument, NULL, 'I' },
 		{ "log-level", required_argument, NULL, 'L' },
 		{ "pidfile", required_argument, NULL, 'p' },
 		{ "help", no_argument, NULL, 'h' },
@@ -344,6 +373,14 @@ int main(int argc, char **argv)
 			break;
 		case 'a':
 			if (daemon_arg_int("--max-per-addr", optarg, 1, 65536, &W.max_per_addr) < 0)
+				return 2;
+			break;
+		case 'H':
+			if (daemon_arg_int("--head-timeout", optarg, 1, 3600, &W.head_s) < 0)
+				return 2;
+			break;
+		case 'I':
+			if (daemon_arg_int("--idle-timeout", optarg, 1, 86400, &W.idle_s) < 0)
 				return 2;
 			break;
 		case 'L':
@@ -427,16 +464,17 @@ int main(int argc, char **argv)
 		{ MHD_OPTION_LISTEN_SOCKET, lfd, NULL },
 		{ MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)uri_seen, NULL },
 		{ MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)completed, NULL },
-		/* Clients from the network: idle ones do not hold a thread,
-		 * and one address cannot take every slot. */
-		{ MHD_OPTION_CONNECTION_TIMEOUT, 60, NULL },
+		/* Clients from the network: idle ones do not hold a thread;
+		 * one address (an IPv6 /64) cannot take every slot, nor one
+		 * that sends its request a byte at a time (web/conns.h). */
+		{ MHD_OPTION_CONNECTION_TIMEOUT, W.idle_s, NULL },
 		{ MHD_OPTION_CONNECTION_LIMIT, W.max_conns, NULL },
-		{ MHD_OPTION_PER_IP_CONNECTION_LIMIT, W.max_per_addr, NULL },
 		{ MHD_OPTION_THREAD_STACK_SIZE, 512 << 10, NULL },
-		/* A preview's client connection keeps its guest connection. */
-		{ MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)preview_notify, NULL },
+		{ MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)notify, NULL },
 	};
-	size_t n = 8;
+	size_t n = 7;
+	if (conns_start(W.max_per_addr, W.head_s, W.idle_s) < 0)
+		return 1;
 	if (tls) {
 		o[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0, W.cert };
 		o[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, W.key };
@@ -477,6 +515,7 @@ int main(int argc, char **argv)
 	wsexec_stop_all(5000);
 	preview_stop(5000);
 	MHD_stop_daemon(d);
+	conns_stop();
 	if (pidfile)
 		unlink(pidfile);
 	free(W.cert);

@@ -19,6 +19,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "web/conns.h"
 #include "web/hostctl.h"
 #include "web/reply.h"
 #include "web/upstream.h"
@@ -829,8 +830,8 @@ static void upgraded(void *cls, struct MHD_Connection *c, void *con_cls, const c
 	pthread_attr_t attr;
 	pthread_t t;
 
-	(void)c;
 	(void)con_cls;
+	conns_upgraded(c);
 	if (!s || !(s->to_up = malloc(IO_BUF)) || !(s->to_client = malloc(IO_BUF)))
 		abort();
 	s->up = r->up;
@@ -975,15 +976,14 @@ static enum MHD_Result begin(struct preview_req *r, const char *method, const ch
 	const char *host = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Host");
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(r->c, MHD_CONNECTION_INFO_CONNECTION_FD);
-	const union MHD_ConnectionInfo *sc =
-		MHD_get_connection_info(r->c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 	size_t plen = strcspn(target, "?");
 	uint64_t length = 0;
 	enum MHD_Result ret = MHD_NO;
 	bool browser;
 
 	r->client_fd = ci ? ci->connect_fd : -1;
-	r->conn = sc ? sc->socket_context : NULL;
+	void **slot = conns_slot(r->c);
+	r->conn = slot ? *slot : NULL;
 	r->head_req = !strcmp(method, "HEAD");
 	if (!preview_label_of(host, P.domain, r->label, sizeof(r->label)))
 		return own_answer(r, 400, "invalid_label", "no preview's host name");

@@ -206,6 +206,70 @@ check_eq "the certificate is the configured one (without it curl cannot verify i
 check "plain HTTP to the TLS port gets no answer" \
 	bash -c "[ \"\$(curl -s -m 5 -o /dev/null -w '%{http_code}' '$URL/')\" != 200 ]"
 
+# What one client may hold (web/conns.h), with short limits: a
+# connection that sends no request head (no TLS handshake, even) is shut
+# within --head-timeout; a kept one that trickles its next request line,
+# within --idle-timeout of its answer; one address gets --max-per-addr
+# connections at once and another address is still served.
+web_down
+web_up --head-timeout 2 --idle-timeout 3 --max-per-addr 8 || not_ok "berth-web with short limits"
+python3 - "$PORT" "$T/cert.pem" >"$T/hold.out" 2>&1 <<'PY'
+import socket, ssl, sys, time
+port, ca = int(sys.argv[1]), sys.argv[2]
+def closed_after(s, limit, trickle):
+    """Seconds until the server closes S (TRICKLE: a byte sent every 0.5 s),
+    or None."""
+    t0 = time.monotonic()
+    s.settimeout(0.5)
+    while time.monotonic() - t0 < limit:
+        try:
+            if trickle:
+                s.send(b"x")
+            if s.recv(1) == b"":
+                return time.monotonic() - t0
+        except socket.timeout:
+            continue
+        except (ConnectionError, OSError, ssl.SSLError):
+            return time.monotonic() - t0
+    return None
+s = socket.create_connection(("127.0.0.1", port))
+t = closed_after(s, 15, False)
+print("silent:", "closed %.1f" % t if t is not None else "open")
+ctx = ssl.create_default_context(cafile=ca)
+k = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="127.0.0.1")
+k.sendall(b"GET /index.html HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+k.settimeout(5)
+got = b""
+while b"</html>" not in got:
+    got += k.recv(65536)
+print("kept:", got.split(b"\r\n")[0].decode())
+t0 = time.monotonic()
+t = closed_after(k, 15, True)
+print("trickled:", "closed %.1f" % t if t is not None else "open")
+held = []
+for _ in range(8):
+    c = socket.socket(); c.bind(("127.0.0.7", 0)); c.connect(("127.0.0.1", port)); held.append(c)
+c = socket.socket(); c.bind(("127.0.0.7", 0)); c.connect(("127.0.0.1", port)); c.settimeout(3)
+try:
+    print("ninth:", "closed" if c.recv(1) == b"" else "data")
+except socket.timeout:
+    print("ninth: open")
+except OSError:
+    print("ninth: closed")
+o = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.8", 0)),
+                    server_hostname="127.0.0.1")
+o.sendall(b"GET /index.html HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+print("other:", o.recv(100).split(b"\r\n")[0].decode())
+PY
+out=$(cat "$T/hold.out")
+check_match "a connection that sends nothing is shut within 2 s (+1)" "silent: closed [23]\." "$out"
+check_match "  a kept connection is served first" "kept: HTTP/1.1 200" "$out"
+check_match "  and shut within 3 s (+1) of its answer while it trickles" "trickled: closed [34]\." "$out"
+check_match "one address's ninth connection at --max-per-addr 8: shut at once" "ninth: closed" "$out"
+check_match "  while another address is served" "other: HTTP/1.1 200" "$out"
+check_match "berth-web says why it shut them" "closed 1 connection without a complete request head within 2s" \
+	"$(cat "$T/web.log")"
+
 # Bad settings are refused with the setting named: berth.conf's by hostd
 # (it leaves no hostd), the TLS files and the port by berth-web.
 bad_conf() { # CONF-LINES... : hostd refuses to start; prints its log

@@ -187,6 +187,12 @@ wait "$NP"
 check_match "a client that answers no ping: its session ends after 30 s (pings at 10 and 20 s)" \
 	'^id ping eof stdout-all elapsed$' "$(kinds np)"
 check "  at 30 to 35 s" awk '$2 == "elapsed" { t = $3 } END { exit !(t >= 30 && t < 36) }' "$T/np"
+# The session logs its end once its command's stream is closed, a moment
+# after the client saw the close.
+for _ in $(seq 50); do
+	grep -q 'its client answered nothing' "$T/web.log" && break
+	sleep 0.2
+done
 check_match "  berth-web says why" 'm: its client answered nothing for 30 s after 3[0-9.]+ s' \
 	"$(cat "$T/web.log")"
 check_match "  and its command is killed" '^\{"execs":\[\]\}$' \

@@ -37,6 +37,7 @@ struct fsess {
 	struct sshexec_target t;
 	ssh_session s;
 	sftp_session sftp;
+	bool kept;               /* s came from the pool of kept sessions */
 	const char *name;
 };
 
@@ -92,6 +93,7 @@ static int fs_open(struct hostd *h, const char *owner, const char *name, struct 
 					.host_key = f->ms.m.host_key };
 	for (int try = 0; try < 2; try++) {
 		f->s = exec_session_get(h->execs, f->ms.m.id, &f->t, &kept, err, sizeof(err));
+		f->kept = kept;
 		if (!f->s)
 			return err_set(e, 502, "ssh_failed", "machine %s: %s", name, err);
 		ssh_options_set(f->s, SSH_OPTIONS_TIMEOUT, &sec);
@@ -604,6 +606,21 @@ static void *tar_run(void *arg)
 	t->rc = sshexec_run_session(t->f.s, &t->f.t, t->cmd, &t->io,
 				    sshexec_now_ms() + t->f.t.connect_timeout_ms, t->err,
 				    sizeof(t->err));
+	if (t->rc < 0 && !t->io.started && t->f.kept) {
+		/* The kept session failed before tar started (a full run saw
+		 * one refuse the channel right after its SFTP request): tar
+		 * on a new one, with the whole time again. */
+		log_warn("machine %s: a kept session failed before tar started (%s): a new one",
+			 t->f.name, t->err);
+		sshexec_disconnect(t->f.s);
+		t->f.kept = false;
+		t->f.s = sshexec_connect(&t->f.t, sshexec_now_ms() + t->f.t.connect_timeout_ms,
+					 t->err, sizeof(t->err));
+		if (t->f.s)
+			t->rc = sshexec_run_session(t->f.s, &t->f.t, t->cmd, &t->io,
+						    sshexec_now_ms() + t->f.t.connect_timeout_ms,
+						    t->err, sizeof(t->err));
+	}
 	if (t->out_w >= 0)
 		close(t->out_w);
 	if (t->in_r >= 0)

@@ -8,6 +8,8 @@ BIN=${BERTH_BIN:-$ROOT/bin}
 T=$(mktemp -d /tmp/berth-t.XXXXXX)
 # The gateways run as berth-sshgw and berth-desktop and reach STATE/hostd.sock through here.
 chmod 711 "$T"
+# Who made it: tests/sweep.sh removes what a killed test left behind.
+echo $$ >"$T/.owner"
 STATE=$T/state
 HOSTD_PID=
 n=0
@@ -304,6 +306,7 @@ test_user() {
 	useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
 		--user-group "$1" || return 1
 	TEST_USERS+=("$1")
+	echo "$1" >>"$T/.users"
 }
 
 # as_user USER CMD...: CMD as USER (its group, no others).

@@ -4,35 +4,14 @@
 // "FAIL|what|why", then "SCREENSHOT|path" lines and "DONE" at the end
 // (tests/integration/t610-dashboard.sh turns them into TAP).
 import { readFileSync, mkdirSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { join } from 'node:path';
+import { launch, fail, check, step } from './lib.mjs';
 
 const [url, token, machine, artifacts] = process.argv.slice(2);
-const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const { chromium } = await import(pathToFileURL(
-  join(root, 'build/node/node_modules/playwright-core/index.mjs')).href);
-
-const pass = (what) => console.log(`PASS|${what}`);
-const fail = (what, why) => console.log(`FAIL|${what}|${String(why).replace(/\n/g, ' ')}`);
-const check = (what, cond, why) => (cond ? pass(what) : fail(what, why));
-async function step(what, fn) {
-  try {
-    const r = await fn();
-    if (r === false) fail(what, 'condition false');
-    else pass(what);
-  } catch (e) {
-    fail(what, e.message.split('\n')[0]);
-  }
-}
 const money = (s) => parseFloat(s);
 
 mkdirSync(artifacts, { recursive: true });
-const browser = await chromium.launch({
-  executablePath: '/usr/bin/chromium',
-  headless: true,
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
+const browser = await launch();
 const pageErrors = [];
 try {
   const ctx = await browser.newContext({ acceptDownloads: true,

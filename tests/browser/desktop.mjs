@@ -20,22 +20,17 @@
 //   clip ID                      what the page's clipboard box holds
 //   shot ID FILE                 a screenshot
 //   close ID | quit
-import { createRequire } from 'node:module';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import readline from 'node:readline';
-
-const require = createRequire(import.meta.url);
-const root = new URL('../..', import.meta.url).pathname;
-const { chromium } = require(join(root, 'build/node/node_modules/playwright-core'));
+import { chromium, chromiumPath, chromiumArgs } from './lib.mjs';
 
 const profile = mkdtempSync(join(tmpdir(), 'berth-chromium-'));
 const ctx = await chromium.launchPersistentContext(profile, {
-  executablePath: '/usr/bin/chromium',
+  executablePath: chromiumPath,
   headless: true,
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
-         '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  args: chromiumArgs,
   viewport: { width: 1000, height: 600 },
   // Ours below: Playwright's closes the browser but does not exit.
   handleSIGTERM: false,

@@ -8,34 +8,13 @@
 // them into TAP).
 import { execFileSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { join } from 'node:path';
+import { launch, step, expect } from './lib.mjs';
 
 const [privUrl, link, pubUrl, berth, state, machine, artifacts] = process.argv.slice(2);
-const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const { chromium } = await import(pathToFileURL(
-  join(root, 'build/node/node_modules/playwright-core/index.mjs')).href);
-
-const pass = (what) => console.log(`PASS|${what}`);
-const fail = (what, why) => console.log(`FAIL|${what}|${String(why).replace(/\n/g, ' ')}`);
-async function step(what, fn) {
-  try {
-    const r = await fn();
-    if (r === false) fail(what, 'condition false');
-    else pass(what);
-  } catch (e) {
-    fail(what, e.message.split('\n')[0]);
-  }
-}
-const expect = (cond, why) => { if (!cond) throw new Error(why); };
 
 mkdirSync(artifacts, { recursive: true });
-const browser = await chromium.launch({
-  executablePath: '/usr/bin/chromium',
-  headless: true,
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
+const browser = await launch();
 try {
   const ctx = await browser.newContext({ viewport: { width: 1000, height: 700 } });
   const page = await ctx.newPage();

@@ -60,8 +60,8 @@ CLI_SRC     += cli/secret.c
 WEB_SRC     += web/broker.c web/hostctl.c
 # Previews: hostd's half (the table, webctl's ops), the CLI, berth-web's
 # proxy to the guests' ports and its reader of their answers.
-HOSTD_SRC   += hostd/preview.c
-CLI_SRC     += cli/preview.c
+HOSTD_SRC   += hostd/preview.c hostd/events.c
+CLI_SRC     += cli/preview.c cli/events.c
 WEB_SRC     += web/preview.c web/upstream.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 

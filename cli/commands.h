@@ -42,5 +42,7 @@ int cmd_token(struct client *c, int argc, char **argv);
 int cmd_secret(struct client *c, int argc, char **argv);
 /* preview.c: `berth preview NAME PORT [--public] | ls | rm NAME PORT`. */
 int cmd_preview(struct client *c, int argc, char **argv);
+/* events.c: `berth events [MACHINE] [--all] [--follow]`. */
+int cmd_events(struct client *c, int argc, char **argv);
 
 #endif

@@ -59,6 +59,8 @@ static const char usage_text[] =
 	"                                 a one-time link for your browser, or open to anyone\n"
 	"  preview ls [--all] | preview rm NAME PORT\n"
 	"  desktop NAME --revoke              cut the machine's viewers, void its desktop URLs\n"
+	"  events [MACHINE] [--all] [--limit N] [--after ID] [--follow]\n"
+	"                                 what happened to your machines, and why\n"
 	"\n"
 	"  --state DIR   state directory of the hostd to talk to (default $BERTH_STATE or /var/lib/berth)\n"
 	"  --url URL     berth-web's address instead (default $BERTH_URL), e.g. https://host:8080,\n"
@@ -87,6 +89,7 @@ static const struct command {
 	{ "token", cmd_token },
 	{ "secret", cmd_secret },
 	{ "preview", cmd_preview },
+	{ "events", cmd_events },
 };
 
 /* Through berth-web at URL with the token in $BERTH_TOKEN or FILE (its

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <microhttpd.h>
+#include <poll.h>
 #include <pthread.h>
 #include <pwd.h>
 #include <stdarg.h>
@@ -20,6 +21,7 @@
 #include "hostd/checkpoint.h"
 #include "hostd/db.h"
 #include "hostd/desktop.h"
+#include "hostd/events.h"
 #include "hostd/exec.h"
 #include "hostd/files.h"
 #include "hostd/idle.h"
@@ -1617,6 +1619,174 @@ static struct reply do_ledger(struct call *c)
 	return ok(200, json_pack("{s:o}", "ledger", mine));
 }
 
+/* A follower of the events (GET /v1/events?follow=1): server-sent events,
+ * one an event ("id: N", "event: KIND", "data: JSON"), a comment line
+ * now and then while there are none. */
+struct events_call {
+	struct hostd *h;
+	char owner[64];         /* "" for root's view of everyone's */
+	char machine[64];       /* "" for every machine */
+	int64_t after;          /* the last event sent */
+	int64_t seen;           /* events_last() when last asked */
+	int64_t said_ms;        /* when something was last sent */
+	int fd;                 /* the client's connection, watched */
+	struct buf out;
+	size_t off;
+};
+
+static ssize_t events_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct events_call *ec = cls;
+	int64_t keepalive_ms = (int64_t)ec->h->cfg.api_send_timeout_s * 1000 / 2;
+
+	(void)pos;
+	if (keepalive_ms > 15000)
+		keepalive_ms = 15000;
+	while (ec->off == ec->out.len) {
+		struct db_event *evs = NULL;
+		struct err e = { 0 };
+		size_t n = 0;
+
+		buf_free(&ec->out);
+		ec->off = 0;
+		if (db_event_list(ec->h->db, ec->owner[0] ? ec->owner : NULL,
+				  ec->machine[0] ? ec->machine : NULL, ec->after, 100, &evs, &n,
+				  &e) < 0) {
+			log_warn("events stream: %s", e.msg);
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		}
+		for (size_t i = 0; i < n; i++) {
+			json_t *j = events_json(&evs[i]);
+			char *text = json_dumps(j, JSON_COMPACT);
+			buf_printf(&ec->out, "id: %lld\nevent: %s\ndata: %s\n\n",
+				   (long long)evs[i].id, evs[i].kind, text);
+			free(text);
+			json_decref(j);
+			ec->after = evs[i].id;
+		}
+		free(evs);
+		int64_t now = mono_ms();
+		if (ec->out.len == 0 && now - ec->said_ms >= keepalive_ms)
+			buf_adds(&ec->out, ": keepalive\n\n");
+		if (ec->out.len > 0) {
+			ec->said_ms = now;
+			break;
+		}
+		ec->seen = events_wait(ec->seen, 500);
+		struct pollfd p = { .fd = ec->fd, .events = POLLRDHUP };
+		if (ec->fd >= 0 && poll(&p, 1, 0) > 0 &&
+		    (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+			return MHD_CONTENT_READER_END_WITH_ERROR;	/* the client went */
+	}
+	size_t k = ec->out.len - ec->off < max ? ec->out.len - ec->off : max;
+	memcpy(buf, ec->out.data + ec->off, k);
+	ec->off += k;
+	return (ssize_t)k;
+}
+
+static void events_done(void *cls)
+{
+	struct events_call *ec = cls;
+
+	buf_free(&ec->out);
+	free(ec);
+}
+
+/* C's events as they come, those after AFTER first (-1: only new ones;
+ * a Last-Event-ID header says where a reconnecting client was). */
+static struct reply events_follow(struct call *c, const char *machine, int64_t after)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	const char *last = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND,
+						       "Last-Event-ID");
+	struct events_call *ec = calloc(1, sizeof(*ec));
+	struct db_event *evs = NULL;
+	struct err e = { 0 };
+	size_t n = 0;
+
+	if (!ec)
+		abort();
+	if (last) {
+		char *end;
+		long long v = strtoll(last, &end, 10);
+		if (end == last || *end || v < 0) {
+			free(ec);
+			return fail_now(400, "invalid_header", "Last-Event-ID must be an event's id");
+		}
+		after = v;
+	}
+	*ec = (struct events_call){ .h = c->h, .fd = ci ? ci->connect_fd : -1,
+				    .seen = events_last(), .said_ms = mono_ms(), .out = BUF_INIT };
+	snprintf(ec->owner, sizeof(ec->owner), "%s", c->route->query_all ? "" : c->owner);
+	snprintf(ec->machine, sizeof(ec->machine), "%s", machine ? machine : "");
+	if (after < 0) {
+		/* Only what comes: start after the newest there is. */
+		if (db_event_list(c->h->db, ec->owner[0] ? ec->owner : NULL, machine, 0, 1, &evs,
+				  &n, &e) < 0) {
+			free(ec);
+			return fail(&e);
+		}
+		after = n ? evs[0].id : 0;
+		free(evs);
+	}
+	ec->after = after;
+	/* The head goes at once: a comment says the stream is open. */
+	buf_adds(&ec->out, ": berth events\n\n");
+	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 << 10,
+								       events_reader, ec, events_done);
+	if (!resp) {
+		events_done(ec);
+		return fail_now(500, "internal", "cannot create the events stream");
+	}
+	MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+	MHD_add_response_header(resp, "Cache-Control", "no-store");
+	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+	return (struct reply){ 200, NULL, resp };
+}
+
+/* GET /v1/events[?machine=NAME][&after=ID][&limit=N]: the caller's
+ * lifecycle events (hostd/events.h), oldest first: the last LIMIT (100,
+ * at most 10000) after id AFTER; with ?all=1, root's view of everyone's. */
+static struct reply do_events(struct call *c)
+{
+	const char *machine = query_arg(c->conn, "machine");
+	const char *after_s = query_arg(c->conn, "after");
+	const char *limit_s = query_arg(c->conn, "limit");
+	const char *follow = query_arg(c->conn, "follow");
+	struct db_event *evs = NULL;
+	long long after = 0, limit = 100;
+	struct err e = { 0 };
+	size_t n = 0;
+	char *end;
+	json_t *arr;
+
+	if (machine && !name_valid(machine))
+		return fail_now(400, "invalid_name", "machine must be a machine's name");
+	if (after_s) {
+		after = strtoll(after_s, &end, 10);
+		if (end == after_s || *end || after < 0)
+			return fail_now(400, "invalid_query", "after must be an event's id (0 or more)");
+	}
+	if (limit_s) {
+		limit = strtoll(limit_s, &end, 10);
+		if (end == limit_s || *end || limit < 1 || limit > EVENTS_KEEP)
+			return fail_now(400, "invalid_query", "limit must be 1 to %d", EVENTS_KEEP);
+	}
+	if (follow && strcmp(follow, "1") && strcmp(follow, "0"))
+		return fail_now(400, "invalid_query", "follow must be 1 or 0");
+	if (follow && !strcmp(follow, "1"))
+		return events_follow(c, machine, after_s ? after : -1);
+	if (db_event_list(c->h->db, c->route->query_all ? NULL : c->owner, machine, after,
+			  (int)limit, &evs, &n, &e) < 0)
+		return fail(&e);
+	arr = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(arr, events_json(&evs[i]));
+	free(evs);
+	return ok(200, json_pack("{s:o}", "events", arr));
+}
+
 /* GET /metrics: Prometheus text. */
 static struct reply do_metrics(struct call *c)
 {
@@ -2037,7 +2207,7 @@ static struct reply gw_auth(struct call *c)
 /* POST /v1/gateway/connect: the SSH credential of a user's machine. */
 static struct reply gw_connect(struct call *c)
 {
-	static const char *const allowed[] = { "user", "machine", "wake", NULL };
+	static const char *const allowed[] = { "user", "machine", "wake", "from", NULL };
 	struct err e = { 0 };
 	const char *user = NULL, *machine = NULL;
 	bool wake = false;
@@ -2045,10 +2215,14 @@ static struct reply gw_connect(struct call *c)
 	struct reply rep;
 
 	if (!j || get_user_machine(j, &user, &machine, &e) < 0 ||
-	    get_bool(j, "wake", &wake, &e) < 0)
+	    get_bool(j, "wake", &wake, &e) < 0) {
 		rep = fail(&e);
-	else
+	} else {
+		/* A wake's cause: the client's address, as the gateway saw it. */
+		const char *from = json_string_value(json_object_get(j, "from"));
+		events_cause("ssh from %s", from && *from ? from : "the gateway");
 		rep = ssh_credential(c->h, user, machine, wake, true);
+	}
 	json_decref(j);
 	return rep;
 }
@@ -2178,6 +2352,9 @@ static const struct api_route routes[] = {
 	{ "GET", "/v1/info", ANYONE, .fn = do_info },
 	{ "GET", "/v1/quota", ANYONE, .fn = do_quota },
 	{ "GET", "/v1/ledger", ANYONE, .fn = do_ledger },
+	{ "GET", "/v1/events", ROOT, .query_all = true,
+	  .refusal = "only root may see every user's events", .fn = do_events },
+	{ "GET", "/v1/events", ANYONE, .fn = do_events },
 	{ "GET", "/v1/usage", ROOT, .query_all = true,
 	  .refusal = "only root may see every user's usage", .fn = do_usage },
 	{ "GET", "/v1/usage", ANYONE, .fn = do_usage },
@@ -2443,6 +2620,19 @@ static struct reply too_large(const struct api *a)
 static bool changes_machines(const struct api_route *r)
 {
 	return strcmp(r->method, "GET") != 0 && strncmp(r->path, "/v1/machines", 12) == 0;
+}
+
+/* A refusal for a quota is an event of the machine named (none for a
+ * create: its name is in the body). */
+static void quota_event(const struct call *c, const struct reply *rep)
+{
+	json_t *err = json_object_get(rep->body, "error");
+	const char *code = json_string_value(json_object_get(err, "code"));
+
+	if (rep->status != 403 || !code || strcmp(code, "quota_exceeded") != 0)
+		return;
+	events_emit(c->h, c->owner, strstr(c->route->path, "{name}") ? c->arg[0] : "",
+		    "quota_refused", json_string_value(json_object_get(err, "message")));
 }
 
 /* C's handler, counted among its owner's operations in flight (a
@@ -2850,7 +3040,11 @@ static enum MHD_Result api_handler(void *cls, struct MHD_Connection *c, const ch
 				     .who = caller_class(a, r->uid),
 				     .body = &r->body, .upload = &r->up };
 		memcpy(call.arg, r->args, sizeof(call.arg));
+		/* What an operation here does is this request's doing (a
+		 * gateway's wake says more: gw_connect). */
+		events_cause("%s %s by %s%s", method, url, r->owner, a->http ? " over HTTP" : "");
 		rep = changes_machines(r->route) ? call_counted(&call) : r->route->fn(&call);
+		quota_event(&call, &rep);
 		/* The handler finished the sink. */
 		r->up.ctx = NULL;
 	}

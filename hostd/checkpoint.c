@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/sshexec.h"
 #include "common/util.h"
+#include "hostd/events.h"
 #include "hostd/exec.h"
 #include "hostd/machine_steps.h"
 #include "hostd/net.h"
@@ -188,6 +189,12 @@ int checkpoint_create(struct hostd *h, const char *owner, const char *name,
 	}
 	log_info("checkpoint %s of %s/%s (volume %s%s%s)", ckpt, m.owner, m.name, frozen,
 		 c.memory[0] ? ", memory " : "", c.memory);
+	{
+		char detail[160];
+		snprintf(detail, sizeof(detail), "checkpoint %s%s", ckpt,
+			 c.memory[0] ? " with memory" : "");
+		events_emit(h, m.owner, m.name, "checkpointed", detail);
+	}
 	*out = c;
 	rc = 0;
 out:
@@ -326,6 +333,11 @@ int checkpoint_restore(struct hostd *h, const char *owner, const char *name,
 		goto out;
 	volume_gc(h, old_top);
 	log_info("restored %s/%s to checkpoint %s", m.owner, m.name, ckpt);
+	{
+		char detail[160];
+		snprintf(detail, sizeof(detail), "checkpoint %s", ckpt);
+		events_emit(h, m.owner, m.name, "restored", detail);
+	}
 	secrets_machine_restored(h, m.id);
 	if (c.memory[0]) {
 		/* Back to the running machine of that moment, memory and all. */
@@ -445,6 +457,17 @@ static int live_fork_alias(struct hostd *h, const struct machine *src, struct ma
 	return net_machine_add(h, f, e);
 }
 
+/* The event of NEW_NAME, a fork of OWNER's NAME (at checkpoint FROM). */
+static void fork_event(struct hostd *h, const char *owner, const char *name,
+		       const char *new_name, const char *from, bool live)
+{
+	char detail[200];
+
+	snprintf(detail, sizeof(detail), "%sfork of %s%s%s", live ? "live " : "", name,
+		 from ? " at checkpoint " : "", from ? from : "");
+	events_emit(h, owner, new_name, "forked", detail);
+}
+
 int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *out,
 		    struct err *e)
 {
@@ -534,6 +557,7 @@ out:
 		db_machine_set_state(h->db, f.id, MS_RUNNING, NULL);
 		busy_release(h->busy, f.id);
 		log_info("live fork %s/%s -> %s", owner, name, new_name);
+		fork_event(h, owner, name, new_name, NULL, true);
 		reseed_running(h, &f, m.host_key);
 		if (r->wait && machine_wait_ready(h, &f, h->cfg.boot_timeout_s, e) < 0)
 			return -1;
@@ -541,6 +565,7 @@ out:
 	}
 	log_info("forked %s/%s into %s%s%s", owner, name, new_name, from ? " from checkpoint " : "",
 		 from ? from : "");
+	fork_event(h, owner, name, new_name, from, false);
 	/* A snapshot made only to fork from is named by nothing: with
 	 * independent (thin) volumes it goes now. */
 	if (!from)

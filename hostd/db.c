@@ -159,6 +159,16 @@ static const char previews_schema[] =
 	"  kind TEXT NOT NULL, hash TEXT NOT NULL UNIQUE, expires INTEGER NOT NULL);"
 	"CREATE INDEX IF NOT EXISTS preview_keys_preview ON preview_keys(preview_id);";
 
+/* Migration 17: lifecycle events (hostd/events.h): what happened to a
+ * machine, when, and why (the cause: "idle for 900 s", "ssh from ADDR",
+ * "berth suspend by alice").  MACHINE is the name, not the id: a deleted
+ * machine's events stay (each owner keeps its last EVENTS_KEEP). */
+static const char events_schema[] =
+	"CREATE TABLE IF NOT EXISTS events("
+	"  id INTEGER PRIMARY KEY, t INTEGER NOT NULL, owner TEXT NOT NULL,"
+	"  machine TEXT NOT NULL, kind TEXT NOT NULL, cause TEXT NOT NULL);"
+	"CREATE INDEX IF NOT EXISTS events_owner ON events(owner, id);";
+
 static const struct migration migrations[] = {
 	{ schema, NULL, NULL, NULL },                                         /* 1 */
 	COLUMN("images", "source", "TEXT NOT NULL DEFAULT ''"),               /* 2 */
@@ -176,6 +186,7 @@ static const struct migration migrations[] = {
 	COLUMN("images", "public", "INTEGER NOT NULL DEFAULT 1"),             /* 14 */
 	{ secrets_schema, NULL, NULL, NULL },                                 /* 15 */
 	{ previews_schema, NULL, NULL, NULL },                                /* 16 */
+	{ events_schema, NULL, NULL, NULL },                                  /* 17 */
 };
 
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
@@ -2150,6 +2161,62 @@ int db_preview_grant_ok(struct db *db, int64_t preview_id, int64_t key_id, int64
 		}
 		sqlite3_finalize(st);
 	}
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_event_add(struct db *db, const struct db_event *ev, int keep, int64_t *id,
+		 struct err *e)
+{
+	int rc;
+
+	pthread_mutex_lock(&db->lock);
+	rc = execute(db, e, "record an event",
+		     "INSERT INTO events(t, owner, machine, kind, cause) VALUES(?,?,?,?,?)",
+		     "Issss", ev->t, ev->owner, ev->machine, ev->kind, ev->cause);
+	if (rc == 0 && id)
+		*id = sqlite3_last_insert_rowid(db->h);
+	/* An owner keeps its last KEEP events. */
+	if (rc == 0)
+		rc = execute(db, e, "trim the events",
+			     "DELETE FROM events WHERE owner = ? AND id <= (SELECT id FROM"
+			     " events WHERE owner = ? ORDER BY id DESC LIMIT 1 OFFSET ?)", "ssi",
+			     ev->owner, ev->owner, keep);
+	pthread_mutex_unlock(&db->lock);
+	return rc == 0 ? 0 : -1;
+}
+
+static void event_from_row(sqlite3_stmt *st, void *out)
+{
+	struct db_event *ev = out;
+
+	memset(ev, 0, sizeof(*ev));
+	ev->id = sqlite3_column_int64(st, 0);
+	ev->t = sqlite3_column_int64(st, 1);
+	copy_text(st, 2, ev->owner, sizeof(ev->owner));
+	copy_text(st, 3, ev->machine, sizeof(ev->machine));
+	copy_text(st, 4, ev->kind, sizeof(ev->kind));
+	copy_text(st, 5, ev->cause, sizeof(ev->cause));
+}
+
+int db_event_list(struct db *db, const char *owner, const char *machine, int64_t after,
+		  int limit, struct db_event **out, size_t *n, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	/* The last LIMIT after AFTER, oldest first. */
+	st = query(db, e, "SELECT * FROM (SELECT id, t, owner, machine, kind, cause FROM events"
+		   " WHERE (? = '' OR owner = ?) AND (? = '' OR machine = ?) AND id > ?"
+		   " ORDER BY id DESC LIMIT ?) ORDER BY id", "ssssIi", owner ? owner : "",
+		   owner ? owner : "", machine ? machine : "", machine ? machine : "", after,
+		   limit);
+	if (st)
+		rc = collect(db, st, sizeof(**out), event_from_row, (void **)out, n,
+			     "list the events", e);
 	pthread_mutex_unlock(&db->lock);
 	return rc;
 }

@@ -465,4 +465,21 @@ int db_preview_link_take(struct db *db, int64_t preview_id, const char *hash, in
 int db_preview_grant_ok(struct db *db, int64_t preview_id, int64_t key_id, int64_t now,
 			bool *ok, struct err *e);
 
+/* A lifecycle event (hostd/events.h). */
+struct db_event {
+	int64_t id;
+	int64_t t;            /* milliseconds since the epoch */
+	char owner[64], machine[64];
+	char kind[24];
+	char cause[200];
+};
+/* Append EV (its id ignored; *ID the new one when ID), keeping OWNER's
+ * last KEEP rows. */
+int db_event_add(struct db *db, const struct db_event *ev, int keep, int64_t *id,
+		 struct err *e);
+/* The last LIMIT events after id AFTER, of OWNER (NULL: everyone's) and
+ * of machine MACHINE when not NULL, oldest first; *OUT malloc'd. */
+int db_event_list(struct db *db, const char *owner, const char *machine, int64_t after,
+		  int limit, struct db_event **out, size_t *n, struct err *e);
+
 #endif

@@ -17,6 +17,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "hostd/events.h"
 #include "hostd/hostd.h"
 #include "hostd/machine.h"
 #include "common/banned.h"
@@ -550,6 +551,7 @@ static void attach(struct desktop *d, int cfd, const char *user, const char *nam
 	if (handle_take(d, handle, user, name, next, &e) < 0)
 		goto out;
 	if (wake) {
+		events_cause("a desktop viewer");
 		if (machine_wake(d->h, user, name, false, &m, &woke, &e) < 0)
 			goto out;
 		if (woke >= 0)

@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "hostd/events.h"
 #include "hostd/hostd.h"
 #include "hostd/machine.h"
 #include "hostd/prometheus.h"
@@ -214,6 +215,8 @@ static void suspend_quiet(struct hostd *h, const struct machine *m, int64_t quie
 
 	log_info("idle: %s/%s quiet for %llds (timeout %llds): suspending", m->owner, m->name,
 		 (long long)quiet, (long long)idle_timeout_of(h, m));
+	events_cause("idle for %llds (timeout %llds)", (long long)quiet,
+		     (long long)idle_timeout_of(h, m));
 	if (machine_act(h, m->owner, m->name, ACT_SUSPEND, &o, &out, NULL, &e) < 0) {
 		log_warn("idle: suspend %s/%s: %s", m->owner, m->name, e.msg);
 		return;

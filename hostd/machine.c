@@ -15,6 +15,7 @@
 #include "hostd/machine_steps.h"
 #include "hostd/desktop.h"
 #include "hostd/egress.h"
+#include "hostd/events.h"
 #include "hostd/exec.h"
 #include "hostd/idle.h"
 #include "hostd/memimage.h"
@@ -494,6 +495,11 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 	busy_release(h->busy, m.id);
 	log_info("created machine %s/%s (%s, %d vCPU, %llu MiB, image %s)", m.owner,
 		 m.name, m.id, m.vcpus, (unsigned long long)(m.memory >> 20), m.image);
+	if (!base) {
+		char detail[160];
+		snprintf(detail, sizeof(detail), "image %s", m.image);
+		events_emit(h, m.owner, m.name, "created", detail);
+	}
 	if (db_machine_get_id(h->db, m.id, out, e) < 0)
 		goto out;
 	/* Storage is billed from its creation, not from the next minute. */
@@ -807,6 +813,31 @@ void machine_end(struct hostd *h, struct machine *m)
 	busy_release(h->busy, m->id);
 }
 
+/* The event of action A done on M, which was VS before. */
+static void act_event(struct hostd *h, const struct machine *m, enum machine_action a,
+		      enum vstate vs)
+{
+	const char *kind = NULL;
+
+	switch (a) {
+	case ACT_START:
+	case ACT_RESUME:
+		kind = vs == VS_RUNNING ? NULL : vs == VS_SUSPENDED ? "woke" : "started";
+		break;
+	case ACT_STOP:
+		kind = vs == VS_STOPPED ? NULL : "stopped";
+		break;
+	case ACT_SUSPEND:
+		kind = vs == VS_SUSPENDED ? NULL : "suspended";
+		break;
+	case ACT_RESTART:
+		kind = "restarted";
+		break;
+	}
+	if (kind)
+		events_emit(h, m->owner, m->name, kind, NULL);
+}
+
 int machine_act(struct hostd *h, const char *owner, const char *name,
 		enum machine_action a, const struct act_opts *o,
 		struct machine *out, int64_t *ready_ms, struct err *e)
@@ -868,6 +899,7 @@ int machine_act(struct hostd *h, const char *owner, const char *name,
 		break;
 	}
 	rc = 0;
+	act_event(h, &m, a, vs);
 out:
 	machine_end(h, &m);
 	if (rc == 0 && o && o->wait && a != ACT_STOP && a != ACT_SUSPEND) {
@@ -908,6 +940,7 @@ int machine_delete(struct hostd *h, const char *owner, const char *name,
 	/* Nor viewers: their grants end, and the bridge drops them. */
 	desktop_revoke(h->desktop, m.owner, m.name, 0, NULL, NULL);
 	log_info("deleted machine %s/%s", m.owner, m.name);
+	events_emit(h, m.owner, m.name, "deleted", NULL);
 	return 0;
 }
 

@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "hostd/db.h"
+#include "hostd/events.h"
 #include "hostd/hostd.h"
 #include "hostd/idle.h"
 #include "hostd/machine.h"
@@ -419,6 +420,7 @@ static void *wake_thread(void *arg)
 	struct machine m;
 	int64_t woke = -1;
 
+	events_cause("a browser's request to a preview");
 	if (machine_wake(j->h, j->owner, j->name, false, &m, &woke, &e) == 0)
 		log_info("preview: woke %s/%s in %lld ms", j->owner, j->name, (long long)woke);
 	else
@@ -584,6 +586,7 @@ void preview_op_connect(struct webctl *w, int cfd, json_t *req, int fd)
 					m.name);
 			goto out;
 		}
+		events_cause("a request to preview %s", label);
 		if (machine_wake(h, p.owner, p.machine, false, &m, &woke, &e) < 0)
 			goto out;
 		log_info("preview %s: woke %s/%s in %lld ms for a request", label, p.owner,

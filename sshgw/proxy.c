@@ -163,8 +163,8 @@ static int key_owner(struct conn *c, const char *key, bool signed_, char *owner,
  * false), -1 with MSG set for the client. */
 static int machine_endpoint(struct conn *c, bool wake, json_t **resp, char *msg, size_t len)
 {
-	json_t *body = json_pack("{s:s, s:s, s:b}", "user", c->owner, "machine", c->machine,
-				 "wake", wake);
+	json_t *body = json_pack("{s:s, s:s, s:b, s:s}", "user", c->owner, "machine",
+				 c->machine, "wake", wake, "from", c->addr);
 	char err[256];
 	long st;
 	int rc = -1;

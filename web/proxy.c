@@ -45,7 +45,7 @@ struct proxy_req {
 /* Client headers passed on (the rest are the client's and berth-web's
  * business, not hostd's). */
 static const char *const passed[] = { "Authorization", "Content-Type", "Accept",
-				      "X-Berth-User", NULL };
+				      "X-Berth-User", "Last-Event-ID", NULL };
 
 static int hostd_connect(const char *sock)
 {

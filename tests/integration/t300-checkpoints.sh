@@ -49,6 +49,12 @@ check "b has its own SSH endpoint" test \
 put a2 x 2>/dev/null
 berth fork a c >/dev/null
 check_eq "fork c of the running a has a's data" two "$(get c)"
+kinds() { berth events "$1" --json | python3 -c 'import json, sys
+print(" ".join(e["kind"] + ":" + e["cause"].split(";")[0] for e in json.load(sys.stdin)["events"]))'; }
+check_match "events of a: checkpointed c1, restored c1, c2" \
+	"checkpointed:checkpoint c1 .*restored:checkpoint c1 .*restored:checkpoint c2" "$(kinds a)"
+check_match "  b: forked from a at c1, then started" "^forked:fork of a at checkpoint c1 started:" "$(kinds b)"
+check_match "  c: forked from the running a" "^forked:(live )?fork of a( |$)" "$(kinds c)"
 put a from-a
 put c from-c
 put b from-b

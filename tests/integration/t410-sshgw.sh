@@ -364,9 +364,17 @@ out=$(gw m1@127.0.0.1 cat /tmp/value 2>"$T/wake.err")
 check_eq "ssh to a suspended machine wakes it, memory kept (tmpfs value)" "$token" "$out"
 check_match "  stderr: waking m1… ready in S s" '^waking m1… ready in [0-9.]+ s$' "$(cat "$T/wake.err")"
 check_eq "  m1 runs" running "$(berth show m1 --json | json state)"
+# last_events NAME N: NAME's last N events, "kind|cause" a line.
+last_events() { berth events "$1" --limit "$2" --json | python3 -c 'import json, sys
+for e in json.load(sys.stdin)["events"]: print(e["kind"] + "|" + e["cause"])'; }
+check_eq "  its events: suspended by berth suspend, woke by ssh from the client's address" \
+	"suspended|POST /v1/machines/m1/suspend by root woke|ssh from 127.0.0.1" \
+	"$(last_events m1 2 | tr '\n' ' ' | sed 's/ $//')"
 check_eq "stop m1" stopped "$(berth stop m1 --json | json state)"
 out=$(gw m1@127.0.0.1 'echo "booted $(hostname)"; cat /tmp/value 2>/dev/null' 2>"$T/wake.err")
 check_eq "ssh to a stopped machine boots it (tmpfs empty)" "booted m1" "$out"
+check_eq "  its event: started by ssh from the client's address" "started|ssh from 127.0.0.1" \
+	"$(last_events m1 1)"
 check_match "  stderr: waking m1… ready in S s" '^waking m1… ready in [0-9.]+ s$' "$(cat "$T/wake.err")"
 diag "woke: $(cat "$T/wake.err")"
 

@@ -54,6 +54,21 @@ check_eq "m2 as well, over max_running_vcpus = 1: refused" 1 "$?"
 check_match "  naming the quota" "quota max_running_vcpus: 1 vCPUs running at most, you have 1" "$out"
 check_eq "  m2 stays stopped" stopped "$(ub show m2 --json | json state)"
 check_eq "root's machines do not count: r1 starts" running "$(berth start r1 --no-wait --json | json state)"
+# Refusals are events of the user refused (GET /v1/events), theirs alone.
+uev=$(ub events --json | python3 -c 'import json, sys
+for e in json.load(sys.stdin)["events"]:
+    if e["kind"] == "quota_refused": print(e["machine"] + "|" + e["cause"])')
+check_match "events: m2's start refused, the quota named" \
+	"^m2\|quota max_running_vcpus: 1 vCPUs running at most, you have 1.*; POST /v1/machines/m2/start by $U$" \
+	"$(printf '%s\n' "$uev" | grep '^m2|')"
+check_match "  and a create (no machine yet): max_machines" "^\|quota max_machines: 2 machines at most" \
+	"$(printf '%s\n' "$uev" | grep max_machines | head -1)"
+check_eq "  $U sees none of root's events" "" \
+	"$(ub events --json | python3 -c 'import json, sys
+print(" ".join(e["machine"] for e in json.load(sys.stdin)["events"] if e["owner"] != sys.argv[1]))' "$U")"
+out=$(ub events --all 2>&1)
+check_match "  --all is root's: refused to $U" "only root may see every user's events" "$out"
+check_match "  root's --all shows $U's, with the owner" "$U +m1 +started" "$(berth events --all)"
 dom=$(dom_of r1)
 check_match "r1 (2 vCPUs) weighs 2048 against other machines' CPU" "cpu_shares +: 2048" \
 	"$($VIRSH schedinfo "$dom" 2>&1)"

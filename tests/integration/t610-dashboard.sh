@@ -159,6 +159,24 @@ fi
 check_match "the token's use is recorded" '^[0-9]+$' \
 	"$(berth token ls --json | json tokens.0.last_used)"
 
+# Events as they come (server-sent events), through berth-web.
+curl -sN -H "Authorization: Bearer $TOK" "$URL/v1/events?follow=1&machine=m" >"$T/sse" 2>&1 &
+SSE_PID=$!
+PIDS+=("$SSE_PID")
+for _ in $(seq 50); do grep -q '^: berth events' "$T/sse" && break; sleep 0.1; done
+check_match "GET /v1/events?follow=1: the stream opens at once" '^: berth events' "$(head -1 "$T/sse")"
+berth start m --no-wait >/dev/null
+for _ in $(seq 100); do grep -q '^event: started' "$T/sse" && break; sleep 0.2; done
+check_match "  berth start m arrives as an event, with its cause" \
+	'^data: \{"id": ?[0-9]+, ?"time": ?"[0-9T:.-]+Z", ?"owner": ?"root", ?"machine": ?"m", ?"kind": ?"started", ?"cause": ?"POST /v1/machines/m/start by root"\}$' \
+	"$(grep -A1 '^event: started' "$T/sse" | tail -1)"
+sid=$(sed -n 's/^id: //p' "$T/sse" | tail -1)
+check_match "  Last-Event-ID replays what came after it" '^event: started$' \
+	"$(curl -s -m 3 -H "Authorization: Bearer $TOK" -H "Last-Event-ID: $((sid - 1))" \
+		"$URL/v1/events?follow=1&machine=m" | grep '^event:' | head -1)"
+kill "$SSE_PID" 2>/dev/null
+berth stop m >/dev/null
+
 # A token acts for its own user only: root makes one for alice (as
 # elsewhere, with X-Berth-User), a local user makes their own.
 ATOK=$(curl -s --unix-socket "$STATE/hostd.sock" -H 'X-Berth-User: alice' -X POST \
@@ -168,6 +186,8 @@ check_eq "alice's token sees none of root's machines" '{"machines":[]}' \
 	"$(curl -s -H "Authorization: Bearer $ATOK" "$URL/v1/machines")"
 check_eq "nor root's m by name (404)" 404 "$(code -H "Authorization: Bearer $ATOK" "$URL/v1/machines/m")"
 check_eq "nor can it stop it" 404 "$(code -H "Authorization: Bearer $ATOK" -X POST "$URL/v1/machines/m/stop")"
+check_eq "nor follow its events" "" \
+	"$(curl -s -m 3 -H "Authorization: Bearer $ATOK" -H "Last-Event-ID: 0" "$URL/v1/events?follow=1" | grep '^event:')"
 check_eq "root's token list does not show alice's" "dash token" "$(berth token ls --json | python3 -c \
 	'import json,sys; print(" ".join(t["name"] for t in json.load(sys.stdin)["tokens"]))')"
 NTOK=$(setpriv --reuid=nobody --regid=nogroup --clear-groups "$BIN/berth" --state "$STATE" \

@@ -63,6 +63,25 @@ check_eq "suspended by the policy: no running seconds billed" "$r1" "$r2"
 # berth exec wakes it, and holds it while it runs (longer than the timeout).
 check_eq "berth exec wakes it" hi "$(berth exec m -- echo hi 2>/dev/null)"
 check_eq "it runs" running "$(state m)"
+# Its events say what happened and why (GET /v1/events, berth events).
+ev=$(berth events m --json | python3 -c 'import json, sys
+for e in json.load(sys.stdin)["events"]: print(e["kind"] + "|" + e["cause"])')
+check_eq "events: created, started, suspended, woke, in order" "created started suspended woke" \
+	"$(printf '%s\n' "$ev" | cut -d'|' -f1 | tr '\n' ' ' | sed 's/ $//')"
+check_match "  created: its image, and the request that did it" \
+	"^created\|image tiny; POST /v1/machines by root$" "$(printf '%s\n' "$ev" | sed -n 1p)"
+check_match "  suspended by the idle policy: how long it was quiet" \
+	"^suspended\|idle for [0-9]+s \(timeout 6s\)$" "$(printf '%s\n' "$ev" | sed -n 3p)"
+check_match "  woke for berth exec" "^woke\|[A-Z]+ /v1/machines/m/[a-z/]+ by root$" \
+	"$(printf '%s\n' "$ev" | sed -n 4p)"
+check_match "berth events: a table with the cause" "woke +[A-Z]+ /v1/machines/m/" "$(berth events m)"
+check_eq "keep's events are not m's" "created started" \
+	"$(berth events keep --json | python3 -c 'import json, sys
+print(" ".join(e["kind"] for e in json.load(sys.stdin)["events"]))')"
+check_eq "after= gives those after an id: none after the last" 0 \
+	"$(berth events --after "$(berth events --json | python3 -c 'import json, sys
+print(json.load(sys.stdin)["events"][-1]["id"])')" --json | python3 -c 'import json, sys
+print(len(json.load(sys.stdin)["events"]))')"
 berth exec m -- sleep 11 >/dev/null 2>&1 &
 exec_pid=$!
 sleep 2

@@ -793,6 +793,46 @@ static void test_versions(void)
 	check(raw_version(p) == 11 && !want[0], "versions: still at 11, images.owner not added");
 }
 
+/* Events: an owner keeps its last KEEP; listed after an id, by machine,
+ * oldest first; another owner's are not theirs. */
+static void test_events(struct db *db)
+{
+	struct db_event ev = { .t = 1000 }, *evs = NULL;
+	struct err e = { 0 };
+	int64_t id = 0, first = 0;
+	size_t n = 0;
+	bool ok = true;
+
+	for (int i = 0; i < 5; i++) {
+		snprintf(ev.owner, sizeof(ev.owner), "erin");
+		snprintf(ev.machine, sizeof(ev.machine), "%s", i % 2 ? "odd" : "even");
+		snprintf(ev.kind, sizeof(ev.kind), "started");
+		snprintf(ev.cause, sizeof(ev.cause), "cause %d", i);
+		ok = ok && db_event_add(db, &ev, 3, &id, &e) == 0;
+		if (i == 0)
+			first = id;
+	}
+	snprintf(ev.owner, sizeof(ev.owner), "frank");
+	ok = ok && db_event_add(db, &ev, 3, NULL, &e) == 0;
+	check(ok, "events: 6 added (%s)", e.msg);
+	check(db_event_list(db, "erin", NULL, 0, 100, &evs, &n, &e) == 0 && n == 3 &&
+	      !strcmp(evs[0].cause, "cause 2") && !strcmp(evs[2].cause, "cause 4") &&
+	      evs[0].id > first, "events: erin keeps her last 3, oldest first");
+	free(evs);
+	check(db_event_list(db, "erin", "odd", 0, 100, &evs, &n, &e) == 0 && n == 1 &&
+	      !strcmp(evs[0].cause, "cause 3"), "events: of one machine");
+	free(evs);
+	check(db_event_list(db, "erin", NULL, id - 1, 100, &evs, &n, &e) == 0 && n == 1 &&
+	      evs[0].id == id, "events: after an id");
+	free(evs);
+	check(db_event_list(db, "erin", NULL, 0, 2, &evs, &n, &e) == 0 && n == 2 &&
+	      !strcmp(evs[1].cause, "cause 4"), "events: the last LIMIT");
+	free(evs);
+	check(db_event_list(db, NULL, NULL, 0, 100, &evs, &n, &e) == 0 && n == 4 &&
+	      !strcmp(evs[3].owner, "frank"), "events: everyone's");
+	free(evs);
+}
+
 /* Previews: one per machine and port, labels unique across owners, keys
  * found by hash and kind, a link spent once, grants that stand or not, and
  * everything gone with the preview and with the machine. */
@@ -899,6 +939,7 @@ int main(void)
 		test_images(db);
 		test_secrets(db);
 		test_previews(db);
+		test_events(db);
 		db_close(db);
 		test_reopen();
 	} else {

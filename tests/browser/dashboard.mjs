@@ -47,6 +47,9 @@ try {
     await page.textContent(`${card} .state`));
   const eg = await page.textContent(`${card} .egress`);
   check('its egress policy shows (the default: open)', eg === 'egress: open (default)', eg);
+  const evl = await page.textContent(`${card} .event`);
+  check(`its last event shows with its cause (${evl})`,
+    /^(started|woke) [0-9]+ (s|min) ago: [A-Z]+ \/v1\/machines/.test(evl), evl);
   const c1 = money(await page.textContent(`${card} .counter`));
   const t1 = money(await page.textContent('#total'));
   await page.waitForTimeout(2500);
@@ -179,7 +182,12 @@ try {
     [document.documentElement.scrollWidth, window.innerWidth]);
   check(`at 375 px nothing overflows horizontally (${overflow[0]} <= ${overflow[1]})`,
     overflow[0] <= overflow[1], overflow.join(' > '));
-  const box = await page.locator(card).boundingBox();
+  // (null while a refresh replaces the cards: asked again then)
+  let box = null;
+  for (let i = 0; i < 20 && !box; i++) {
+    box = await page.locator(card).boundingBox();
+    if (!box) await page.waitForTimeout(100);
+  }
   check('at 375 px the machine card fits the width', box && box.x >= 0 &&
     box.x + box.width <= 375, JSON.stringify(box));
   const shot = join(artifacts, 't610-dashboard-phone.png');

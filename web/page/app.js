@@ -144,9 +144,11 @@ async function refresh(throwing, force) {
   }
   state.loading = true;
   try {
-    const [ms, usage] = await Promise.all([api('GET', '/v1/machines'), api('GET', '/v1/usage')]);
+    const [ms, usage, evs] = await Promise.all([api('GET', '/v1/machines'),
+      api('GET', '/v1/usage'), api('GET', '/v1/events?limit=500')]);
     state.machines = ms.machines;
     state.usage = usage;
+    state.events = evs.events;
     state.readAt = performance.now();
     if (force || Date.now() - state.seriesAt > SERIES_MS) {
       // 24 hourly buckets ending with the current hour, in hostd's time.
@@ -259,6 +261,25 @@ function egressLine(m) {
     textContent: 'egress: ' + text + (g.default ? ' (default)' : '') });
 }
 
+// "3 min ago" for an ISO time.
+function ago(iso) {
+  const s = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
+  return s < 60 ? s + ' s ago' : s < 3600 ? Math.round(s / 60) + ' min ago'
+    : s < 86400 ? Math.round(s / 3600) + ' h ago' : Math.round(s / 86400) + ' d ago';
+}
+
+// The machine's last event and why ("suspended 3 min ago: idle for 900s
+// (timeout 900s)"), its last five in the tooltip.
+function eventLine(m) {
+  const mine = (state.events || []).filter((e) => e.machine === m.name);
+  if (!mine.length) return el('div', { class: 'event' });
+  const last = mine[mine.length - 1];
+  const why = (e) => e.cause.split('; ').pop();
+  return el('div', { class: 'event', 'data-kind': last.kind,
+    title: mine.slice(-5).reverse().map((e) => `${e.time} ${e.kind}: ${e.cause}`).join('\n'),
+    textContent: `${last.kind} ${ago(last.time)}: ${why(last)}` });
+}
+
 function machineCard(m) {
   const u = usageOf(m.id);
   const busy = state.busy[m.name];
@@ -278,6 +299,7 @@ function machineCard(m) {
     el('div', { class: 'spec', textContent: `${m.image} · ${m.vcpus} vCPU · ${size(m.memory)}` +
       (m.allocated !== undefined ? ` · disk ${size(m.allocated)}` : '') }),
     egressLine(m),
+    eventLine(m),
     el('div', { class: 'cost' }, el('strong', { class: 'counter', 'data-id': m.id,
       textContent: money(liveNano(u)) }), ' ',
     el('span', { class: 'hint', textContent: u ? '(' + money(u.per_hour_nano, 4) + '/h)' : '' })),

@@ -22,6 +22,7 @@
 #include "web/conns.h"
 #include "web/hostctl.h"
 #include "web/reply.h"
+#include "web/request.h"
 #include "web/upstream.h"
 #include "common/banned.h"
 
@@ -88,6 +89,7 @@ struct preview_req {
 	bool answered;            /* a response is queued */
 	bool upgraded;            /* the splice thread has the guest connection */
 	bool keep;                /* the guest connection serves the next request */
+	uint64_t left;            /* of a body with a Content-Length, the bytes still to pass */
 	char *buf;                /* the guest's bytes not used yet: buf[off, len) */
 	size_t off, len;
 	bool any;                 /* the guest sent anything for this request */
@@ -971,13 +973,12 @@ static enum MHD_Result respond(struct preview_req *r, bool browser)
 static enum MHD_Result begin(struct preview_req *r, const char *method, const char *target,
 			     const char *peer)
 {
-	const char *te = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Transfer-Encoding");
-	const char *cl = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Content-Length");
 	const char *host = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Host");
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(r->c, MHD_CONNECTION_INFO_CONNECTION_FD);
 	size_t plen = strcspn(target, "?");
-	uint64_t length = 0;
+	struct web_framing f;
+	char why[256];
 	enum MHD_Result ret = MHD_NO;
 	bool browser;
 
@@ -987,24 +988,24 @@ static enum MHD_Result begin(struct preview_req *r, const char *method, const ch
 	r->head_req = !strcmp(method, "HEAD");
 	if (!preview_label_of(host, P.domain, r->label, sizeof(r->label)))
 		return own_answer(r, 400, "invalid_label", "no preview's host name");
+	/* Framing and names the guest would read otherwise (web/request.h). */
+	if (web_request_check(r->c, method, &f, why, sizeof(why)))
+		return own_answer(r, 400, "invalid_request", why);
 	if (plen == strlen(LOGIN_PATH) && !strncmp(target, LOGIN_PATH, plen))
 		return login(r, method);
 	if (!value_ok(target) || (target[0] != '/' && strcmp(target, "*") != 0))
 		return own_answer(r, 400, "invalid_path", "invalid request target");
 	browser = r->browser = wants_html(r->c) && (!strcmp(method, "GET") || r->head_req);
-	if (te && !strcasecmp(te, "chunked")) {
-		r->has_body = r->up_chunked = true;
-	} else if (cl) {
-		length = strtoull(cl, NULL, 10);
-		r->has_body = length > 0;
-	}
+	r->has_body = f.has_body;
+	r->up_chunked = f.chunked;
+	r->left = f.length;
 	/* An upgrade (a WebSocket): Upgrade, and Connection naming it. */
 	r->upgrade = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Upgrade") &&
 		     upstream_list_has(MHD_lookup_connection_value(r->c, MHD_HEADER_KIND,
 								   "Connection"), "upgrade");
 	r->idempotent = !r->has_body && (!strcmp(method, "GET") || r->head_req ||
 					 !strcmp(method, "OPTIONS"));
-	make_head(r, method, target, peer, length);
+	make_head(r, method, target, peer, f.length);
 	/* The guest's connection: the one this client connection kept, when
 	 * it is for the same preview and the same cookies, else hostd's. */
 	char keys[sizeof(r->conn->keys)];
@@ -1053,13 +1054,20 @@ enum MHD_Result preview_handle(struct MHD_Connection *c, const char *method, con
 		return begin(r, method, target, peer);
 	}
 	if (*upload_data_size) {
-		/* The body, as it arrives; a guest that stops taking it gets its
-		 * answer read at the end. */
-		if (!r->answered && !r->broken) {
+		/* The body, as it arrives, never past the length the guest was
+		 * told; a guest that stops taking it gets its answer read at the
+		 * end. */
+		size_t len = *upload_data_size;
+		if (!r->up_chunked) {
+			if (len > r->left)
+				len = (size_t)r->left;
+			r->left -= len;
+		}
+		if (len && !r->answered && !r->broken) {
 			char frame[32];
-			int n = snprintf(frame, sizeof(frame), "%zx\r\n", *upload_data_size);
+			int n = snprintf(frame, sizeof(frame), "%zx\r\n", len);
 			if ((r->up_chunked && to_guest(r, frame, (size_t)n) < 0) ||
-			    to_guest(r, upload_data, *upload_data_size) < 0 ||
+			    to_guest(r, upload_data, len) < 0 ||
 			    (r->up_chunked && to_guest(r, "\r\n", 2) < 0))
 				r->broken = true;
 		}

@@ -155,6 +155,35 @@ check_eq "two requests on one client connection go on one connection to the gues
 out=$(pc keepalive "$U/headers" "$CK" 20)
 check_eq "20 requests on one kept client connection: all answered" 20 "$(echo "$out" | grep -c '^200$')"
 check_eq "  on one connection" "conn 1" "$(echo "$out" | tail -1)"
+
+# ---- what a smuggler sends (web/request.h) -----------------------------------
+# raw [--shut] REQUEST: berth-web's raw answer (tests/raw_http.py's
+# escapes); glog: the heads the guest received since the last glog.
+raw() {
+	local o=()
+	[ "$1" = --shut ] && { o=(--shut); shift; }
+	python3 "$ROOT/tests/raw_http.py" --wait 5 "${o[@]}" 127.0.0.1 "$PORT" "$1" | tr '\r\n' '  '
+}
+glog() { curl -s -b "$CK" "$U/log"; }
+HH="Host: $L.localhost:$PORT\r\nCookie: $CK\r\n"
+glog >/dev/null
+check_match "Transfer-Encoding: gzip with a Content-Length, a request smuggled in the body: 400" \
+	'^HTTP/1.1 400 .*"invalid_request".*both Transfer-Encoding and Content-Length' \
+	"$(raw --shut "POST /echo HTTP/1.1\r\n${HH}Transfer-Encoding: gzip\r\nContent-Length: 5\r\n\r\nhelloGET /smuggled HTTP/1.1\r\nHost: $L.localhost:$PORT\r\nX-Forwarded-For: 6.6.6.6\r\nCookie: $CK\r\n\r\n")"
+check_match "Transfer-Encoding: gzip alone: 400" '^HTTP/1.1 400 .*Transfer-Encoding must be .*chunked' \
+	"$(raw --shut "POST /echo HTTP/1.1\r\n${HH}Transfer-Encoding: gzip\r\n\r\nGET /smuggled2 HTTP/1.1\r\nHost: x\r\n\r\n")"
+check_match "chunked and a Content-Length: 400" '^HTTP/1.1 400 .*both Transfer-Encoding and Content-Length' \
+	"$(raw "POST /echo HTTP/1.1\r\n${HH}Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n")"
+for h in 'X-Forwarded-For : 6.6.6.6' 'Cookie : berth_preview=forged' 'Content-Length : 30' \
+	'Foo\rX-Injected: 1'; do
+	check_match "a header line '$h': 400" '^HTTP/1.1 400 .*"invalid_request".*header' \
+		"$(raw "GET /headers HTTP/1.1\r\n${HH}${h}\r\nConnection: close\r\n\r\n")"
+done
+check_absent "  none of these reached the guest: no smuggled request, no such header" \
+	matching 'smuggled|6\.6\.6\.6|forged|X-Injected|Content-Length :' glog
+check_match "  (the guest's log works: the positive control)" 'GET /conn HTTP/1.1' \
+	"$(curl -s -b "$CK" "$U/conn" >/dev/null; glog)"
+
 check_eq "a WebSocket echo" "hello through berth" "$(pc ws "$U/ws" "$CK" 'hello through berth')"
 pc ws "$U/ws" "" x 2>"$T/err" >/dev/null
 check_match "  not without the cookie" 'no upgrade: HTTP/1.1 403' "$(cat "$T/err")"

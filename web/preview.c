@@ -649,8 +649,12 @@ static ssize_t fill(struct preview_req *r)
 	if (r->len == IO_BUF)
 		return -1;
 	for (;;) {
+		/* The client's socket is watched for its going only: one that
+		 * shut down its sending side after its request (POLLRDHUP)
+		 * still waits for the answer; one that went is found when a
+		 * write to it fails (a reset: POLLHUP, POLLERR). */
 		struct pollfd p[2] = { { .fd = r->up->fd, .events = POLLIN },
-				       { .fd = r->client_fd, .events = POLLRDHUP } };
+				       { .fd = r->client_fd, .events = 0 } };
 		nfds_t np = r->client_fd >= 0 ? 2 : 1;
 		if (poll(p, np, -1) < 0) {
 			if (errno == EINTR)
@@ -659,7 +663,7 @@ static ssize_t fill(struct preview_req *r)
 		}
 		/* The client went: closing the guest's connection tells the
 		 * guest too. */
-		if (np == 2 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+		if (np == 2 && (p[1].revents & (POLLHUP | POLLERR | POLLNVAL)))
 			return -1;
 		if (!p[0].revents)
 			continue;

@@ -115,8 +115,13 @@ static ssize_t fill(struct proxy_req *r)
 			abort();
 	}
 	for (;;) {
+		/* The client's socket is watched for its going only: a client
+		 * that shut down its sending side after its request (a read of
+		 * 0, POLLRDHUP) still waits for the answer.  One that went is
+		 * found when a write to it fails (it answers with a reset:
+		 * POLLHUP, POLLERR), at the latest at hostd's next keepalive. */
 		struct pollfd p[2] = { { .fd = r->fd, .events = POLLIN },
-				       { .fd = r->client_fd, .events = POLLRDHUP } };
+				       { .fd = r->client_fd, .events = 0 } };
 		nfds_t np = r->client_fd >= 0 ? 2 : 1;
 		if (poll(p, np, -1) < 0) {
 			if (errno == EINTR)
@@ -125,7 +130,7 @@ static ssize_t fill(struct proxy_req *r)
 		}
 		/* The client went: nothing more is read for it, and closing
 		 * hostd's connection ends what hostd does for it. */
-		if (np == 2 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+		if (np == 2 && (p[1].revents & (POLLHUP | POLLERR | POLLNVAL)))
 			return -1;
 		if (!p[0].revents)
 			continue;

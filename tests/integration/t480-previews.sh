@@ -183,6 +183,11 @@ check_absent "  none of these reached the guest: no smuggled request, no such he
 	matching 'smuggled|6\.6\.6\.6|forged|X-Injected|Content-Length :' glog
 check_match "  (the guest's log works: the positive control)" 'GET /conn HTTP/1.1' \
 	"$(curl -s -b "$CK" "$U/conn" >/dev/null; glog)"
+# A client that shuts down its sending side once its request is out.
+check_match "a client that half-closes after its request gets the answer" \
+	'^HTTP/1.1 200 .*hello from m' "$(raw --shut "GET / HTTP/1.1\r\n${HH}\r\n")"
+check_match "  and a streamed one whole" '^HTTP/1.1 200 .*tick 1.*tick 4' \
+	"$(raw --shut "GET /slow HTTP/1.1\r\n${HH}\r\n")"
 
 check_eq "a WebSocket echo" "hello through berth" "$(pc ws "$U/ws" "$CK" 'hello through berth')"
 pc ws "$U/ws" "" x 2>"$T/err" >/dev/null

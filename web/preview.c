@@ -23,6 +23,7 @@
 #include "web/hostctl.h"
 #include "web/reply.h"
 #include "web/request.h"
+#include "web/upgrade.h"
 #include "web/upstream.h"
 #include "common/banned.h"
 
@@ -817,7 +818,7 @@ static void *splice_thread(void *arg)
 			break;
 	}
 	log_debug("preview %s: an upgraded connection ended", s->label);
-	MHD_upgrade_action(s->urh, MHD_UPGRADE_ACTION_CLOSE);
+	web_upgrade_close(s->urh);
 	link_close(s->up);
 	free(s->to_up);
 	free(s->to_client);
@@ -860,7 +861,7 @@ static void upgraded(void *cls, struct MHD_Connection *c, void *con_cls, const c
 	if (pthread_create(&t, &attr, splice_thread, s) != 0) {
 		atomic_fetch_sub(&P.splices, 1);
 		log_warn("preview %s: cannot start a thread for an upgraded connection", r->label);
-		MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+		web_upgrade_close(urh);
 		link_close(s->up);
 		free(s->to_up);
 		free(s->to_client);

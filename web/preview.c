@@ -119,7 +119,12 @@ bool preview_label_of(const char *host, const char *domain, char *label, size_t 
 	if (n <= dn + 1 || h[n - dn - 1] != '.' || strcmp(h + n - dn, domain) != 0)
 		return false;
 	h[n - dn - 1] = '\0';
-	snprintf(label, labellen, "%s", h);
+	/* Cut to fit, a longer label would be a second name of a preview
+	 * whose label is its first 63 characters. */
+	if (n - dn - 1 > 63 || n - dn - 1 >= labellen)
+		label[0] = '\0';
+	else
+		snprintf(label, labellen, "%s", h);
 	return true;
 }
 
@@ -893,8 +898,11 @@ static enum MHD_Result answer(struct preview_req *r)
 		return MHD_NO;
 	for (size_t i = 0; i < h->n; i++) {
 		const char *k = h->name[i];
+		/* Clear-Site-Data: "cookies" clears a site's cookies, and every
+		 * preview under the domain is one site: a guest's would clear
+		 * the others' cookies. */
 		if (upstream_hop_by_hop(h, k) || !strcasecmp(k, "Content-Length") ||
-		    !strcasecmp(k, "Date") ||
+		    !strcasecmp(k, "Date") || !strcasecmp(k, "Clear-Site-Data") ||
 		    (!strcasecmp(k, "Set-Cookie") &&
 		     preview_setcookie_ours(h->value[i], P.cookie, P.other)))
 			continue;
@@ -993,9 +1001,17 @@ static enum MHD_Result begin(struct preview_req *r, const char *method, const ch
 	r->head_req = !strcmp(method, "HEAD");
 	if (!preview_label_of(host, P.domain, r->label, sizeof(r->label)))
 		return own_answer(r, 400, "invalid_label", "no preview's host name");
+	if (!r->label[0])
+		return own_answer(r, 400, "invalid_label", "a preview's label is at most 63 "
+				  "characters");
 	/* Framing and names the guest would read otherwise (web/request.h). */
 	if (web_request_check(r->c, method, &f, why, sizeof(why)))
 		return own_answer(r, 400, "invalid_request", why);
+	/* Methods that echo the request back (TRACK is IIS's TRACE): the
+	 * broker refuses them too. */
+	if (!strcasecmp(method, "TRACE") || !strcasecmp(method, "TRACK"))
+		return own_answer(r, 405, "method_not_allowed", "a preview does not forward TRACE "
+				  "or TRACK");
 	if (plen == strlen(LOGIN_PATH) && !strncmp(target, LOGIN_PATH, plen))
 		return login(r, method);
 	if (!value_ok(target) || (target[0] != '/' && strcmp(target, "*") != 0))

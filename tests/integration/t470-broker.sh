@@ -193,6 +193,8 @@ check_match "  a header name with a space before its colon (Authorization : ...)
 out=$(nc_raw a 'GET /up/echo HTTP/1.1\r\nHost: x\r\nFoo\rX-Injected: 1\r\n\r\n')
 check_match "  a bare CR in a header name: 400" "HTTP/1.[01] 400 .*not a token" \
 	"$(echo "$out" | tr -d '\r' | tr '\n' ' ')"
+out=$(nc_raw a 'TRACK /up/echo HTTP/1.1\r\nHost: x\r\n\r\n')
+check_match "TRACK, as TRACE: 400" "HTTP/1.[01] 400 .*does not forward TRACK" "$(echo "$out" | tr -d '\r' | tr '\n' ' ')"
 check_eq "  the upstream got none of these calls" "$ups" "$(wc -l <"$T/up.log")"
 check_absent "  nor the request smuggled in a body" matching smuggled cat "$T/up.log"
 out=$(nc_raw a 'GET /up/echo HTTP/1.1\r\nHost: x\r\n\r\n')

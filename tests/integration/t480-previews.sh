@@ -80,6 +80,17 @@ check_eq "the label of a bad port on berth-web: 400 invalid_port" 400 \
 	"$(code "http://0-m-root.localhost:$PORT/")"
 check_match "a name two labels deep: 400 invalid_label" '"invalid_label"' \
 	"$(curl -s "http://a.8080-m-root.localhost:$PORT/")"
+# A label over 63 characters is no preview's, not the one its first 63 spell.
+LONG=$(printf 'n%.0s' $(seq 53))
+berth create "$LONG" --no-start >/dev/null || not_ok "a stopped machine of 53 characters"
+berth preview "$LONG" 8080 >/dev/null 2>&1
+check_eq "the preview of a label of 63 characters: private, 403 without the cookie" 403 \
+	"$(code "http://8080-$LONG-root.localhost:$PORT/")"
+check_eq "  the same name and 'xyz': 400, not a second name of it" 400 \
+	"$(code "http://8080-$LONG-rootxyz.localhost:$PORT/")"
+check_match "  saying why" '"invalid_label".*at most 63' \
+	"$(curl -s "http://8080-$LONG-rootxyz.localhost:$PORT/")"
+berth rm "$LONG" >/dev/null
 # tb's m-x and x-tb's m spell the same label, 8080-m-x-tbPID.
 ub create m-x --no-start >/dev/null && uc create m --no-start >/dev/null ||
 	not_ok "two stopped machines for the label check"
@@ -131,6 +142,10 @@ check_absent "  never berth's cookie" matching 'berth_preview' echo "$h"
 h=$(curl -s -D - -o /dev/null -b "$CK" "$U/setcookie")
 check_match "the guest's own cookies reach the client" 'Set-Cookie: app=1; Path=/' "$h"
 check_absent "  but not one named berth_preview" matching 'berth_preview' echo "$h"
+check_absent "  nor its Clear-Site-Data (every preview is one site: it would clear the others' cookies)" \
+	matching '[Cc]lear-[Ss]ite-[Dd]ata' echo "$h"
+check_match "  (webserve sends one: the positive control)" 'Clear-Site-Data: "cookies"' \
+	"$(berth exec m -- wget -q -S -O /dev/null http://127.0.0.1:8080/setcookie 2>&1)"
 head -c 5000000 /dev/urandom >"$T/in.bin"
 want=$(sha256sum <"$T/in.bin" | cut -d' ' -f1)
 check_eq "5 MB up and back (Content-Length), byte-exact" "$want" \
@@ -183,6 +198,8 @@ check_absent "  none of these reached the guest: no smuggled request, no such he
 	matching 'smuggled|6\.6\.6\.6|forged|X-Injected|Content-Length :' glog
 check_match "  (the guest's log works: the positive control)" 'GET /conn HTTP/1.1' \
 	"$(curl -s -b "$CK" "$U/conn" >/dev/null; glog)"
+check_eq "TRACK: 405, as TRACE" "405 405" "$(code "$U/" -b "$CK" -X TRACK) $(code "$U/" -b "$CK" -X TRACE)"
+check_absent "  neither reached the guest" matching 'TRACK|TRACE' glog
 # A client that shuts down its sending side once its request is out.
 check_match "a client that half-closes after its request gets the answer" \
 	'^HTTP/1.1 200 .*hello from m' "$(raw --shut "GET / HTTP/1.1\r\n${HH}\r\n")"

@@ -10,7 +10,8 @@
  *   GET  /log              the heads of the requests received since the last
  *                          /log (any connection; at most 64 KiB, the first kept)
  *   GET  /conn             "request N on this connection" (kept ones count up)
- *   GET  /setcookie        sets berth_preview=guest and app=1
+ *   GET  /setcookie        sets berth_preview=guest and app=1, and sends
+ *                          Clear-Site-Data: "cookies"
  *   GET  /slow             four chunked lines, half a second apart
  *   GET  /close            an answer ended by closing the connection
  *   GET  /bad              a malformed answer (two framings), then the close
@@ -386,7 +387,8 @@ static int request(struct conn *c)
 			return -1;
 	} else if (!strcmp(target, "/setcookie")) {
 		if (reply(c, "200 OK", "text/plain", "Set-Cookie: berth_preview=guest; Path=/\r\n"
-			  "Set-Cookie: app=1; Path=/\r\n", "set\n", 4) < 0)
+			  "Set-Cookie: app=1; Path=/\r\nClear-Site-Data: \"cookies\"\r\n", "set\n",
+			  4) < 0)
 			return -1;
 	} else if (!strcmp(target, "/slow")) {
 		const char *h = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"

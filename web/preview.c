@@ -610,7 +610,11 @@ static int connect_guest(struct preview_req *r, bool browser, enum MHD_Result *r
 	/* hostd serves WEBCTL_MAX_CONNS at once: a burst of new connections
 	 * beyond that waits a little rather than fail. */
 	for (int tries = 0;; tries++) {
-		s = hostctl_open(P.ctl, req, -1, &ans, &fd, 1, CONNECT_WAIT_MS, err, sizeof(err));
+		/* While hostd wakes the machine (it says "waiting"), a client
+		 * that goes ends the wait: its thread and its place are not
+		 * held for a wake it no longer waits for. */
+		s = hostctl_open_held(P.ctl, req, &ans, &fd, 1, CONNECT_WAIT_MS, r->client_fd, err,
+				      sizeof(err));
 		if (s < 0 || tries == 100 || hostctl_error(ans, &code, &msg) != 503 ||
 		    strcmp(code, "too_many_connections") != 0)
 			break;
@@ -619,6 +623,11 @@ static int connect_guest(struct preview_req *r, bool browser, enum MHD_Result *r
 		usleep(50 * 1000);
 	}
 	json_decref(req);
+	if (s == -2) {
+		log_info("preview %s: the client went while its machine woke", r->label);
+		*ret = MHD_NO;
+		return -1;
+	}
 	if (s < 0) {
 		log_warn("preview %s: %s", r->label, err);
 		*ret = own_answer(r, 502, "hostd_unreachable", err);

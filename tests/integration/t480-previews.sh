@@ -285,6 +285,22 @@ t1=$(date +%s.%N)
 check_eq "curl is held while m wakes, then answered" "<!doctype html><title>webserve</title><h1>hello from m</h1>" "$got"
 diag "woke and answered in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s"
 check_eq "m runs again" running "$(berth show m --json | json state)"
+# One whose client goes while the machine wakes: hostd says it holds the
+# request ("waiting"), and from then on berth-web takes the client's
+# close as its going: it stops waiting, and the request never reaches the
+# guest (before, it went on once the machine ran, for no one).
+glog >/dev/null
+berth suspend m >/dev/null
+python3 "$ROOT/tests/raw_http.py" --wait 0.1 127.0.0.1 "$PORT" \
+	"GET /wakeprobe HTTP/1.1\r\n${HH}\r\n" >/dev/null
+for _ in $(seq 100); do
+	[ "$(berth show m --json | json state)" = running ] && break
+	sleep 0.2
+done
+sleep 1
+check_match "a client that goes while its request waits for the wake: berth-web stops waiting" \
+	'preview 8080-m-root: the client went while its machine woke' "$(cat "$T/web.log")"
+check_absent "  and its request never reaches the guest" matching wakeprobe glog
 # A client connection kept across a suspend: hostd cuts its guest
 # connection (the machine sleeps), and its next request wakes it.
 PAUSE=6 pc keepalive "$U/" "$CK" 2 >"$T/ka2" &

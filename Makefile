@@ -50,7 +50,8 @@ HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/busy.c hostd/config.c hostd/db.c
 CLI_SRC     := cli/main.c cli/cli.c cli/client.c cli/up.c cli/image.c cli/usage.c \
                cli/token.c cli/info.c cli/key.c cli/machine.c cli/cp.c
 SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/pool.c sshgw/algos.c
-WEB_SRC     := web/main.c web/proxy.c web/reply.c web/ws.c web/wsexec.c web/conns.c
+WEB_SRC     := web/main.c web/proxy.c web/reply.c web/request.c web/upgrade.c web/ws.c \
+               web/wsexec.c web/conns.c
 DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c \
                desktop/vdagent.c desktop/request.c
 # The credential broker's privileged half (hostd/secrets.h) and berth-web's
@@ -128,14 +129,22 @@ $(OUT)/tests/test_ws: $(call obj,tests/unit/test_ws.c web/ws.c $(COMMON_SRC))
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(OUT)/tests/test_wsexec: $(call obj,tests/unit/test_wsexec.c web/wsexec.c web/ws.c $(COMMON_SRC))
+$(OUT)/tests/test_wsexec: $(call obj,tests/unit/test_wsexec.c web/wsexec.c web/ws.c web/upgrade.c \
+			   $(COMMON_SRC))
 	$(call quiet,LINK,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # berth-web's previews, without hostd's objects.
 $(OUT)/tests/test_web_preview: $(call obj,tests/unit/test_web_preview.c web/preview.c \
-				web/upstream.c web/hostctl.c web/reply.c web/conns.c $(COMMON_SRC))
+				web/upstream.c web/hostctl.c web/reply.c web/conns.c web/request.c \
+				web/upgrade.c $(COMMON_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# berth-web's checks of a client's request head, on a libmicrohttpd of its own.
+$(OUT)/tests/test_web_request: $(call obj,tests/unit/test_web_request.c web/request.c $(COMMON_SRC))
 	$(call quiet,LINK,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -539,6 +539,18 @@ static int cookie_key(struct hostd *h, const struct db_preview *p, json_t *cooki
 	return 0;
 }
 
+/* Tell berth-web on CFD that its client's request is held for a wake:
+ * from this line on it takes a client that closes its side as gone, and
+ * stops waiting (web/hostctl.h). */
+static void say_waiting(int cfd)
+{
+	json_t *j = json_pack("{s:b}", "waiting", 1);
+
+	if (j)
+		webctl_send(cfd, j, NULL, 0);
+	json_decref(j);
+}
+
 void preview_op_connect(struct webctl *w, int cfd, json_t *req, int fd)
 {
 	struct hostd *h = webctl_hostd(w);
@@ -586,6 +598,7 @@ void preview_op_connect(struct webctl *w, int cfd, json_t *req, int fd)
 					m.name);
 			goto out;
 		}
+		say_waiting(cfd);
 		events_cause("a request to preview %s", label);
 		if (machine_wake(h, p.owner, p.machine, false, &m, &woke, &e) < 0)
 			goto out;

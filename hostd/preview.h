@@ -18,7 +18,10 @@
  *       port: only for a request the preview admits (public, or one of
  *       COOKIES is a valid key of it), and only then is a sleeping
  *       machine woken.  "wait": the wake is waited for (a client's
- *       request is held); "start": a wake is started and 503 "waking"
+ *       request is held; {"waiting":true} goes first, once admitted, so
+ *       that berth-web stops waiting when its client goes, and a
+ *       closed connection is the end of it for berth-web, the wake goes
+ *       on); "start": a wake is started and 503 "waking"
  *       answered at once (a browser's page then reloads).  Refusals: 400
  *       "invalid_label" (no PORT-NAME-OWNER), "invalid_port"; 404
  *       "no_preview"; 403 "login_needed"; 409 "preview_needs_routed";

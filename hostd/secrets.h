@@ -75,11 +75,11 @@ void secrets_env_text(const char *base, char (*names)[64], size_t n, struct buf 
  * join the variables), then /etc/profile.d/berth-broker.sh and a block of
  * /etc/environment.  Appended to OUT. */
 void secrets_env_script(const char *env, struct buf *out);
-/* A guest's call: METHOD a token of 1 to 15 bytes, not CONNECT or TRACE;
- * PATH what follows the secret's name, "/..." with an optional query, of
- * printable ASCII, at most 4000 bytes, with no "." or ".." segment (nor
- * one spelled with %2e): a call stays under its secret's URL.  LOG_PATH
- * gets PATH without its query (what the log keeps).  400
+/* A guest's call: METHOD a token of 1 to 15 bytes, not CONNECT, TRACE or
+ * TRACK (IIS's TRACE); PATH what follows the secret's name, "/..." with an
+ * optional query, of printable ASCII, at most 4000 bytes, with no "." or
+ * ".." segment (nor one spelled with %2e): a call stays under its secret's
+ * URL.  LOG_PATH gets PATH without its query (what the log keeps).  400
  * "invalid_request". */
 int secrets_request_check(const char *method, const char *path, char *log_path,
 			  size_t log_pathlen, struct err *e);

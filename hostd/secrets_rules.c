@@ -270,7 +270,8 @@ int secrets_request_check(const char *method, const char *path, char *log_path,
 	for (size_t i = 0; i < ml; i++)
 		if (!is_tchar(method[i]))
 			return err_set(e, 400, "invalid_request", "invalid method");
-	if (!strcasecmp(method, "CONNECT") || !strcasecmp(method, "TRACE"))
+	if (!strcasecmp(method, "CONNECT") || !strcasecmp(method, "TRACE") ||
+	    !strcasecmp(method, "TRACK"))
 		return err_set(e, 400, "invalid_request", "the broker does not forward %s", method);
 	if (path[0] != '/' || pl > 4000)
 		return err_set(e, 400, "invalid_request", "the path must start with '/' and be "

@@ -21,6 +21,7 @@
 #include "common/util.h"
 #include "web/hostctl.h"
 #include "web/reply.h"
+#include "web/request.h"
 #include "common/banned.h"
 
 /* Each call's two buffers (the request's body going up, the answer's
@@ -490,10 +491,10 @@ static enum MHD_Result refuse(struct call *k, struct MHD_Connection *c, unsigned
 /* The head of a call arrived: ask hostd, start the transfer. */
 static enum MHD_Result begin(struct call *k, struct MHD_Connection *c, const char *method)
 {
-	const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
 	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
 	const char *t = k->target, *code, *msg;
 	char path[4200], err[512];
+	struct web_framing f;
 	json_t *req = NULL, *ans = NULL;
 	enum MHD_Result ret;
 	size_t nl;
@@ -510,23 +511,23 @@ static enum MHD_Result begin(struct call *k, struct MHD_Connection *c, const cha
 			      "bytes");
 	snprintf(k->secret, sizeof(k->secret), "%.*s", (int)nl, t + 1);
 	snprintf(path, sizeof(path), "%s%s", t[1 + nl] == '/' ? "" : "/", t + 1 + nl);
-	if (te && !strcasecmp(te, "chunked")) {
+	/* Framing and names the upstream would read otherwise
+	 * (web/request.h): libcurl is told the length checked here. */
+	if (web_request_check(c, method, &f, err, sizeof(err)))
+		return refuse(k, c, 400, "invalid_request", err);
+	if (f.chunked) {
 		k->has_body = true;
 		k->length = -1;
 	} else if (cl) {
-		char *end;
-		errno = 0;
-		unsigned long long v = strtoull(cl, &end, 10);
-		if (errno || *end || end == cl)
-			return refuse(k, c, 400, "invalid_request", "malformed Content-Length");
-		k->has_body = true;
-		k->length = (int64_t)v;
-		if (v > k->b->max_body) {
+		if (f.length > k->b->max_body) {
 			char m[128];
 			snprintf(m, sizeof(m), "the request body is larger than the broker's "
 				 "%llu bytes (broker_max_body)", (unsigned long long)k->b->max_body);
 			return refuse(k, c, 413, "body_too_large", m);
 		}
+		/* (Content-Length: 0 too: the upstream is told it) */
+		k->has_body = true;
+		k->length = (int64_t)f.length;
 	}
 	/* hostd knows the machine by the connection itself. */
 	req = json_pack("{s:s, s:s, s:s, s:s}", "op", "broker", "secret", k->secret,
@@ -679,6 +680,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	if (*upload_data_size) {
 		size_t n = *upload_data_size;
 		*upload_data_size = 0;
+		/* Never past the length libcurl was told. */
+		if (k->length >= 0 && n > (uint64_t)k->length - k->bytes_in)
+			n = (size_t)((uint64_t)k->length - k->bytes_in);
 		k->bytes_in += n;
 		if (k->answered || !k->thread_on || k->too_big)
 			return MHD_YES;

@@ -18,9 +18,10 @@
 
 /* One line (and the descriptors passed with it) from S within TIMEOUT_MS:
  * what is there is peeked at, and only the line is taken from the
- * connection (what follows stays for the next read). */
-static int read_line(int s, json_t **out, int *fds, size_t nfds, int timeout_ms, char *err,
-		     size_t errlen)
+ * connection (what follows stays for the next read).  WATCH (-1: none)
+ * closing its side ends the wait: -2. */
+static int read_line(int s, json_t **out, int *fds, size_t nfds, int timeout_ms, int watch,
+		     char *err, size_t errlen)
 {
 	char *line = malloc(LINE_MAX_BYTES + 1);
 	size_t len = 0, ngot = 0;
@@ -40,14 +41,22 @@ static int read_line(int s, json_t **out, int *fds, size_t nfds, int timeout_ms,
 		struct iovec iov = { line + len, LINE_MAX_BYTES - len };
 		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.c,
 				     .msg_controllen = sizeof(u.c) };
-		struct pollfd p = { .fd = s, .events = POLLIN };
+		struct pollfd p[2] = { { .fd = s, .events = POLLIN },
+				       { .fd = watch, .events = POLLRDHUP } };
 		int64_t left = deadline - mono_ms();
-		if (left <= 0 || poll(&p, 1, (int)left) <= 0) {
+		if (left <= 0 || poll(p, watch >= 0 ? 2 : 1, (int)left) <= 0) {
 			if (left > 0 && errno == EINTR)
 				continue;
 			snprintf(err, errlen, "berth-hostd did not answer on its webctl socket");
 			goto out;
 		}
+		if (watch >= 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) {
+			snprintf(err, errlen, "the client went");
+			rc = -2;
+			goto out;
+		}
+		if (!p[0].revents)
+			continue;
 		/* How much of what is there is this line's. */
 		ssize_t n = recv(s, line + len, LINE_MAX_BYTES - len, MSG_PEEK);
 		if (n <= 0) {
@@ -165,9 +174,30 @@ int hostctl_open(const char *sock, json_t *req, int fd, json_t **answer, int *fd
 		return -1;
 	}
 	if (send_line(s, req, fd, err, errlen) < 0 ||
-	    read_line(s, answer, fds, nfds, timeout_ms, err, errlen) < 0) {
+	    read_line(s, answer, fds, nfds, timeout_ms, -1, err, errlen) < 0) {
 		close(s);
 		return -1;
+	}
+	return s;
+}
+
+int hostctl_open_held(const char *sock, json_t *req, json_t **answer, int *fds, size_t nfds,
+		      int timeout_ms, int watch, char *err, size_t errlen)
+{
+	int s, rc;
+
+	s = hostctl_open(sock, req, -1, answer, fds, nfds, timeout_ms, err, errlen);
+	while (s >= 0 && json_is_true(json_object_get(*answer, "waiting"))) {
+		/* (nothing is passed with a "waiting" line) */
+		for (size_t i = 0; i < nfds; i++)
+			if (fds[i] >= 0)
+				close(fds[i]);
+		json_decref(*answer);
+		rc = read_line(s, answer, fds, nfds, timeout_ms, watch, err, errlen);
+		if (rc < 0) {
+			close(s);
+			return rc;
+		}
 	}
 	return s;
 }
@@ -178,7 +208,7 @@ int hostctl_say(int s, json_t *line, json_t **answer, int timeout_ms, char *err,
 	*answer = NULL;
 	if (send_line(s, line, -1, err, errlen) < 0)
 		return -1;
-	return read_line(s, answer, NULL, 0, timeout_ms, err, errlen);
+	return read_line(s, answer, NULL, 0, timeout_ms, -1, err, errlen);
 }
 
 int hostctl_error(json_t *answer, const char **code, const char **message)

@@ -17,6 +17,16 @@
  * be asked. */
 int hostctl_open(const char *sock, json_t *req, int fd, json_t **answer, int *fds,
 		 size_t nfds, int timeout_ms, char *err, size_t errlen);
+/* hostctl_open for an op that may hold a client's request (the preview
+ * op while hostd wakes a machine), without a descriptor sent: hostd's
+ * lines {"waiting": true} before its answer are taken, and from the first
+ * of them on, WATCH (the client's socket; -1: none) closing its side
+ * (POLLRDHUP, POLLHUP, POLLERR) ends the wait: -2 with ERR ("the client
+ * went"), nothing kept.  A client that only shut down its sending side
+ * looks the same, and is taken as gone too: nothing can be written to it
+ * to tell, before its answer.  What hostctl_open returns otherwise. */
+int hostctl_open_held(const char *sock, json_t *req, json_t **answer, int *fds, size_t nfds,
+		      int timeout_ms, int watch, char *err, size_t errlen);
 /* LINE (not consumed) on connection S, then hostd's answer into *ANSWER,
  * within TIMEOUT_MS.  0, or -1 with ERR. */
 int hostctl_say(int s, json_t *line, json_t **answer, int timeout_ms, char *err,

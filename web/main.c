@@ -58,6 +58,7 @@
 #include "web/reply.h"
 #include "web/preview.h"
 #include "web/proxy.h"
+#include "web/upgrade.h"
 #include "web/wsexec.h"
 #include "common/banned.h"
 
@@ -171,12 +172,15 @@ static void *uri_seen(void *cls, const char *uri, struct MHD_Connection *c)
 
 /* A connection opens and closes: its place in its address's share and
  * the reaper's list (web/conns.h), with previews' state for it in its
- * slot. */
+ * slot; and before libmicrohttpd frees a closed one, no close of an
+ * upgraded connection may be inside it (web/upgrade.h). */
 static void notify(void *cls, struct MHD_Connection *c, void **socket_context,
 		   enum MHD_ConnectionNotificationCode code)
 {
 	if (code == MHD_CONNECTION_NOTIFY_STARTED)
 		conns_notify(cls, c, socket_context, code);
+	if (code == MHD_CONNECTION_NOTIFY_CLOSED)
+		web_upgrade_wait_closes();
 	preview_notify(cls, c, conns_slot(c), code);
 	if (code == MHD_CONNECTION_NOTIFY_CLOSED)
 		conns_notify(cls, c, socket_context, code);
@@ -192,7 +196,7 @@ static void upgraded(void *cls, struct MHD_Connection *c, void *con_cls, const c
 	(void)cls;
 	conns_upgraded(c);
 	if (wsexec_start(r->ws, sock, extra, extra_len, urh) < 0)
-		MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+		web_upgrade_close(urh);
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
@@ -252,7 +256,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		return;
 	proxy_done(r->px);
 	preview_done(r->pv);
-	free(r->ws);
+	wsexec_req_free(r->ws);
 	free(r->target);
 	free(r);
 	*con_cls = NULL;

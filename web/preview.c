@@ -22,6 +22,8 @@
 #include "web/conns.h"
 #include "web/hostctl.h"
 #include "web/reply.h"
+#include "web/request.h"
+#include "web/upgrade.h"
 #include "web/upstream.h"
 #include "common/banned.h"
 
@@ -88,6 +90,7 @@ struct preview_req {
 	bool answered;            /* a response is queued */
 	bool upgraded;            /* the splice thread has the guest connection */
 	bool keep;                /* the guest connection serves the next request */
+	uint64_t left;            /* of a body with a Content-Length, the bytes still to pass */
 	char *buf;                /* the guest's bytes not used yet: buf[off, len) */
 	size_t off, len;
 	bool any;                 /* the guest sent anything for this request */
@@ -116,7 +119,12 @@ bool preview_label_of(const char *host, const char *domain, char *label, size_t 
 	if (n <= dn + 1 || h[n - dn - 1] != '.' || strcmp(h + n - dn, domain) != 0)
 		return false;
 	h[n - dn - 1] = '\0';
-	snprintf(label, labellen, "%s", h);
+	/* Cut to fit, a longer label would be a second name of a preview
+	 * whose label is its first 63 characters. */
+	if (n - dn - 1 > 63 || n - dn - 1 >= labellen)
+		label[0] = '\0';
+	else
+		snprintf(label, labellen, "%s", h);
 	return true;
 }
 
@@ -602,7 +610,11 @@ static int connect_guest(struct preview_req *r, bool browser, enum MHD_Result *r
 	/* hostd serves WEBCTL_MAX_CONNS at once: a burst of new connections
 	 * beyond that waits a little rather than fail. */
 	for (int tries = 0;; tries++) {
-		s = hostctl_open(P.ctl, req, -1, &ans, &fd, 1, CONNECT_WAIT_MS, err, sizeof(err));
+		/* While hostd wakes the machine (it says "waiting"), a client
+		 * that goes ends the wait: its thread and its place are not
+		 * held for a wake it no longer waits for. */
+		s = hostctl_open_held(P.ctl, req, &ans, &fd, 1, CONNECT_WAIT_MS, r->client_fd, err,
+				      sizeof(err));
 		if (s < 0 || tries == 100 || hostctl_error(ans, &code, &msg) != 503 ||
 		    strcmp(code, "too_many_connections") != 0)
 			break;
@@ -611,6 +623,11 @@ static int connect_guest(struct preview_req *r, bool browser, enum MHD_Result *r
 		usleep(50 * 1000);
 	}
 	json_decref(req);
+	if (s == -2) {
+		log_info("preview %s: the client went while its machine woke", r->label);
+		*ret = MHD_NO;
+		return -1;
+	}
 	if (s < 0) {
 		log_warn("preview %s: %s", r->label, err);
 		*ret = own_answer(r, 502, "hostd_unreachable", err);
@@ -647,8 +664,12 @@ static ssize_t fill(struct preview_req *r)
 	if (r->len == IO_BUF)
 		return -1;
 	for (;;) {
+		/* The client's socket is watched for its going only: one that
+		 * shut down its sending side after its request (POLLRDHUP)
+		 * still waits for the answer; one that went is found when a
+		 * write to it fails (a reset: POLLHUP, POLLERR). */
 		struct pollfd p[2] = { { .fd = r->up->fd, .events = POLLIN },
-				       { .fd = r->client_fd, .events = POLLRDHUP } };
+				       { .fd = r->client_fd, .events = 0 } };
 		nfds_t np = r->client_fd >= 0 ? 2 : 1;
 		if (poll(p, np, -1) < 0) {
 			if (errno == EINTR)
@@ -657,7 +678,7 @@ static ssize_t fill(struct preview_req *r)
 		}
 		/* The client went: closing the guest's connection tells the
 		 * guest too. */
-		if (np == 2 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+		if (np == 2 && (p[1].revents & (POLLHUP | POLLERR | POLLNVAL)))
 			return -1;
 		if (!p[0].revents)
 			continue;
@@ -811,7 +832,7 @@ static void *splice_thread(void *arg)
 			break;
 	}
 	log_debug("preview %s: an upgraded connection ended", s->label);
-	MHD_upgrade_action(s->urh, MHD_UPGRADE_ACTION_CLOSE);
+	web_upgrade_close(s->urh);
 	link_close(s->up);
 	free(s->to_up);
 	free(s->to_client);
@@ -854,7 +875,7 @@ static void upgraded(void *cls, struct MHD_Connection *c, void *con_cls, const c
 	if (pthread_create(&t, &attr, splice_thread, s) != 0) {
 		atomic_fetch_sub(&P.splices, 1);
 		log_warn("preview %s: cannot start a thread for an upgraded connection", r->label);
-		MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+		web_upgrade_close(urh);
 		link_close(s->up);
 		free(s->to_up);
 		free(s->to_client);
@@ -886,8 +907,11 @@ static enum MHD_Result answer(struct preview_req *r)
 		return MHD_NO;
 	for (size_t i = 0; i < h->n; i++) {
 		const char *k = h->name[i];
+		/* Clear-Site-Data: "cookies" clears a site's cookies, and every
+		 * preview under the domain is one site: a guest's would clear
+		 * the others' cookies. */
 		if (upstream_hop_by_hop(h, k) || !strcasecmp(k, "Content-Length") ||
-		    !strcasecmp(k, "Date") ||
+		    !strcasecmp(k, "Date") || !strcasecmp(k, "Clear-Site-Data") ||
 		    (!strcasecmp(k, "Set-Cookie") &&
 		     preview_setcookie_ours(h->value[i], P.cookie, P.other)))
 			continue;
@@ -971,13 +995,12 @@ static enum MHD_Result respond(struct preview_req *r, bool browser)
 static enum MHD_Result begin(struct preview_req *r, const char *method, const char *target,
 			     const char *peer)
 {
-	const char *te = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Transfer-Encoding");
-	const char *cl = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Content-Length");
 	const char *host = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Host");
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(r->c, MHD_CONNECTION_INFO_CONNECTION_FD);
 	size_t plen = strcspn(target, "?");
-	uint64_t length = 0;
+	struct web_framing f;
+	char why[256];
 	enum MHD_Result ret = MHD_NO;
 	bool browser;
 
@@ -987,24 +1010,32 @@ static enum MHD_Result begin(struct preview_req *r, const char *method, const ch
 	r->head_req = !strcmp(method, "HEAD");
 	if (!preview_label_of(host, P.domain, r->label, sizeof(r->label)))
 		return own_answer(r, 400, "invalid_label", "no preview's host name");
+	if (!r->label[0])
+		return own_answer(r, 400, "invalid_label", "a preview's label is at most 63 "
+				  "characters");
+	/* Framing and names the guest would read otherwise (web/request.h). */
+	if (web_request_check(r->c, method, &f, why, sizeof(why)))
+		return own_answer(r, 400, "invalid_request", why);
+	/* Methods that echo the request back (TRACK is IIS's TRACE): the
+	 * broker refuses them too. */
+	if (!strcasecmp(method, "TRACE") || !strcasecmp(method, "TRACK"))
+		return own_answer(r, 405, "method_not_allowed", "a preview does not forward TRACE "
+				  "or TRACK");
 	if (plen == strlen(LOGIN_PATH) && !strncmp(target, LOGIN_PATH, plen))
 		return login(r, method);
 	if (!value_ok(target) || (target[0] != '/' && strcmp(target, "*") != 0))
 		return own_answer(r, 400, "invalid_path", "invalid request target");
 	browser = r->browser = wants_html(r->c) && (!strcmp(method, "GET") || r->head_req);
-	if (te && !strcasecmp(te, "chunked")) {
-		r->has_body = r->up_chunked = true;
-	} else if (cl) {
-		length = strtoull(cl, NULL, 10);
-		r->has_body = length > 0;
-	}
+	r->has_body = f.has_body;
+	r->up_chunked = f.chunked;
+	r->left = f.length;
 	/* An upgrade (a WebSocket): Upgrade, and Connection naming it. */
 	r->upgrade = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Upgrade") &&
 		     upstream_list_has(MHD_lookup_connection_value(r->c, MHD_HEADER_KIND,
 								   "Connection"), "upgrade");
 	r->idempotent = !r->has_body && (!strcmp(method, "GET") || r->head_req ||
 					 !strcmp(method, "OPTIONS"));
-	make_head(r, method, target, peer, length);
+	make_head(r, method, target, peer, f.length);
 	/* The guest's connection: the one this client connection kept, when
 	 * it is for the same preview and the same cookies, else hostd's. */
 	char keys[sizeof(r->conn->keys)];
@@ -1053,13 +1084,20 @@ enum MHD_Result preview_handle(struct MHD_Connection *c, const char *method, con
 		return begin(r, method, target, peer);
 	}
 	if (*upload_data_size) {
-		/* The body, as it arrives; a guest that stops taking it gets its
-		 * answer read at the end. */
-		if (!r->answered && !r->broken) {
+		/* The body, as it arrives, never past the length the guest was
+		 * told; a guest that stops taking it gets its answer read at the
+		 * end. */
+		size_t len = *upload_data_size;
+		if (!r->up_chunked) {
+			if (len > r->left)
+				len = (size_t)r->left;
+			r->left -= len;
+		}
+		if (len && !r->answered && !r->broken) {
 			char frame[32];
-			int n = snprintf(frame, sizeof(frame), "%zx\r\n", *upload_data_size);
+			int n = snprintf(frame, sizeof(frame), "%zx\r\n", len);
 			if ((r->up_chunked && to_guest(r, frame, (size_t)n) < 0) ||
-			    to_guest(r, upload_data, *upload_data_size) < 0 ||
+			    to_guest(r, upload_data, len) < 0 ||
 			    (r->up_chunked && to_guest(r, "\r\n", 2) < 0))
 				r->broken = true;
 		}

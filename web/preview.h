@@ -80,7 +80,8 @@ void preview_notify(void *cls, struct MHD_Connection *c, void **socket_context,
 
 /* The label of HOST ("8080-m-alice.localhost:8080") under DOMAIN, in lower
  * case, into LABEL (LABELLEN bytes): true when HOST is a name under DOMAIN
- * (the label may still name no preview), false otherwise (DOMAIN itself,
+ * (the label may still name no preview; "" when it is over 63 characters
+ * or LABELLEN - 1, which no preview's is), false otherwise (DOMAIN itself,
  * another name, an address). */
 bool preview_label_of(const char *host, const char *domain, char *label, size_t labellen);
 /* Cookie header value HEADER: the values of cookie NAME (at most MAX, each

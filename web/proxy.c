@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "web/reply.h"
+#include "web/request.h"
 #include "web/upstream.h"
 #include "common/banned.h"
 
@@ -36,6 +37,7 @@ struct proxy_req {
 	bool broken;            /* a write to hostd failed: its answer may follow */
 	bool answered;          /* an answer is queued */
 	bool head_req;          /* a HEAD request: the answer has no body */
+	uint64_t left;          /* of a body with a Content-Length, the bytes still to pass */
 	/* Bytes read from hostd and not used yet: buf[off, len). */
 	char *buf;
 	size_t off, len, cap;
@@ -113,8 +115,13 @@ static ssize_t fill(struct proxy_req *r)
 			abort();
 	}
 	for (;;) {
+		/* The client's socket is watched for its going only: a client
+		 * that shut down its sending side after its request (a read of
+		 * 0, POLLRDHUP) still waits for the answer.  One that went is
+		 * found when a write to it fails (it answers with a reset:
+		 * POLLHUP, POLLERR), at the latest at hostd's next keepalive. */
 		struct pollfd p[2] = { { .fd = r->fd, .events = POLLIN },
-				       { .fd = r->client_fd, .events = POLLRDHUP } };
+				       { .fd = r->client_fd, .events = 0 } };
 		nfds_t np = r->client_fd >= 0 ? 2 : 1;
 		if (poll(p, np, -1) < 0) {
 			if (errno == EINTR)
@@ -123,7 +130,7 @@ static ssize_t fill(struct proxy_req *r)
 		}
 		/* The client went: nothing more is read for it, and closing
 		 * hostd's connection ends what hostd does for it. */
-		if (np == 2 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+		if (np == 2 && (p[1].revents & (POLLHUP | POLLERR | POLLNVAL)))
 			return -1;
 		if (!p[0].revents)
 			continue;
@@ -260,12 +267,10 @@ static void make_head(struct proxy_req *r, struct MHD_Connection *c, const char 
 static enum MHD_Result begin(const char *sock, struct MHD_Connection *c, const char *method,
 			     const char *target, const char *peer, struct proxy_req *r)
 {
-	const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
-	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
 	struct buf head = BUF_INIT;
-	uint64_t length = 0;
+	struct web_framing f;
 	char msg[256];
 	struct upstream_head h;
 	enum MHD_Result ret;
@@ -274,12 +279,12 @@ static enum MHD_Result begin(const char *sock, struct MHD_Connection *c, const c
 	r->head_req = !strcmp(method, "HEAD");
 	if (!value_ok(target) || target[0] != '/')
 		return web_error(c, 400, "invalid_path", "invalid request target");
-	if (te && !strcasecmp(te, "chunked")) {
-		r->has_body = r->up_chunked = true;
-	} else if (cl) {
-		length = strtoull(cl, NULL, 10);
-		r->has_body = length > 0;
-	}
+	/* Framing and names hostd would read otherwise (web/request.h). */
+	if (web_request_check(c, method, &f, msg, sizeof(msg)))
+		return web_error(c, 400, "invalid_request", msg);
+	r->has_body = f.has_body;
+	r->up_chunked = f.chunked;
+	r->left = f.length;
 	r->fd = hostd_connect(sock);
 	if (r->fd < 0) {
 		snprintf(msg, sizeof(msg), "berth-web cannot reach berth-hostd at %s: %s", sock,
@@ -287,7 +292,7 @@ static enum MHD_Result begin(const char *sock, struct MHD_Connection *c, const c
 		log_warn("%s", msg);
 		return web_error(c, 502, "hostd_unreachable", msg);
 	}
-	make_head(r, c, method, target, peer, length, &head);
+	make_head(r, c, method, target, peer, f.length, &head);
 	if (to_hostd(r, head.data, head.len) < 0) {
 		buf_free(&head);
 		return web_error(c, 502, "hostd_unreachable", "berth-hostd closed the connection "
@@ -327,13 +332,20 @@ enum MHD_Result proxy_handle(const char *sock, struct MHD_Connection *c, const c
 		return begin(sock, c, method, target, peer, r);
 	}
 	if (*upload_data_size) {
-		/* The body, as it arrives.  A write hostd does not take (it
-		 * closed) leaves its answer, if any, for the end. */
-		if (!r->answered && !r->broken) {
+		/* The body, as it arrives, never past the length hostd was told.
+		 * A write hostd does not take (it closed) leaves its answer, if
+		 * any, for the end. */
+		size_t len = *upload_data_size;
+		if (!r->up_chunked) {
+			if (len > r->left)
+				len = (size_t)r->left;
+			r->left -= len;
+		}
+		if (len && !r->answered && !r->broken) {
 			char frame[32];
-			int n = snprintf(frame, sizeof(frame), "%zx\r\n", *upload_data_size);
+			int n = snprintf(frame, sizeof(frame), "%zx\r\n", len);
 			if ((r->up_chunked && to_hostd(r, frame, (size_t)n) < 0) ||
-			    to_hostd(r, upload_data, *upload_data_size) < 0 ||
+			    to_hostd(r, upload_data, len) < 0 ||
 			    (r->up_chunked && to_hostd(r, "\r\n", 2) < 0))
 				r->broken = true;
 		}

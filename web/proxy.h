@@ -18,9 +18,12 @@
  *     ones, its body (Content-Length kept; chunked and close-delimited
  *     bodies are decoded and libmicrohttpd frames them for the client),
  *     read by web/upstream.h, the reader of previews' guests' answers.
- *     A client that goes (its side of the TCP connection closed) closes
+ *     A client that goes (found when a write to it fails: at the latest
+ *     at the next line of a stream, hostd's keepalives included) closes
  *     hostd's connection, which ends what hostd was doing for it (a
- *     command is killed, an upload's temporary file removed).
+ *     command is killed, an upload's temporary file removed).  One that
+ *     only shut down its sending side after its request still gets the
+ *     answer.
  *
  * The functions run on the client connection's thread (libmicrohttpd,
  * thread per connection) and block on hostd. */

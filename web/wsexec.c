@@ -1,5 +1,6 @@
 #include "web/wsexec.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -18,10 +19,12 @@
 
 #include <microhttpd.h>
 
+#include "common/addrcount.h"
 #include "common/buf.h"
 #include "common/hostapi.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "web/upgrade.h"
 #include "web/ws.h"
 #include "common/banned.h"
 
@@ -78,6 +81,8 @@ struct session {
 	pthread_mutex_t wlock;     /* writes to SOCK, and close_sent (then lock, never after) */
 	bool close_sent;
 
+	bool authed;               /* hostd accepted the token: counted in all_authed */
+
 	char how[256];             /* under lock: how the session ended, for the log (the
 				    * first story told is kept: note()) */
 
@@ -88,14 +93,56 @@ struct session {
 	char broke[256];           /* why the stream's thread ended the transfer */
 };
 
-/* Every session, for the cap and for berth-web's stop.  A session leaves
- * the list before its socket is given back (nobody shuts down a descriptor
- * libmicrohttpd may have closed), and is counted until after. */
+/* Every session, for berth-web's stop.  A session leaves the list before
+ * its socket is given back (nobody shuts down a descriptor libmicrohttpd
+ * may have closed), and is counted in all_count until after; all_authed
+ * counts those whose token hostd accepted, for WSEXEC_MAX_SESSIONS. */
 static pthread_mutex_t all_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t all_cond = PTHREAD_COND_INITIALIZER;
 static struct session *all_sessions;
-static int all_count;
+static int all_count, all_authed;
 static bool all_stopping;
+/* Sessions not authenticated yet, per address group
+ * (WSEXEC_MAX_PENDING_PER_ADDR): from the handshake to hostd's answer on
+ * the token. */
+static struct addrcount pending = ADDRCOUNT_INIT;
+
+/* ---- the address groups ---------------------------------------------------- */
+
+void wsexec_addr_group(const char *peer, char *out, size_t outlen)
+{
+	struct in6_addr a6;
+	char text[INET6_ADDRSTRLEN];
+
+	snprintf(out, outlen, "%s", peer);
+	if (!strchr(peer, ':') || inet_pton(AF_INET6, peer, &a6) != 1)
+		return;
+	if (IN6_IS_ADDR_V4MAPPED(&a6)) {
+		if (inet_ntop(AF_INET, &a6.s6_addr[12], text, sizeof(text)))
+			snprintf(out, outlen, "%s", text);
+		return;
+	}
+	memset(&a6.s6_addr[8], 0, 8);
+	if (inet_ntop(AF_INET6, &a6, text, sizeof(text)))
+		snprintf(out, outlen, "%s/64", text);
+}
+
+/* R's place among the pending, given back (once). */
+static void pending_leave(struct wsexec_req *r)
+{
+	if (r->pending)
+		addrcount_leave(&pending, r->group);
+	r->pending = false;
+}
+
+void wsexec_req_free(struct wsexec_req *r)
+{
+	if (!r)
+		return;
+	pending_leave(r);
+	explicit_bzero(r->token, sizeof(r->token));
+	free(r);
+}
 
 /* ---- the messages ------------------------------------------------------------ */
 
@@ -348,6 +395,47 @@ static void send_refusal(struct session *s, long status, json_t *resp)
 	send_json(s, resp);
 	send_close(s, close_code, reason);
 	note(s, "refused (%d): %s", close_code, reason);
+}
+
+/* hostd's word on the session's token, before the session counts against
+ * WSEXEC_MAX_SESSIONS and its command starts: GET .../exec (the commands
+ * running in the machine: nothing happens, nothing wakes) with it.  0
+ * when hostd accepted it and the session is counted; -1 when the session
+ * ends (its refusal went: hostd's, as POST would have had it, or 1013). */
+static int authenticate(struct session *s)
+{
+	char err[512], msg[768];
+	long status = 0;
+	json_t *resp = NULL;
+	bool full;
+
+	if (hostapi_call_as(s->req.web_sock, s->token[0] ? s->token : NULL, "GET", s->base, NULL,
+			    &status, &resp, err, sizeof(err)) < 0) {
+		snprintf(msg, sizeof(msg), "berth-web cannot ask berth-hostd: %s", err);
+		send_error(s, "unavailable", msg, WS_CLOSE_INTERNAL);
+		return -1;
+	}
+	if (status != 200) {
+		send_refusal(s, status, resp);
+		json_decref(resp);
+		return -1;
+	}
+	json_decref(resp);
+	pending_leave(&s->req);
+	pthread_mutex_lock(&all_lock);
+	full = all_authed >= WSEXEC_MAX_SESSIONS;
+	if (!full) {
+		all_authed++;
+		s->authed = true;
+	}
+	pthread_mutex_unlock(&all_lock);
+	if (full) {
+		snprintf(msg, sizeof(msg), "%d sessions run at once in berth-web, its most: try "
+			 "again later", WSEXEC_MAX_SESSIONS);
+		send_error(s, "too_many_sessions", msg, WS_CLOSE_TRY_LATER);
+		return -1;
+	}
+	return 0;
 }
 
 /* ---- hostd's stream to the client ------------------------------------------------ */
@@ -800,10 +888,14 @@ static void finish(struct session *s)
 			break;
 		}
 	pthread_mutex_unlock(&all_lock);
-	MHD_upgrade_action(s->urh, MHD_UPGRADE_ACTION_CLOSE);
+	web_upgrade_close(s->urh);
+	pending_leave(&s->req);
+	bool authed = s->authed;
 	session_free(s);
 	pthread_mutex_lock(&all_lock);
 	all_count--;
+	if (authed)
+		all_authed--;
 	pthread_cond_broadcast(&all_cond);
 	pthread_mutex_unlock(&all_lock);
 }
@@ -851,7 +943,7 @@ static void *session_main(void *arg)
 		send_error(s, "invalid_token", "the token has characters that no token has", 4401);
 		goto out;
 	}
-	if (first_message(s) < 0)
+	if (first_message(s) < 0 || authenticate(s) < 0)
 		goto out;
 	pthread_attr_init(&a);
 	pthread_attr_setstacksize(&a, STACK_BYTES);
@@ -946,9 +1038,23 @@ enum MHD_Result wsexec_answer(struct MHD_Connection *c, const char *method, cons
 	snprintf(r->machine, sizeof(r->machine), "%s", name);
 	snprintf(r->web_sock, sizeof(r->web_sock), "%s", web_sock);
 	snprintf(r->peer, sizeof(r->peer), "%s", peer);
+	/* Sessions that no token let in yet: a few per client, so that
+	 * handshakes that never say anything keep no one else out. */
+	wsexec_addr_group(peer, r->group, sizeof(r->group));
+	if (!addrcount_enter(&pending, r->group, WSEXEC_MAX_PENDING_PER_ADDR)) {
+		char msg[256];
+		log_warn("wsexec %s: refused: %d sessions of %s wait for their token's check",
+			 peer, WSEXEC_MAX_PENDING_PER_ADDR, r->group);
+		wsexec_req_free(r);
+		snprintf(msg, sizeof(msg), "%d sessions from your address are waiting for their "
+			 "first message or its token's check: try again when one has started",
+			 WSEXEC_MAX_PENDING_PER_ADDR);
+		return refuse(c, 429, "too_many_pending", msg);
+	}
+	r->pending = true;
 	resp = MHD_create_response_for_upgrade(upgraded, upgraded_cls);
 	if (!resp) {
-		free(r);
+		wsexec_req_free(r);
 		return MHD_NO;
 	}
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, "websocket");
@@ -958,7 +1064,7 @@ enum MHD_Result wsexec_answer(struct MHD_Connection *c, const char *method, cons
 	if (ret == MHD_YES)
 		*slot = r;
 	else
-		free(r);
+		wsexec_req_free(r);
 	return ret;
 }
 
@@ -973,7 +1079,7 @@ static void uncount(void)
 	pthread_mutex_unlock(&all_lock);
 }
 
-int wsexec_start(const struct wsexec_req *r, int sock, const char *extra, size_t extra_len,
+int wsexec_start(struct wsexec_req *r, int sock, const char *extra, size_t extra_len,
 		 struct MHD_UpgradeResponseHandle *urh)
 {
 	struct session *s;
@@ -981,21 +1087,21 @@ int wsexec_start(const struct wsexec_req *r, int sock, const char *extra, size_t
 	pthread_t t;
 	int p[2], rc;
 
+	/* (the cap, WSEXEC_MAX_SESSIONS, is applied once hostd accepted the
+	 * session's token: authenticate) */
 	pthread_mutex_lock(&all_lock);
-	bool full = all_stopping || all_count >= WSEXEC_MAX_SESSIONS;
-	if (!full)
+	bool stopping = all_stopping;
+	if (!stopping)
 		all_count++;
 	pthread_mutex_unlock(&all_lock);
-	if (full) {
+	if (stopping) {
 		struct buf f = BUF_INIT;
-		log_warn("wsexec %s: %s: refused", r->peer, all_stopping ? "berth-web is stopping" :
-			 "too many sessions");
-		ws_close_add(&f, WS_CLOSE_TRY_LATER, all_stopping ? "berth-web is stopping" :
-			     "too many sessions: try again later");
+		log_warn("wsexec %s: refused: berth-web is stopping", r->peer);
+		ws_close_add(&f, WS_CLOSE_TRY_LATER, "berth-web is stopping");
 		if (send(sock, f.data, f.len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
 			log_debug("wsexec %s: %s", r->peer, strerror(errno));
 		buf_free(&f);
-		MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+		web_upgrade_close(urh);
 		return 0;
 	}
 	if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) {
@@ -1006,6 +1112,7 @@ int wsexec_start(const struct wsexec_req *r, int sock, const char *extra, size_t
 	if (!s)
 		abort();
 	s->req = *r;
+	r->pending = false;     /* the session's place now */
 	s->sock = sock;
 	s->urh = urh;
 	s->t0 = mono_ms();
@@ -1043,6 +1150,7 @@ int wsexec_start(const struct wsexec_req *r, int sock, const char *extra, size_t
 	pthread_attr_destroy(&a);
 	if (rc != 0) {
 		log_error("wsexec %s: cannot start a thread: %s", r->peer, strerror(rc));
+		r->pending = s->req.pending;
 		session_free(s);
 		uncount();
 		return -1;

@@ -27,14 +27,23 @@
 #define WSEXEC_MAX_MESSAGE (64 * 1024)
 /* The first message (the command) must come within this. */
 #define WSEXEC_FIRST_MS 10000
-/* Sessions at once in this process; the next client gets close 1013. */
+/* Sessions at once in this process whose token hostd accepted; the next
+ * such session gets close 1013.  A session counts from hostd's answer to
+ * GET .../exec with its token, before its command starts: handshakes that
+ * never send a token hold no place of anyone's. */
 #define WSEXEC_MAX_SESSIONS 256
+/* Sessions not authenticated yet (from the handshake to hostd's answer on
+ * the token), per client address (IPv6: per /64, what one host is
+ * usually given); the next handshake from it gets 429. */
+#define WSEXEC_MAX_PENDING_PER_ADDR 16
 
 struct wsexec_req {
 	char machine[64];          /* NAME from the path, already a valid machine name */
 	char token[512];           /* from the request's Authorization: Bearer, "" when none */
 	char web_sock[4096];       /* hostd's socket for berth-web (STATE/web.sock) */
 	char peer[64];             /* the client's address, for logs */
+	char group[64];            /* its address group, for the cap on pending sessions */
+	bool pending;              /* holds a place among GROUP's pending sessions */
 };
 
 /* True when URL (libmicrohttpd's, decoded) is GET /v1/machines/NAME/exec/ws's
@@ -47,22 +56,28 @@ bool wsexec_route(const char *url, char *name, size_t namelen);
  * which libmicrohttpd calls UPGRADED (with UPGRADED_CLS) with the socket,
  * which passes *SLOT to wsexec_start; or a JSON refusal as hostd's read
  * (400 invalid_upgrade, 405, 426 with Sec-WebSocket-Version: 13, 400
- * invalid_name, 400 invalid_token), the connection kept.  *SLOT (malloc'd
- * here, NULL on a refusal) holds the session's request (NAME, the token,
- * WEB_SOCK, PEER) until then: the caller keeps it with the request's state
- * (libmicrohttpd's con_cls, which UPGRADED gets) and frees it when the
- * request completes, which is after UPGRADED returns.  What
- * MHD_queue_response returns. */
+ * invalid_name, 400 invalid_token, 429 too_many_pending when PEER's group
+ * has WSEXEC_MAX_PENDING_PER_ADDR sessions not authenticated yet), the
+ * connection kept.  *SLOT (malloc'd here, NULL on a refusal) holds the
+ * session's request (NAME, the token, WEB_SOCK, PEER, its place among the
+ * pending) until then: the caller keeps it with the request's state
+ * (libmicrohttpd's con_cls, which UPGRADED gets) and frees it with
+ * wsexec_req_free when the request completes, which is after UPGRADED
+ * returns.  What MHD_queue_response returns. */
 enum MHD_Result wsexec_answer(struct MHD_Connection *c, const char *method, const char *name,
 			      const char *web_sock, const char *peer, struct wsexec_req **slot,
 			      MHD_UpgradeHandler upgraded, void *upgraded_cls);
 
 /* Takes over SOCK (a plain socket: libmicrohttpd does TLS), EXTRA_LEN bytes that
- * libmicrohttpd read past the request head, and URH (MHD_upgrade_action(urh,
- * MHD_UPGRADE_ACTION_CLOSE) when done); runs on a thread of its own.  0, or -1 when
- * no thread could be started (the caller closes). */
-int wsexec_start(const struct wsexec_req *r, int sock, const char *extra, size_t extra_len,
+ * libmicrohttpd read past the request head, URH (MHD_upgrade_action(urh,
+ * MHD_UPGRADE_ACTION_CLOSE) when done) and R's place among the pending (R
+ * stays the caller's); runs on a thread of its own.  0, or -1 when no
+ * thread could be started (the caller closes). */
+int wsexec_start(struct wsexec_req *r, int sock, const char *extra, size_t extra_len,
 		 struct MHD_UpgradeResponseHandle *urh);
+/* Frees R (wsexec_answer's), giving back its place among the pending
+ * unless a session took it.  NULL is fine. */
+void wsexec_req_free(struct wsexec_req *r);
 
 /* berth-web stops: every session's client gets close 1001 and its command
  * is killed; no new session starts.  Returns when all have given their
@@ -71,6 +86,12 @@ int wsexec_start(const struct wsexec_req *r, int sock, const char *extra, size_t
 void wsexec_stop_all(int wait_ms);
 
 /* ---- the messages (exposed for the unit tests) ----------------------------- */
+
+/* The group of client address PEER (inet_ntop's text) that the cap on
+ * pending sessions counts, into OUT (OUTLEN bytes): an IPv4 address
+ * itself (also one mapped into IPv6), an IPv6 address's /64
+ * ("2001:db8:1:2::/64"); PEER as it is when it is neither. */
+void wsexec_addr_group(const char *peer, char *out, size_t outlen);
 
 /* True when TOKEN may go into "Authorization: Bearer TOKEN": 1 to 511
  * characters of RFC 7235's token68 (letters, digits, - . _ ~ + /, then

@@ -178,6 +178,25 @@ check_eq "  stdin goes through" piped "$(echo piped | nb exec m -- cat)"
 check_match "  a revoked token is refused, named" "invalid or revoked token" \
 	"$(NB_TOKEN=berth_$(printf '%064d' 0) nb exec m -- true 2>&1)"
 
+# Through berth-web, a client that goes is found at the next line of its
+# stream (hostd's keepalives: every 2 s here), and its command killed; one
+# that only shuts down its sending side after its request gets it all.
+python3 "$ROOT/tests/exec_client.py" --url "http://127.0.0.1:$PORT" --token "$TOK" stream-then $E \
+	'{"argv": ["sh", "-c", "echo $$ > /tmp/pid; exec sleep 1000"]}' sleep:2 close >/dev/null
+pid=$(ub exec m -- cat /tmp/pid)
+gone=
+for _ in $(seq 20); do
+	[ "$(alive "${pid:-0}")" = gone ] && { gone=yes; break; }
+	sleep 0.5
+done
+check_eq "through berth-web, a command ($pid) is killed when its client goes" yes "$gone"
+body='{"argv": ["sh", "-c", "sleep 3; echo after"]}'
+out=$(python3 "$ROOT/tests/raw_http.py" --shut --wait 20 127.0.0.1 "$PORT" \
+	"POST $E HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $TOK\r\nContent-Type: application/json\r\nContent-Length: ${#body}\r\n\r\n$body" |
+	tr '\r\n' '  ')
+check_match "through berth-web, a client that half-closes after its request gets the stream whole" \
+	'^HTTP/1.1 200 .*"stdout": ?"YWZ0ZXIK".*"exit": ?0' "$out"
+
 # A sleeping machine wakes for a command.
 ub suspend m >/dev/null
 ub exec m -- true 2>"$T/err"

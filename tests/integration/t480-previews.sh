@@ -80,6 +80,17 @@ check_eq "the label of a bad port on berth-web: 400 invalid_port" 400 \
 	"$(code "http://0-m-root.localhost:$PORT/")"
 check_match "a name two labels deep: 400 invalid_label" '"invalid_label"' \
 	"$(curl -s "http://a.8080-m-root.localhost:$PORT/")"
+# A label over 63 characters is no preview's, not the one its first 63 spell.
+LONG=$(printf 'n%.0s' $(seq 53))
+berth create "$LONG" --no-start >/dev/null || not_ok "a stopped machine of 53 characters"
+berth preview "$LONG" 8080 >/dev/null 2>&1
+check_eq "the preview of a label of 63 characters: private, 403 without the cookie" 403 \
+	"$(code "http://8080-$LONG-root.localhost:$PORT/")"
+check_eq "  the same name and 'xyz': 400, not a second name of it" 400 \
+	"$(code "http://8080-$LONG-rootxyz.localhost:$PORT/")"
+check_match "  saying why" '"invalid_label".*at most 63' \
+	"$(curl -s "http://8080-$LONG-rootxyz.localhost:$PORT/")"
+berth rm "$LONG" >/dev/null
 # tb's m-x and x-tb's m spell the same label, 8080-m-x-tbPID.
 ub create m-x --no-start >/dev/null && uc create m --no-start >/dev/null ||
 	not_ok "two stopped machines for the label check"
@@ -131,6 +142,10 @@ check_absent "  never berth's cookie" matching 'berth_preview' echo "$h"
 h=$(curl -s -D - -o /dev/null -b "$CK" "$U/setcookie")
 check_match "the guest's own cookies reach the client" 'Set-Cookie: app=1; Path=/' "$h"
 check_absent "  but not one named berth_preview" matching 'berth_preview' echo "$h"
+check_absent "  nor its Clear-Site-Data (every preview is one site: it would clear the others' cookies)" \
+	matching '[Cc]lear-[Ss]ite-[Dd]ata' echo "$h"
+check_match "  (webserve sends one: the positive control)" 'Clear-Site-Data: "cookies"' \
+	"$(berth exec m -- wget -q -S -O /dev/null http://127.0.0.1:8080/setcookie 2>&1)"
 head -c 5000000 /dev/urandom >"$T/in.bin"
 want=$(sha256sum <"$T/in.bin" | cut -d' ' -f1)
 check_eq "5 MB up and back (Content-Length), byte-exact" "$want" \
@@ -155,6 +170,42 @@ check_eq "two requests on one client connection go on one connection to the gues
 out=$(pc keepalive "$U/headers" "$CK" 20)
 check_eq "20 requests on one kept client connection: all answered" 20 "$(echo "$out" | grep -c '^200$')"
 check_eq "  on one connection" "conn 1" "$(echo "$out" | tail -1)"
+
+# ---- what a smuggler sends (web/request.h) -----------------------------------
+# raw [--shut] REQUEST: berth-web's raw answer (tests/raw_http.py's
+# escapes); glog: the heads the guest received since the last glog.
+raw() {
+	local o=()
+	[ "$1" = --shut ] && { o=(--shut); shift; }
+	python3 "$ROOT/tests/raw_http.py" --wait 5 "${o[@]}" 127.0.0.1 "$PORT" "$1" | tr '\r\n' '  '
+}
+glog() { curl -s -b "$CK" "$U/log"; }
+HH="Host: $L.localhost:$PORT\r\nCookie: $CK\r\n"
+glog >/dev/null
+check_match "Transfer-Encoding: gzip with a Content-Length, a request smuggled in the body: 400" \
+	'^HTTP/1.1 400 .*"invalid_request".*both Transfer-Encoding and Content-Length' \
+	"$(raw --shut "POST /echo HTTP/1.1\r\n${HH}Transfer-Encoding: gzip\r\nContent-Length: 5\r\n\r\nhelloGET /smuggled HTTP/1.1\r\nHost: $L.localhost:$PORT\r\nX-Forwarded-For: 6.6.6.6\r\nCookie: $CK\r\n\r\n")"
+check_match "Transfer-Encoding: gzip alone: 400" '^HTTP/1.1 400 .*Transfer-Encoding must be .*chunked' \
+	"$(raw --shut "POST /echo HTTP/1.1\r\n${HH}Transfer-Encoding: gzip\r\n\r\nGET /smuggled2 HTTP/1.1\r\nHost: x\r\n\r\n")"
+check_match "chunked and a Content-Length: 400" '^HTTP/1.1 400 .*both Transfer-Encoding and Content-Length' \
+	"$(raw "POST /echo HTTP/1.1\r\n${HH}Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n")"
+for h in 'X-Forwarded-For : 6.6.6.6' 'Cookie : berth_preview=forged' 'Content-Length : 30' \
+	'Foo\rX-Injected: 1'; do
+	check_match "a header line '$h': 400" '^HTTP/1.1 400 .*"invalid_request".*header' \
+		"$(raw "GET /headers HTTP/1.1\r\n${HH}${h}\r\nConnection: close\r\n\r\n")"
+done
+check_absent "  none of these reached the guest: no smuggled request, no such header" \
+	matching 'smuggled|6\.6\.6\.6|forged|X-Injected|Content-Length :' glog
+check_match "  (the guest's log works: the positive control)" 'GET /conn HTTP/1.1' \
+	"$(curl -s -b "$CK" "$U/conn" >/dev/null; glog)"
+check_eq "TRACK: 405, as TRACE" "405 405" "$(code "$U/" -b "$CK" -X TRACK) $(code "$U/" -b "$CK" -X TRACE)"
+check_absent "  neither reached the guest" matching 'TRACK|TRACE' glog
+# A client that shuts down its sending side once its request is out.
+check_match "a client that half-closes after its request gets the answer" \
+	'^HTTP/1.1 200 .*hello from m' "$(raw --shut "GET / HTTP/1.1\r\n${HH}\r\n")"
+check_match "  and a streamed one whole" '^HTTP/1.1 200 .*tick 1.*tick 4' \
+	"$(raw --shut "GET /slow HTTP/1.1\r\n${HH}\r\n")"
+
 check_eq "a WebSocket echo" "hello through berth" "$(pc ws "$U/ws" "$CK" 'hello through berth')"
 pc ws "$U/ws" "" x 2>"$T/err" >/dev/null
 check_match "  not without the cookie" 'no upgrade: HTTP/1.1 403' "$(cat "$T/err")"
@@ -234,6 +285,22 @@ t1=$(date +%s.%N)
 check_eq "curl is held while m wakes, then answered" "<!doctype html><title>webserve</title><h1>hello from m</h1>" "$got"
 diag "woke and answered in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s"
 check_eq "m runs again" running "$(berth show m --json | json state)"
+# One whose client goes while the machine wakes: hostd says it holds the
+# request ("waiting"), and from then on berth-web takes the client's
+# close as its going: it stops waiting, and the request never reaches the
+# guest (before, it went on once the machine ran, for no one).
+glog >/dev/null
+berth suspend m >/dev/null
+python3 "$ROOT/tests/raw_http.py" --wait 0.1 127.0.0.1 "$PORT" \
+	"GET /wakeprobe HTTP/1.1\r\n${HH}\r\n" >/dev/null
+for _ in $(seq 100); do
+	[ "$(berth show m --json | json state)" = running ] && break
+	sleep 0.2
+done
+sleep 1
+check_match "a client that goes while its request waits for the wake: berth-web stops waiting" \
+	'preview 8080-m-root: the client went while its machine woke' "$(cat "$T/web.log")"
+check_absent "  and its request never reaches the guest" matching wakeprobe glog
 # A client connection kept across a suspend: hostd cuts its guest
 # connection (the machine sleeps), and its next request wakes it.
 PAUSE=6 pc keepalive "$U/" "$CK" 2 >"$T/ka2" &

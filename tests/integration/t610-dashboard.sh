@@ -116,6 +116,22 @@ up=$(curl -s -o "$T/body" -w '%{http_code} %{size_upload}' -X POST -H 'Expect:' 
 check_match "a body over max_body with a token: 413" '^413 ' "$up"
 rm -f "$T/big"
 check_eq "X-Berth-User is refused over HTTP" 403 "$(code "${AUTH[@]}" -H 'X-Berth-User: other' "$URL/v1/machines")"
+# Framing and header names hostd would read otherwise (web/request.h), by
+# hand; and a client that shuts down its sending side after its request.
+raw() { python3 "$ROOT/tests/raw_http.py" --wait 5 "$@" | tr '\r\n' '  '; }
+RH="Host: 127.0.0.1:$PORT\r\nAuthorization: Bearer $TOK\r\n"
+check_match "/v1: Transfer-Encoding gzip with a Content-Length, a request in the body: 400" \
+	'^HTTP/1.1 400 .*"invalid_request".*both Transfer-Encoding and Content-Length' \
+	"$(raw --shut 127.0.0.1 "$PORT" "POST /v1/machines/nosuch/start HTTP/1.1\r\n${RH}Transfer-Encoding: gzip\r\nContent-Length: 2\r\n\r\n{}GET /v1/info HTTP/1.1\r\n${RH}\r\n")"
+check_match "  gzip alone: 400" '^HTTP/1.1 400 .*Transfer-Encoding must be .*chunked' \
+	"$(raw --shut 127.0.0.1 "$PORT" "POST /v1/machines/nosuch/start HTTP/1.1\r\n${RH}Transfer-Encoding: gzip\r\n\r\n{}")"
+check_match "  a header name with a space before its colon (X-Berth-User : other): 400" \
+	'^HTTP/1.1 400 .*"invalid_request".*not a token' \
+	"$(raw 127.0.0.1 "$PORT" "GET /v1/machines HTTP/1.1\r\n${RH}X-Berth-User : other\r\nConnection: close\r\n\r\n")"
+check_match "  a bare CR in a header name: 400" '^HTTP/1.1 400 .*"invalid_request".*not a token' \
+	"$(raw 127.0.0.1 "$PORT" "GET /v1/machines HTTP/1.1\r\n${RH}Foo\rX-Berth-User: other\r\nConnection: close\r\n\r\n")"
+check_match "GET /v1/machines, then the client shuts down its sending side: still 200" \
+	'^HTTP/1.1 200 .*"machines"' "$(raw --shut 127.0.0.1 "$PORT" "GET /v1/machines HTTP/1.1\r\n${RH}\r\n")"
 check_eq "traversal (../) refused" 400 "$(code --path-as-is "$URL/../berth.conf")"
 check_eq "traversal (%2e%2e) refused" 400 "$(code --path-as-is "$URL/%2e%2e/%2e%2e/etc/passwd")"
 check_eq "hidden files refused" 400 "$(code "$URL/.git/config")"

@@ -179,6 +179,8 @@ static void test_requests(void)
 	request_bad("GET", "v1", "start with '/'");
 	request_bad("CONNECT", "/", "does not forward");
 	request_bad("trace", "/", "does not forward");
+	request_bad("TRACK", "/", "does not forward");
+	request_bad("track", "/", "does not forward");
 	request_bad("GE T", "/", "method");
 	request_bad("", "/", "method");
 	check(secrets_url_join("https://x.test/v1", "/messages?a=1", out, sizeof(out), &e) == 0 &&

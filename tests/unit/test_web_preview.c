@@ -284,6 +284,21 @@ static void test_hosts(void)
 	      "the domain without a dot is not");
 	check(!preview_label_of("x.example.com", "localhost", l, sizeof(l)), "another domain");
 	check(!preview_label_of(NULL, "localhost", l, sizeof(l)), "no Host");
+	/* A machine name of 53 characters makes a label of 63 with root's. */
+	char name[54], host[128], want[64];
+	memset(name, 'n', 53);
+	name[53] = '\0';
+	snprintf(want, sizeof(want), "8080-%s-root", name);
+	snprintf(host, sizeof(host), "%s.localhost", want);
+	check(strlen(want) == 63 && preview_label_of(host, "localhost", l, sizeof(l)) &&
+	      !strcmp(l, want), "a label of 63 characters");
+	snprintf(host, sizeof(host), "%sxyz.localhost:8080", want);
+	check(preview_label_of(host, "localhost", l, sizeof(l)) && l[0] == '\0',
+	      "a label of 66: a preview's host, with no label (not the 63-character one it "
+	      "starts with)");
+	snprintf(host, sizeof(host), "%sx.localhost", want);
+	check(preview_label_of(host, "localhost", l, sizeof(l)) && l[0] == '\0',
+	      "a label of 64: none either");
 }
 
 static void test_cookies(void)

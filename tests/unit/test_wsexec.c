@@ -149,10 +149,33 @@ static void test_ctl(void)
 	check_has(out, "refused: a text message is one of", "not JSON: refused");
 }
 
+/* The groups the cap on sessions not authenticated yet counts. */
+static void test_groups(void)
+{
+	static const char *const cases[][2] = {
+		{ "127.0.0.1", "127.0.0.1" },
+		{ "::ffff:10.1.2.3", "10.1.2.3" },
+		{ "2001:db8:1:2:a:b:c:d", "2001:db8:1:2::/64" },
+		{ "2001:db8:1:2::99", "2001:db8:1:2::/64" },
+		{ "2001:db8:1:3::1", "2001:db8:1:3::/64" },
+		{ "::1", "::/64" },
+		{ "", "" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char g[64];
+		wsexec_addr_group(cases[i][0], g, sizeof(g));
+		if (!check(!strcmp(g, cases[i][1]), "the group of '%s' is '%s'", cases[i][0],
+			   cases[i][1]))
+			diag("got '%s'", g);
+	}
+}
+
 int main(void)
 {
 	test_token();
 	test_first();
 	test_ctl();
+	test_groups();
 	return tap_done("test_wsexec");
 }

@@ -7,8 +7,11 @@
  *   GET  /bytes?n=N[&chunked=1]   N bytes (Content-Length, or chunked)
  *   POST /echo             the request's body back, chunked, as it arrives
  *   GET  /headers          the request's head as received (text/plain)
+ *   GET  /log              the heads of the requests received since the last
+ *                          /log (any connection; at most 64 KiB, the first kept)
  *   GET  /conn             "request N on this connection" (kept ones count up)
- *   GET  /setcookie        sets berth_preview=guest and app=1
+ *   GET  /setcookie        sets berth_preview=guest and app=1, and sends
+ *                          Clear-Site-Data: "cookies"
  *   GET  /slow             four chunked lines, half a second apart
  *   GET  /close            an answer ended by closing the connection
  *   GET  /bad              a malformed answer (two framings), then the close
@@ -34,6 +37,21 @@
 #define HEAD_MAX 16384
 
 static char host[64];
+
+/* Every request's head, for /log. */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_buf[65536];
+static size_t log_len;
+
+static void log_head(const char *head, size_t len)
+{
+	pthread_mutex_lock(&log_mu);
+	if (len > sizeof(log_buf) - log_len)
+		len = sizeof(log_buf) - log_len;
+	memcpy(log_buf + log_len, head, len);
+	log_len += len;
+	pthread_mutex_unlock(&log_mu);
+}
 
 static int write_all(int fd, const void *p, size_t n)
 {
@@ -304,6 +322,8 @@ static int request(struct conn *c)
 		return -1;
 	bool close_after = header(head, "Connection", v, sizeof(v)) && !strcasecmp(v, "close");
 	c->served++;
+	if (strcmp(target, "/log") != 0)
+		log_head(head, hl);
 
 	if (!strcmp(target, "/ws") && header(head, "Sec-WebSocket-Key", v, sizeof(v))) {
 		websocket(c, v);
@@ -349,12 +369,26 @@ static int request(struct conn *c)
 		int n = snprintf(line, sizeof(line), "request %d on this connection\n", c->served);
 		if (reply(c, "200 OK", "text/plain", "", line, (size_t)n) < 0)
 			return -1;
+	} else if (!strcmp(target, "/log")) {
+		static char copy[sizeof(log_buf)];
+		static pthread_mutex_t copy_mu = PTHREAD_MUTEX_INITIALIZER;
+		pthread_mutex_lock(&copy_mu);
+		pthread_mutex_lock(&log_mu);
+		size_t n = log_len;
+		memcpy(copy, log_buf, n);
+		log_len = 0;
+		pthread_mutex_unlock(&log_mu);
+		int rc = reply(c, "200 OK", "text/plain", "", copy, n);
+		pthread_mutex_unlock(&copy_mu);
+		if (rc < 0)
+			return -1;
 	} else if (!strcmp(target, "/headers")) {
 		if (reply(c, "200 OK", "text/plain", "", head, hl) < 0)
 			return -1;
 	} else if (!strcmp(target, "/setcookie")) {
 		if (reply(c, "200 OK", "text/plain", "Set-Cookie: berth_preview=guest; Path=/\r\n"
-			  "Set-Cookie: app=1; Path=/\r\n", "set\n", 4) < 0)
+			  "Set-Cookie: app=1; Path=/\r\nClear-Site-Data: \"cookies\"\r\n", "set\n",
+			  4) < 0)
 			return -1;
 	} else if (!strcmp(target, "/slow")) {
 		const char *h = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"

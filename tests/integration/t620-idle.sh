@@ -95,7 +95,13 @@ check "after the exec, quiet again: suspended" wait_state m suspended 20
 python3 "$ROOT/tests/exec_client.py" --sock "$STATE/hostd.sock" stream /v1/machines/m/exec \
 	'{"argv": ["sleep", "11"]}' >"$T/x.out" &
 xpid=$!
-sleep 3
+# (the wake takes seconds, more on a loaded machine: a full run read
+# "connect", the credential's, after a fixed 3 s)
+for _ in $(seq 300); do grep -q '"id"' "$T/x.out" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 50); do
+	[ "$(berth show m --json | json idle.last_activity)" = exec ] && break
+	sleep 0.1
+done
 check_eq "a command through hostd wakes it and is the last activity" "running exec" \
 	"$(state m) $(berth show m --json | json idle.last_activity)"
 check "  it keeps it running past the timeout" stays m running 7

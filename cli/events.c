@@ -42,7 +42,7 @@ static long long last_id(json_t *r, long long after)
 
 int cmd_events(struct client *c, int argc, char **argv)
 {
-	const char *machine = NULL, *limit = "100", *after_s = "0", *v;
+	const char *machine = NULL, *limit = "100", *after_s = NULL, *v;
 	bool all = false, follow = false;
 	char path[256];
 	json_t *r;
@@ -68,17 +68,25 @@ int cmd_events(struct client *c, int argc, char **argv)
 		return 2;
 	}
 	if (!*limit || strspn(limit, "0123456789") != strlen(limit) || strlen(limit) > 6 ||
-	    !*after_s || strspn(after_s, "0123456789") != strlen(after_s) || strlen(after_s) > 18) {
+	    (after_s && (!*after_s || strspn(after_s, "0123456789") != strlen(after_s) ||
+			 strlen(after_s) > 18))) {
 		fprintf(stderr, "berth: --limit and --after take numbers\n");
 		return 2;
 	}
-	long long after = atoll(after_s);
+	/* Without --after, the newest first; then (--follow) page after page
+	 * of what came after the last one shown. */
+	long long after = after_s ? atoll(after_s) : -1;
 	for (bool first = true;; first = false) {
+		char from[32] = "";
+		size_t got;
+		if (after >= 0)
+			snprintf(from, sizeof(from), "&after=%lld", after);
 		/* Names and numbers are URL-safe as they are. */
-		snprintf(path, sizeof(path), "/v1/events?limit=%s&after=%lld%s%s%s", limit, after,
+		snprintf(path, sizeof(path), "/v1/events?limit=%s%s%s%s%s", limit, from,
 			 machine ? "&machine=" : "", machine ? machine : "", all ? "&all=1" : "");
 		if (cli_call(c, "GET", path, NULL, &r) < 0)
 			return 1;
+		got = json_array_size(json_object_get(r, "events"));
 		if (c->json) {
 			if (follow) {
 				/* One line an event, as it comes. */
@@ -96,10 +104,11 @@ int cmd_events(struct client *c, int argc, char **argv)
 		} else {
 			print_events(r, all, first);
 		}
-		after = last_id(r, after);
+		after = last_id(r, after < 0 ? 0 : after);
 		json_decref(r);
 		if (!follow)
 			return 0;
-		sleep(1);
+		if (got < (size_t)atoi(limit))
+			sleep(1);	/* a full page: the next one at once */
 	}
 }

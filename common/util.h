@@ -8,8 +8,9 @@
 
 #include "common/err.h"
 
-/* True when S is a DNS label: [a-z0-9-]{1,63}, no leading or trailing '-'.
- * Machine, image and checkpoint names must be. */
+/* berth's version: /v1/info's, berth mcp's serverInfo. */
+#define BERTH_VERSION "0.1.0"
+
 /* snprintf into OUT where truncation would be a bug of berth's, not bad
  * input (a path under the state directory, whose length hostd checks at
  * start; a name already validated): on truncation the call site is logged
@@ -21,6 +22,8 @@
 int xsnprintf_at(const char *file, int line, char *out, size_t outlen, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
 
+/* True when S is a DNS label: [a-z0-9-]{1,63}, no leading or trailing '-'.
+ * Machine, image and checkpoint names must be. */
 bool name_valid(const char *s);
 /* True when S can be an owner's name: a local user name (or "uidN"), so
  * more than a DNS label: 1 to 63 printable ASCII characters, no space,

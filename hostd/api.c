@@ -42,7 +42,6 @@
 #include "hostd/userkeys.h"
 #include "common/banned.h"
 
-#define VERSION "0.1.0"
 
 /* A connection on a UNIX socket: whose it is and the deadline of the
  * request head it owes (api_start's comment says why). */
@@ -398,7 +397,7 @@ static struct reply do_info(struct call *c)
 		json_object_set_new(st, "used", json_integer((json_int_t)pi.used_bytes));
 	}
 	return ok(200, json_pack("{s:s, s:i, s:s, s:s, s:o, s:s, s:s, s:s, s:I, s:s, s:s?, s:s}",
-				 "version", VERSION, "schema", db_schema_version(),
+				 "version", BERTH_VERSION, "schema", db_schema_version(),
 				 "hypervisor", virt_hypervisor(h->virt),
 				 "libvirt", virt_version(h->virt), "storage", st,
 				 "network", h->cfg.network, "instance", h->instance,
@@ -1650,8 +1649,8 @@ static ssize_t events_reader(void *cls, uint64_t pos, char *buf, size_t max)
 		buf_free(&ec->out);
 		ec->off = 0;
 		if (db_event_list(ec->h->db, ec->owner[0] ? ec->owner : NULL,
-				  ec->machine[0] ? ec->machine : NULL, ec->after, 100, &evs, &n,
-				  &e) < 0) {
+				  ec->machine[0] ? ec->machine : NULL, ec->after, true, 100, &evs,
+				  &n, &e) < 0) {
 			log_warn("events stream: %s", e.msg);
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		}
@@ -1722,8 +1721,8 @@ static struct reply events_follow(struct call *c, const char *machine, int64_t a
 	snprintf(ec->machine, sizeof(ec->machine), "%s", machine ? machine : "");
 	if (after < 0) {
 		/* Only what comes: start after the newest there is. */
-		if (db_event_list(c->h->db, ec->owner[0] ? ec->owner : NULL, machine, 0, 1, &evs,
-				  &n, &e) < 0) {
+		if (db_event_list(c->h->db, ec->owner[0] ? ec->owner : NULL, machine, 0, false, 1,
+				  &evs, &n, &e) < 0) {
 			free(ec);
 			return fail(&e);
 		}
@@ -1746,8 +1745,9 @@ static struct reply events_follow(struct call *c, const char *machine, int64_t a
 }
 
 /* GET /v1/events[?machine=NAME][&after=ID][&limit=N]: the caller's
- * lifecycle events (hostd/events.h), oldest first: the last LIMIT (100,
- * at most 10000) after id AFTER; with ?all=1, root's view of everyone's. */
+ * lifecycle events (hostd/events.h), oldest first: the first LIMIT (100,
+ * at most 10000) after id AFTER, or without it the newest LIMIT; with
+ * ?all=1, root's view of everyone's. */
 static struct reply do_events(struct call *c)
 {
 	const char *machine = query_arg(c->conn, "machine");
@@ -1777,8 +1777,9 @@ static struct reply do_events(struct call *c)
 		return fail_now(400, "invalid_query", "follow must be 1 or 0");
 	if (follow && !strcmp(follow, "1"))
 		return events_follow(c, machine, after_s ? after : -1);
+	/* With after: the next page after it; without: the newest. */
 	if (db_event_list(c->h->db, c->route->query_all ? NULL : c->owner, machine, after,
-			  (int)limit, &evs, &n, &e) < 0)
+			  after_s != NULL, (int)limit, &evs, &n, &e) < 0)
 		return fail(&e);
 	arr = json_array();
 	for (size_t i = 0; i < n; i++)

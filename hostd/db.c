@@ -2200,7 +2200,7 @@ static void event_from_row(sqlite3_stmt *st, void *out)
 }
 
 int db_event_list(struct db *db, const char *owner, const char *machine, int64_t after,
-		  int limit, struct db_event **out, size_t *n, struct err *e)
+		  bool forward, int limit, struct db_event **out, size_t *n, struct err *e)
 {
 	sqlite3_stmt *st;
 	int rc = -1;
@@ -2208,8 +2208,12 @@ int db_event_list(struct db *db, const char *owner, const char *machine, int64_t
 	*out = NULL;
 	*n = 0;
 	pthread_mutex_lock(&db->lock);
-	/* The last LIMIT after AFTER, oldest first. */
-	st = query(db, e, "SELECT * FROM (SELECT id, t, owner, machine, kind, cause FROM events"
+	/* The first LIMIT after AFTER (FORWARD), or the last; oldest first. */
+	st = query(db, e, forward ?
+		   "SELECT id, t, owner, machine, kind, cause FROM events"
+		   " WHERE (? = '' OR owner = ?) AND (? = '' OR machine = ?) AND id > ?"
+		   " ORDER BY id LIMIT ?" :
+		   "SELECT * FROM (SELECT id, t, owner, machine, kind, cause FROM events"
 		   " WHERE (? = '' OR owner = ?) AND (? = '' OR machine = ?) AND id > ?"
 		   " ORDER BY id DESC LIMIT ?) ORDER BY id", "ssssIi", owner ? owner : "",
 		   owner ? owner : "", machine ? machine : "", machine ? machine : "", after,

@@ -477,9 +477,11 @@ struct db_event {
  * last KEEP rows. */
 int db_event_add(struct db *db, const struct db_event *ev, int keep, int64_t *id,
 		 struct err *e);
-/* The last LIMIT events after id AFTER, of OWNER (NULL: everyone's) and
- * of machine MACHINE when not NULL, oldest first; *OUT malloc'd. */
+/* Events with an id above AFTER, of OWNER (NULL: everyone's) and of
+ * machine MACHINE when not NULL: the first LIMIT of them when FORWARD (a
+ * follower's next page), else the last LIMIT; oldest first either way;
+ * *OUT malloc'd. */
 int db_event_list(struct db *db, const char *owner, const char *machine, int64_t after,
-		  int limit, struct db_event **out, size_t *n, struct err *e);
+		  bool forward, int limit, struct db_event **out, size_t *n, struct err *e);
 
 #endif

@@ -815,20 +815,24 @@ static void test_events(struct db *db)
 	snprintf(ev.owner, sizeof(ev.owner), "frank");
 	ok = ok && db_event_add(db, &ev, 3, NULL, &e) == 0;
 	check(ok, "events: 6 added (%s)", e.msg);
-	check(db_event_list(db, "erin", NULL, 0, 100, &evs, &n, &e) == 0 && n == 3 &&
+	check(db_event_list(db, "erin", NULL, 0, false, 100, &evs, &n, &e) == 0 && n == 3 &&
 	      !strcmp(evs[0].cause, "cause 2") && !strcmp(evs[2].cause, "cause 4") &&
 	      evs[0].id > first, "events: erin keeps her last 3, oldest first");
 	free(evs);
-	check(db_event_list(db, "erin", "odd", 0, 100, &evs, &n, &e) == 0 && n == 1 &&
+	check(db_event_list(db, "erin", "odd", 0, false, 100, &evs, &n, &e) == 0 && n == 1 &&
 	      !strcmp(evs[0].cause, "cause 3"), "events: of one machine");
 	free(evs);
-	check(db_event_list(db, "erin", NULL, id - 1, 100, &evs, &n, &e) == 0 && n == 1 &&
+	check(db_event_list(db, "erin", NULL, id - 1, true, 100, &evs, &n, &e) == 0 && n == 1 &&
 	      evs[0].id == id, "events: after an id");
 	free(evs);
-	check(db_event_list(db, "erin", NULL, 0, 2, &evs, &n, &e) == 0 && n == 2 &&
+	check(db_event_list(db, "erin", NULL, 0, false, 2, &evs, &n, &e) == 0 && n == 2 &&
 	      !strcmp(evs[1].cause, "cause 4"), "events: the last LIMIT");
 	free(evs);
-	check(db_event_list(db, NULL, NULL, 0, 100, &evs, &n, &e) == 0 && n == 4 &&
+	check(db_event_list(db, "erin", NULL, 0, true, 2, &evs, &n, &e) == 0 && n == 2 &&
+	      !strcmp(evs[0].cause, "cause 2") && !strcmp(evs[1].cause, "cause 3"),
+	      "events: forward, the first LIMIT after an id (a follower's page)");
+	free(evs);
+	check(db_event_list(db, NULL, NULL, 0, false, 100, &evs, &n, &e) == 0 && n == 4 &&
 	      !strcmp(evs[3].owner, "frank"), "events: everyone's");
 	free(evs);
 }

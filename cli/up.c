@@ -382,6 +382,17 @@ static int port_arg(const char *opt, const char *s, int *port)
 	return 0;
 }
 
+/* up and down start and stop this host's daemons: never a remote one's
+ * machines through berth-web.  -1 having said so. */
+static int local_only(const struct client *c, const char *cmd)
+{
+	if (!client_token(c))
+		return 0;
+	fprintf(stderr, "berth %s: starts and stops this host's berth; not with --url or "
+		"BERTH_URL (%s): unset it\n", cmd, c->sock);
+	return -1;
+}
+
 int cmd_up(struct client *c, int argc, char **argv)
 {
 	bool detach = false;
@@ -391,6 +402,8 @@ int cmd_up(struct client *c, int argc, char **argv)
 	bool desktop_port_set = false;
 	char desktop_url[64];
 
+	if (local_only(c, "up") < 0)
+		return 2;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--detach") || !strcmp(argv[i], "-d")) {
 			detach = true;
@@ -549,6 +562,8 @@ int cmd_down(struct client *c, int argc, char **argv)
 	char path[PATH_MAX];
 
 	(void)argv;
+	if (local_only(c, "down") < 0)
+		return 2;
 	if (argc != 1) {
 		fprintf(stderr, "usage: berth down [--state DIR]\n");
 		return 2;

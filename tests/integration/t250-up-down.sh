@@ -51,6 +51,17 @@ out=$("$BIN/berth" up --state "$STATE" --detach --ssh-port "$PORT" --desktop-por
 check_eq "up with another --desktop-port than the running hostd's is refused" 1 "$?"
 check_match "  saying why" "desktop URLs point at http://127\.0\.0\.1:$DPORT but the desktop is on port $((DPORT + 1))" "$out"
 
+# With BERTH_URL set (berth-web here, a token of root's), down would stop
+# that host's machines and this host's daemons: refused.
+RTOK=$(berth token create --name t250)
+out=$(BERTH_URL="http://127.0.0.1:$WPORT" BERTH_TOKEN="$RTOK" "$BIN/berth" down --state "$STATE" 2>&1)
+check_eq "berth down with BERTH_URL: refused (2)" 2 "$?"
+check_match "  saying why" "berth down: starts and stops this host's berth; not with --url or BERTH_URL" "$out"
+check_eq "  demo still runs" running "$(berth show demo --json | json state)"
+check_eq "  and hostd" berth-hostd "$(cat "/proc/$HOSTD_PID/comm" 2>/dev/null)"
+out=$(BERTH_URL="http://127.0.0.1:$WPORT" BERTH_TOKEN="$RTOK" "$BIN/berth" up --state "$STATE" --detach 2>&1)
+check_eq "berth up with BERTH_URL: refused (2)" 2 "$?"
+
 dom=$(dom_of demo)
 out=$("$BIN/berth" down --state "$STATE" 2>&1)
 check_eq "berth down succeeds" 0 "$?"

@@ -67,15 +67,22 @@ static int secret_add(struct client *c, int argc, char **argv)
 		if ((v = cli_optval(argc, argv, &i, "--url"))) {
 			url = v;
 		} else if ((v = cli_optval(argc, argv, &i, "--header"))) {
+			json_t *hl;
 			if (strchr(v, ':')) {
-				json_array_append_new(headers, json_string(v));
+				hl = json_string(v);
 			} else {
 				char *line = header_from_stdin(v);
 				if (!line)
 					goto out;
-				json_array_append_new(headers, json_string(line));
+				hl = json_string(line);
 				explicit_bzero(line, strlen(line));
 				free(line);
+			}
+			/* (json_string refuses what is not UTF-8: said, not dropped) */
+			if (json_array_append_new(headers, hl) < 0) {
+				fprintf(stderr, "berth: header %.*s: its value must be UTF-8 text "
+					"(an API key is ASCII)\n", (int)strcspn(v, ":"), v);
+				goto out;
 			}
 		} else if (argv[i][0] != '-' && !name) {
 			name = argv[i];

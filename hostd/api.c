@@ -614,10 +614,15 @@ static struct reply do_patch(struct call *c)
 			"\"egress\", \"secret\" or \"no_secret\"");
 		goto out;
 	}
+	/* Everything is checked before anything changes: a refusal leaves the
+	 * machine as it was. */
 	if (db_machine_get(c->h->db, c->owner, c->arg[0], &m, &e) < 0 ||
+	    (egress && machine_egress_check(c->h, egress, &e) < 0) ||
+	    (secret && secrets_allow_check(c->h, &m, secret, true, &e) < 0) ||
+	    (no_secret && secrets_allow_check(c->h, &m, no_secret, false, &e) < 0) ||
+	    (egress && machine_set_egress(c->h, &m, egress, &e) < 0) ||
 	    (secret && secrets_allow(c->h, &m, secret, true, &e) < 0) ||
 	    (no_secret && secrets_allow(c->h, &m, no_secret, false, &e) < 0) ||
-	    (egress && machine_set_egress(c->h, &m, egress, &e) < 0) ||
 	    (idle_set && db_machine_set_idle(c->h->db, m.id, idle, &e) < 0) ||
 	    db_machine_get_id(c->h->db, m.id, &m, &e) < 0)
 		goto out;

@@ -520,6 +520,33 @@ out:
 	return rc;
 }
 
+/* POLICY ("default": the host's) parsed into *P, and possible on this
+ * host: 0, or -1 with E. */
+static int egress_of(struct hostd *h, const char *policy, struct egress *p, struct err *e)
+{
+	if (egress_parse(strcmp(policy, "default") == 0 ? h->cfg.egress_default : policy, p,
+			 e) < 0)
+		return -1;
+	if (!net_routed(h) && p->mode != EGRESS_OPEN)
+		return err_set(e, 409, "egress_needs_routed", "egress policies need network = "
+			       "routed; this host runs network = %s, where a guest's connections "
+			       "are QEMU's own and cannot be told apart per machine",
+			       h->cfg.network);
+	return 0;
+}
+
+int machine_egress_check(struct hostd *h, const char *policy, struct err *e)
+{
+	struct egress *p = calloc(1, sizeof(*p));
+	int rc;
+
+	if (!p)
+		abort();
+	rc = egress_of(h, policy, p, e);
+	free(p);
+	return rc;
+}
+
 int machine_set_egress(struct hostd *h, struct machine *m, const char *policy,
 		       struct err *e)
 {
@@ -530,14 +557,8 @@ int machine_set_egress(struct hostd *h, struct machine *m, const char *policy,
 
 	if (!p || !old)
 		abort();
-	if (egress_parse(dflt ? h->cfg.egress_default : policy, p, e) < 0)
+	if (egress_of(h, policy, p, e) < 0)
 		goto out;
-	if (!net_routed(h) && p->mode != EGRESS_OPEN) {
-		err_set(e, 409, "egress_needs_routed", "egress policies need network = routed; "
-			"this host runs network = %s, where a guest's connections are QEMU's own "
-			"and cannot be told apart per machine", h->cfg.network);
-		goto out;
-	}
 	egress_format(p, &text);
 	if (db_machine_egress(h->db, m->id, &was, e) < 0 ||
 	    egress_parse(was.len ? buf_str(&was) : h->cfg.egress_default, old, e) < 0)

@@ -68,6 +68,9 @@ int machine_settle(struct hostd *h, const char *owner, const char *name,
  * be NULL. */
 int machine_wake(struct hostd *h, const char *owner, const char *name, bool wait,
 		 struct machine *out, int64_t *woke_ms, struct err *e);
+/* The checks machine_set_egress makes of POLICY before it changes
+ * anything: 0, or -1 with E. */
+int machine_egress_check(struct hostd *h, const char *policy, struct err *e);
 /* Set machine M's egress policy to POLICY ("default": egress_default's):
  * checked whole (400 "invalid_egress" naming the rule), applied to the
  * network at once (a running machine's connections it no longer allows

@@ -270,13 +270,14 @@ int secrets_remove(struct hostd *h, const char *owner, const char *name, struct 
 /* Write machine ID's variables now (sync_machine); for a grant. */
 static int sync_machine(struct hostd *h, const char *id, int timeout_ms, struct err *e);
 
-int secrets_allow(struct hostd *h, const struct machine *m, const char *name, bool allow,
-		  struct err *e)
+/* Whether M may be allowed (ALLOW) or refused secret NAME: its id into
+ * *ID, or -1 with E. */
+static int allow_check(struct hostd *h, const struct machine *m, const char *name, bool allow,
+		       int64_t *id, struct err *e)
 {
 	struct db_secret s;
 	char (*names)[64] = NULL;
 	size_t n = 0;
-	bool changed = false;
 
 	if (allow && !broker_on(h))
 		return err_set(e, 409, "broker_off", "the credential broker is off on this host "
@@ -286,6 +287,7 @@ int secrets_allow(struct hostd *h, const struct machine *m, const char *name, bo
 	if (db_secret_get(h->db, m->owner, name, &s, e) < 0)
 		return -1;
 	explicit_bzero(s.headers, sizeof(s.headers));
+	*id = s.id;
 	if (allow) {
 		if (db_machine_secrets(h->db, m->id, &names, &n, e) < 0)
 			return -1;
@@ -294,7 +296,26 @@ int secrets_allow(struct hostd *h, const struct machine *m, const char *name, bo
 			return err_set(e, 403, "quota_exceeded", "machine %s may use %zu secrets, "
 				       "the most one machine may", m->name, n);
 	}
-	if (db_secret_grant(h->db, s.id, m->id, allow, &changed, e) < 0 ||
+	return 0;
+}
+
+int secrets_allow_check(struct hostd *h, const struct machine *m, const char *name,
+			bool allow, struct err *e)
+{
+	int64_t id;
+
+	return allow_check(h, m, name, allow, &id, e);
+}
+
+int secrets_allow(struct hostd *h, const struct machine *m, const char *name, bool allow,
+		  struct err *e)
+{
+	bool changed = false;
+	int64_t id;
+
+	if (allow_check(h, m, name, allow, &id, e) < 0)
+		return -1;
+	if (db_secret_grant(h->db, id, m->id, allow, &changed, e) < 0 ||
 	    want_update(h, m->id, e) < 0)
 		return -1;
 	if (changed)

@@ -108,6 +108,10 @@ int secrets_remove(struct hostd *h, const char *owner, const char *name, struct 
  * broker_needs_routed with network = user. */
 int secrets_allow(struct hostd *h, const struct machine *m, const char *name, bool allow,
 		  struct err *e);
+/* The checks secrets_allow makes before it changes anything: 0, or -1
+ * with its error. */
+int secrets_allow_check(struct hostd *h, const struct machine *m, const char *name,
+			bool allow, struct err *e);
 /* The names of the secrets machine M may use (a new JSON array). */
 json_t *secrets_of_machine(struct hostd *h, const struct machine *m);
 /* GET /v1/secrets/log: OWNER's last LIMIT calls (of SECRET, MACHINE when

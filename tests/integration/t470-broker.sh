@@ -103,6 +103,12 @@ berth secret add bad --url "https://$UP" --header "Host: evil.test" 2>"$T/err"
 check_match "a header the broker frames HTTP with is refused" "broker's own" "$(cat "$T/err")"
 berth secret add log --url "https://$UP" --header "a: b" 2>"$T/err"
 check_match "the name 'log' is refused" "not 'log'" "$(cat "$T/err")"
+secret_names() { berth secret ls --json | python3 -c 'import json, sys
+for s in json.load(sys.stdin)["secrets"]: print(s["name"])'; }
+printf '\xff\xfekey\n' | berth secret add bin --url "https://$UP" --header x-api-key 2>"$T/err"
+check_eq "a value that is not UTF-8: refused (2)" 2 "$?"
+check_match "  saying so" "header x-api-key: its value must be UTF-8" "$(cat "$T/err")"
+check_no_line "  and no secret bin is made" bin secret_names
 
 # ---- two machines: a allowed, b not ----
 berth create a >/dev/null || not_ok "create a"
@@ -112,6 +118,13 @@ B=$(berth show b --json | json ssh.host)
 check_match "set a --secret up" "secrets: +up" "$(berth set a --secret up)"
 berth set a --secret rogue >/dev/null
 check_match "show b: no secret" "secrets: +none" "$(berth show b)"
+# A change is whole or nothing: a refusal of one part grants nothing.
+out=$(berth set b --secret up --egress 'no such rule!' 2>&1)
+check_match "set b --secret up with a bad egress policy: refused" "invalid_egress|egress" "$out"
+check_match "  and b was not given up" "secrets: +none" "$(berth show b)"
+out=$(berth set b --secret up --no-secret missing 2>&1)
+check_match "set b --secret up --no-secret missing: refused, naming it" "no secret missing" "$out"
+check_match "  and b was not given up" "secrets: +none" "$(berth show b)"
 
 # wait_env MACHINE PATTERN [absent]: its /etc/berth/broker.env matches (or
 # no longer matches) within 30 s.

@@ -62,6 +62,11 @@ struct uid_count {
 	unsigned refused;       /* refused, not closed yet */
 };
 
+struct owner_count {
+	char owner[64];
+	unsigned n;             /* requests in progress */
+};
+
 struct api {
 	struct hostd *h;
 	struct MHD_Daemon *d;
@@ -78,6 +83,10 @@ struct api {
 	struct conn *conns;
 	struct uid_count *uids;
 	size_t nuids, uids_cap;
+	/* web.sock: every peer is berth-web's uid, so the share of each
+	 * token's user is counted by request, by owner (under LOCK). */
+	struct owner_count *owners;
+	size_t nowners, owners_cap;
 	unsigned total, users;  /* admitted: all, and those of neither root nor gateway */
 	int64_t refusal_logged_ms;
 	unsigned refusals_unlogged;
@@ -113,6 +122,7 @@ struct req {
 	 * read and dropped. */
 	bool has_early;
 	struct reply early;
+	bool owner_counted;         /* among its owner's requests on web.sock */
 };
 
 static struct reply ok(int status, json_t *body)
@@ -2669,6 +2679,58 @@ static enum api_caller caller_class(const struct api *a, uid_t uid)
 	return CALLER_USER;
 }
 
+/* On web.sock, R's owner may have one more request in progress (root
+ * always): 0 (counted), or -1 at api_max_connections_per_user.  A user
+ * through berth-web gets the share a local user gets on hostd.sock: one
+ * token (a follower of events, long exec streams) cannot take the
+ * socket's connections from every other user. */
+static int owner_take(struct api *a, struct req *r)
+{
+	struct owner_count *o = NULL;
+	int rc = 0;
+
+	if (!strcmp(r->owner, "root"))
+		return 0;
+	pthread_mutex_lock(&a->lock);
+	for (size_t i = 0; i < a->nowners && !o; i++)
+		if (!strcmp(a->owners[i].owner, r->owner))
+			o = &a->owners[i];
+	if (!o) {
+		if (a->nowners == a->owners_cap) {
+			a->owners_cap = a->owners_cap ? a->owners_cap * 2 : 16;
+			a->owners = realloc(a->owners, a->owners_cap * sizeof(*a->owners));
+			if (!a->owners)
+				abort();
+		}
+		o = &a->owners[a->nowners++];
+		*o = (struct owner_count){ .n = 0 };
+		snprintf(o->owner, sizeof(o->owner), "%s", r->owner);
+	}
+	if (o->n >= (unsigned)a->h->cfg.api_max_connections_per_user)
+		rc = -1;
+	else
+		o->n++;
+	pthread_mutex_unlock(&a->lock);
+	r->owner_counted = rc == 0;
+	return rc;
+}
+
+static void owner_release(struct api *a, struct req *r)
+{
+	if (!r->owner_counted)
+		return;
+	pthread_mutex_lock(&a->lock);
+	for (size_t i = 0; i < a->nowners; i++) {
+		if (strcmp(a->owners[i].owner, r->owner))
+			continue;
+		if (--a->owners[i].n == 0)
+			a->owners[i] = a->owners[--a->nowners];
+		break;
+	}
+	pthread_mutex_unlock(&a->lock);
+	r->owner_counted = false;
+}
+
 /* The head of request R arrived: who calls, which route, whether they may,
  * and for an upload the import its body streams into.  A refusal is kept
  * in R->early. */
@@ -2686,6 +2748,13 @@ static void begin_request(struct api *a, struct req *r, struct MHD_Connection *c
 	    api_authorize(r->route, caller_class(a, r->uid), a->http,
 			  url, &e) < 0) {
 		r->early = fail(&e);
+		r->has_early = true;
+		return;
+	}
+	if (a->http && owner_take(a, r) < 0) {
+		r->early = fail_now(503, "too_many_connections", "%s has %d requests in progress "
+				    "through berth-web already (api_max_connections_per_user)",
+				    r->owner, a->h->cfg.api_max_connections_per_user);
 		r->has_early = true;
 		return;
 	}
@@ -3072,6 +3141,7 @@ static void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	/* Keep-alive: the next request's head is owed within the timeout. */
 	conn_request_done(cls, c);
 	if (r) {
+		owner_release(cls, r);
 		/* The client went away during an upload. */
 		if (r->up.ctx)
 			r->up.abort(r->up.ctx);
@@ -3110,6 +3180,7 @@ static void api_free(struct api *a)
 	pthread_mutex_destroy(&a->lock);
 	pthread_cond_destroy(&a->wake);
 	free(a->uids);
+	free(a->owners);
 	free(a);
 }
 

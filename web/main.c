@@ -58,6 +58,7 @@
 #include "web/reply.h"
 #include "web/preview.h"
 #include "web/proxy.h"
+#include "web/request.h"
 #include "web/upgrade.h"
 #include "web/wsexec.h"
 #include "common/banned.h"
@@ -108,8 +109,7 @@ static void usage(FILE *f)
 
 /* A file of the dashboard (DIR: the page's, or xterm's): "/" is
  * index.html, otherwise a path that web_path_ok takes, read beneath DIR. */
-static enum MHD_Result serve_page(struct MHD_Connection *c, const char *dir, const char *url,
-				  const char *method)
+static enum MHD_Result serve_page(struct MHD_Connection *c, const char *dir, const char *url)
 {
 	const char *rel = strcmp(url, "/") == 0 ? "index.html" : url + 1;
 	struct MHD_Response *r;
@@ -117,8 +117,7 @@ static enum MHD_Result serve_page(struct MHD_Connection *c, const char *dir, con
 	size_t len = 0;
 	char *data;
 
-	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-		return web_error(c, 405, "method_not_allowed", "only GET and HEAD outside /v1");
+	/* (its method, GET or HEAD, was checked at the head: handle) */
 	if (url[0] != '/' || !web_path_ok(rel))
 		return web_error(c, 400, "invalid_path", "invalid path: letters, digits, '.', "
 				  "'_', '-' and '/', no segment starting with '.'");
@@ -216,9 +215,23 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 			  !strcmp(url, "/v1") || !strncmp(url, "/v1/", 4) ? REQ_API : REQ_PAGE;
 		/* A page's file is answered at the request's end: answered at
 		 * its head, libmicrohttpd would close the connection after it,
-		 * and the browser make a new one for the next file. */
-		if (r->kind == REQ_PAGE)
+		 * and the browser make a new one for the next file.  So a page's
+		 * request may have no body: one sent a byte a minute would hold
+		 * the connection, its head's deadline passed, for as long as it
+		 * lasts (refused at the head, the connection closes). */
+		if (r->kind == REQ_PAGE) {
+			struct web_framing f;
+			char why[160];
+			if (web_request_check(c, method, &f, why, sizeof(why)))
+				return web_error(c, 400, "invalid_request", why);
+			if (strcmp(method, "GET") && strcmp(method, "HEAD"))
+				return web_error(c, 405, "method_not_allowed",
+						 "only GET and HEAD outside /v1");
+			if (f.has_body)
+				return web_error(c, 413, "body_not_allowed",
+						 "the dashboard's files take no request body");
 			return MHD_YES;
+		}
 	}
 	if (r->kind == REQ_PREVIEW) {
 		peer_of(c, peer, sizeof(peer));
@@ -234,14 +247,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		return proxy_handle(W.web_sock, c, method, r->target, peer, upload_data,
 				    upload_data_size, &r->px);
 	}
-	/* A body sent with a page's request is dropped. */
-	if (*upload_data_size) {
+	if (*upload_data_size) {	/* (none passes the head's check) */
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
 	if (!strncmp(url, "/xterm/", 7))
-		return serve_page(c, W.xterm, url + 6, method);
-	return serve_page(c, W.page, url, method);
+		return serve_page(c, W.xterm, url + 6);
+	return serve_page(c, W.page, url);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,

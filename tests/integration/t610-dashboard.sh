@@ -212,6 +212,35 @@ check_match "a local user makes their own token" '^berth_[0-9a-f]{64}$' "$NTOK"
 check_eq "which lists nobody's machines: none" '{"machines":[]}' \
 	"$(curl -s -H "Authorization: Bearer $NTOK" "$URL/v1/machines")"
 
+# A token's user gets the share a local user gets on hostd.sock
+# (api_max_connections_per_user, 32) of web.sock, where every connection
+# is berth-web's: nobody's 32 followers of events hold theirs, their 33rd
+# request is refused, and alice's and root's are answered meanwhile.
+FPIDS=()
+for i in $(seq 32); do
+	curl -sN -H "Authorization: Bearer $NTOK" "$URL/v1/events?follow=1" >"$T/f$i" 2>&1 &
+	FPIDS+=($!)
+	PIDS+=($!)
+done
+for _ in $(seq 100); do
+	[ "$(cat "$T"/f* 2>/dev/null | grep -c '^: berth events')" -ge 32 ] && break
+	sleep 0.1
+done
+check_eq "nobody holds 32 event streams through berth-web" 32 "$(cat "$T"/f* | grep -c '^: berth events')"
+check_match "  their 33rd request: 503 too_many_connections, naming the setting" \
+	'^503 .*"too_many_connections".*api_max_connections_per_user' \
+	"$(curl -s -w '%{http_code} ' -o "$T/f33" -H "Authorization: Bearer $NTOK" "$URL/v1/machines"; cat "$T/f33")"
+check_eq "  alice's token is answered meanwhile" 200 "$(code -H "Authorization: Bearer $ATOK" "$URL/v1/machines")"
+check_eq "  and root's" 200 "$(code -H "Authorization: Bearer $TOK" "$URL/v1/machines")"
+kill "${FPIDS[@]}" 2>/dev/null
+# (berth-web finds a quiet stream's client gone at its next write: the
+# keepalive, within 15 s)
+for _ in $(seq 250); do
+	[ "$(code -H "Authorization: Bearer $NTOK" "$URL/v1/machines")" = 200 ] && break
+	sleep 0.1
+done
+check_eq "  once they are closed, theirs again" 200 "$(code -H "Authorization: Bearer $NTOK" "$URL/v1/machines")"
+
 # Revoked: refused at once.
 berth token rm "$ID2" >/dev/null
 check_eq "a revoked token: 401" 401 "$(code -H "Authorization: Bearer $TOK2" "$URL/v1/machines")"
@@ -282,6 +311,17 @@ print("kept:", got.split(b"\r\n")[0].decode())
 t0 = time.monotonic()
 t = closed_after(k, 15, True)
 print("trickled:", "closed %.1f" % t if t is not None else "open")
+# A page's request with a body that comes a byte at a time: refused at
+# its head (it held the connection past both deadlines: the review's).
+b = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="127.0.0.1")
+b.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000000000\r\n\r\n")
+b.settimeout(3)
+try:
+    first = b.recv(200).split(b"\r\n")[0].decode()
+except socket.timeout:
+    first = "no answer"
+t = closed_after(b, 15, True)
+print("slowbody:", first, "closed %.1f" % t if t is not None else "open")
 held = []
 for _ in range(8):
     c = socket.socket(); c.bind(("127.0.0.7", 0)); c.connect(("127.0.0.1", port)); held.append(c)
@@ -301,6 +341,8 @@ out=$(cat "$T/hold.out")
 check_match "a connection that sends nothing is shut within 2 s (+1)" "silent: closed [23]\." "$out"
 check_match "  a kept connection is served first" "kept: HTTP/1.1 200" "$out"
 check_match "  and shut within 3 s (+1) of its answer while it trickles" "trickled: closed [34]\." "$out"
+check_match "a page's request with a body (a byte at a time): 413 at its head, and shut" \
+	"slowbody: HTTP/1.1 413 .* closed [0-4]\." "$out"
 check_match "one address's ninth connection at --max-per-addr 8: shut at once" "ninth: closed" "$out"
 check_match "  while another address is served" "other: HTTP/1.1 200" "$out"
 check_match "berth-web says why it shut them" "closed 1 connection without a complete request head within 2s" \

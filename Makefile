@@ -62,7 +62,7 @@ WEB_SRC     += web/broker.c web/hostctl.c
 # Previews: hostd's half (the table, webctl's ops), the CLI, berth-web's
 # proxy to the guests' ports and its reader of their answers.
 HOSTD_SRC   += hostd/preview.c hostd/events.c
-CLI_SRC     += cli/preview.c cli/events.c
+CLI_SRC     += cli/preview.c cli/events.c cli/mcp.c
 WEB_SRC     += web/preview.c web/upstream.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 

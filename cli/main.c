@@ -61,6 +61,7 @@ static const char usage_text[] =
 	"  desktop NAME --revoke              cut the machine's viewers, void its desktop URLs\n"
 	"  events [MACHINE] [--all] [--limit N] [--after ID] [--follow]\n"
 	"                                 what happened to your machines, and why\n"
+	"  mcp                            an MCP server on stdin and stdout (for Claude Code, Codex)\n"
 	"\n"
 	"  --state DIR   state directory of the hostd to talk to (default $BERTH_STATE or /var/lib/berth)\n"
 	"  --url URL     berth-web's address instead (default $BERTH_URL), e.g. https://host:8080,\n"
@@ -90,6 +91,7 @@ static const struct command {
 	{ "secret", cmd_secret },
 	{ "preview", cmd_preview },
 	{ "events", cmd_events },
+	{ "mcp", cmd_mcp },
 };
 
 /* Through berth-web at URL with the token in $BERTH_TOKEN or FILE (its

@@ -86,8 +86,14 @@ static void aim(CURL *h, const char *at, const char *path)
 	if (hostapi_is_url(at)) {
 		snprintf(url, sizeof(url), "%s%s", at, path);
 		/* What a remote berth-web answers is bounded by it; a dead
-		 * network is not waited for forever. */
+		 * network is not waited for forever: not at the connect, and
+		 * not after it (TCP keepalives find a peer gone silently within
+		 * about two minutes; no transfer timeout, as a wake or a build
+		 * answers after minutes of quiet). */
 		curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 30L);
+		curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+		curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 60L);
+		curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 15L);
 	} else {
 		snprintf(url, sizeof(url), "http://berth%s", path);
 		curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, at);
@@ -279,14 +285,16 @@ static int transfer(const char *sock, const char *method, const char *path,
 		goto out;
 	}
 	if (rc != CURLE_OK) {
+		const char *who = hostapi_is_url(sock) ? "berth-web" : "berth-hostd";
 		if (*status && s->sink && rc == CURLE_WRITE_ERROR)
-			snprintf(err, errlen, "the transfer from berth-hostd was ended");
+			snprintf(err, errlen, "the transfer from %s was ended", who);
 		else if (*status)
-			snprintf(err, errlen, "the transfer from berth-hostd broke off: %s "
-				 "(hostd's log says why)", curl_easy_strerror(rc));
+			snprintf(err, errlen, "the transfer from %s at %s broke off: %s (%s)", who,
+				 sock, curl_easy_strerror(rc), hostapi_is_url(sock) ?
+				 "the network, or berth-web's or hostd's log there" : "hostd's log "
+				 "says why");
 		else
-			snprintf(err, errlen, "cannot reach %s at %s: %s",
-				 hostapi_is_url(sock) ? "berth-web" : "berth-hostd", sock,
+			snprintf(err, errlen, "cannot reach %s at %s: %s", who, sock,
 				 curl_easy_strerror(rc));
 		goto out;
 	}

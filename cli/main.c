@@ -94,6 +94,17 @@ static const struct command {
 	{ "mcp", cmd_mcp },
 };
 
+/* Whether URL (http:// or https://) names this machine: 127.0.0.0/8,
+ * localhost, [::1]. */
+static bool url_loopback(const char *url)
+{
+	const char *h = strstr(url, "://") + 3;
+	size_t n = h[0] == '[' ? strcspn(h, "]") + 1 : strcspn(h, ":/");
+
+	return (n >= 4 && !strncmp(h, "127.", 4)) || (n == 9 && !strncmp(h, "localhost", 9)) ||
+	       (n == 5 && !strncmp(h, "[::1]", 5));
+}
+
 /* Through berth-web at URL with the token in $BERTH_TOKEN or FILE (its
  * first line) into C.  0, or -1 having said why. */
 static int use_url(struct client *c, const char *url, const char *file)
@@ -134,6 +145,9 @@ static int use_url(struct client *c, const char *url, const char *file)
 		return -1;
 	}
 	snprintf(c->token, sizeof(c->token), "%s", tok);
+	if (!strncmp(url, "http://", 7) && !url_loopback(url))
+		fprintf(stderr, "berth: warning: %s is plain HTTP: the API token crosses the "
+			"network in clear (https:// with tls_cert and tls_key in berth.conf)\n", url);
 	return 0;
 }
 

@@ -164,6 +164,13 @@ head -c 300000 /dev/urandom >"$T/r1" && chmod 644 "$T/r1"
 nb cp "$T/r1" m:/root/r1 2>"$T/cp.err"
 check_eq "berth cp in with --url and $U's token file, as nobody" 0 "$?" || diag "$(cat "$T/cp.err")"
 check_eq "  and out again, byte-exact" "$(sha256sum <"$T/r1")" "$(nb cp m:/root/r1 - | sha256sum)"
+# (0.0.0.0 is this machine, and no loopback name: a token sent there in
+# clear is warned of; port 1 refuses)
+out=$("$BIN/berth" --url http://0.0.0.0:1 --token-file "$T/tok" ls 2>&1)
+check_match "plain HTTP to an address that is not loopback: a warning" \
+	"warning: http://0.0.0.0:1 is plain HTTP: the API token crosses the network in clear" "$out"
+out=$(nb ls 2>&1 >/dev/null)
+check_eq "  none to 127.0.0.1 (ls answers, stderr empty)" "0|" "$?|$out"
 
 # A suspended machine wakes for a file.
 ub suspend m >/dev/null

@@ -89,12 +89,16 @@ int secrets_url_check(const char *url, char *canon, size_t canonlen, struct err 
 {
 	const char *h, *p, *end;
 	size_t len = strlen(url);
+	/* Errors quote the URL up to a query or fragment, which may hold a
+	 * key (never quoted: docs/api.md). */
+	int shown = (int)(strcspn(url, "?#") < 100 ? strcspn(url, "?#") : 100);
+	const char *more = url[shown] ? "…" : "";
 
 	if (len > 500)
 		return err_set(e, 400, "invalid_url", "the URL is longer than 500 bytes");
 	if (strncasecmp(url, "https://", 8) != 0)
 		return err_set(e, 400, "invalid_url", "the URL must be https:// (the broker "
-			       "speaks TLS to the upstream, verified): '%.100s'", url);
+			       "speaks TLS to the upstream, verified): '%.*s%s'", shown, url, more);
 	for (p = url; *p; p++)
 		if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f)
 			return err_set(e, 400, "invalid_url", "the URL must be printable ASCII "
@@ -103,7 +107,7 @@ int secrets_url_check(const char *url, char *canon, size_t canonlen, struct err 
 	end = h + strcspn(h, "/?#");
 	if (*end == '?' || *end == '#' || strpbrk(end, "?#"))
 		return err_set(e, 400, "invalid_url", "the URL may have no query or fragment: "
-			       "'%.100s'", url);
+			       "'%.*s%s'", shown, url, more);
 	if (memchr(h, '@', (size_t)(end - h)))
 		return err_set(e, 400, "invalid_url", "the URL may have no user or password: "
 			       "put credentials in a header");
@@ -115,7 +119,7 @@ int secrets_url_check(const char *url, char *canon, size_t canonlen, struct err 
 				break;
 		if (p >= end || *p != ']' || p == h + 1)
 			return err_set(e, 400, "invalid_url", "the URL's host is not an IPv6 "
-				       "address in brackets: '%.100s'", url);
+				       "address in brackets: '%.*s%s'", shown, url, more);
 		p++;
 	} else {
 		const char *s = p;
@@ -123,7 +127,7 @@ int secrets_url_check(const char *url, char *canon, size_t canonlen, struct err 
 			p++;
 		if (p == s || *s == '.' || *s == '-' || p[-1] == '-' || p - s > 253)
 			return err_set(e, 400, "invalid_url", "the URL has no valid host: "
-				       "'%.100s'", url);
+				       "'%.*s%s'", shown, url, more);
 	}
 	if (p < end && *p == ':') {
 		long port = 0;
@@ -132,13 +136,15 @@ int secrets_url_check(const char *url, char *canon, size_t canonlen, struct err 
 			port = port * 10 + (*p++ - '0');
 		if (p == d || p != end || port < 1 || port > 65535)
 			return err_set(e, 400, "invalid_url", "the URL's port must be 1 to 65535: "
-				       "'%.100s'", url);
+				       "'%.*s%s'", shown, url, more);
 	}
 	if (p != end)
-		return err_set(e, 400, "invalid_url", "the URL has no valid host: '%.100s'", url);
+		return err_set(e, 400, "invalid_url", "the URL has no valid host: '%.*s%s'", shown,
+			       url, more);
 	if (!path_sound(end, end + strlen(end)))
 		return err_set(e, 400, "invalid_url", "the URL's path has characters a URL may "
-			       "not have, a '.' or '..' segment, or an encoded '/': '%.100s'", url);
+			       "not have, a '.' or '..' segment, or an encoded '/': '%.*s%s'", shown,
+			       url, more);
 	len = strlen(url);
 	while (len > (size_t)(end - url) && url[len - 1] == '/')
 		len--;

@@ -72,6 +72,19 @@ static void test_urls(void)
 	url_bad("https://user:pw@x.test", "no user");
 	url_bad("https://x.test/?a=1", "no query");
 	url_bad("https://x.test#f", "no query or fragment");
+	{
+		/* A refused URL is quoted up to its query: a key there is not. */
+		struct err e = { 0 };
+		char canon[512];
+		check(secrets_url_check("https://x.test/v1?key=sk-SECRET", canon, sizeof(canon),
+					&e) < 0 && strstr(e.msg, "'https://x.test/v1…'") &&
+		      !strstr(e.msg, "sk-SECRET"), "url: a refusal never quotes the query (%s)",
+		      e.msg);
+		err_clear(&e);
+		check(secrets_url_check("http://x.test/?key=sk-SECRET", canon, sizeof(canon),
+					&e) < 0 && !strstr(e.msg, "sk-SECRET"),
+		      "url: nor does an http:// one's (%s)", e.msg);
+	}
 	url_bad("https://x.test:0", "port");
 	url_bad("https://x.test:99999", "port");
 	url_bad("https://x.test:44a3", "port");

@@ -438,8 +438,16 @@ int cmd_up(struct client *c, int argc, char **argv)
 	if (!desktop_ok)
 		fprintf(stderr, "berth up: going on without the desktop (berth desktop will "
 			"not work)\n");
-	/* Nor the dashboard (http_listen off or taken: another berth's). */
-	bool web_ok = ensure_web(c) == 0;
+	/* Nor the dashboard (http_listen off or taken: another berth's).
+	 * With http_listen off (hostd's info says no dashboard) berth-web
+	 * has nothing to serve: not started, not waited for. */
+	bool web_ok = false;
+	if (cli_call(c, "GET", "/v1/info", NULL, &info) < 0)
+		return 1;
+	if (json_is_string(json_object_get(info, "dashboard")))
+		web_ok = ensure_web(c) == 0;
+	json_decref(info);
+	info = NULL;
 	if (ensure_image(c) < 0 || ensure_demo(c, &m) < 0 ||
 	    cli_call(c, "GET", "/v1/info", NULL, &info) < 0) {
 		json_decref(m);
@@ -467,9 +475,11 @@ int cmd_up(struct client *c, int argc, char **argv)
 	if (dash && web_ok)
 		printf("Dashboard: %s  (log in with the token `bin/berth --state %s token create` "
 		       "prints)\n\n", dash, c->state);
+	else if (!dash)
+		printf("No dashboard: http_listen is off in %s/berth.conf\n\n", c->state);
 	else
-		printf("No dashboard: http_listen is off or its address is taken (see %s/web.log)"
-		       "\n\n", c->state);
+		printf("No dashboard: berth-web could not serve %s (see %s/web.log)\n\n", dash,
+		       c->state);
 	json_decref(m);
 	json_decref(info);
 	if (detach)

@@ -37,7 +37,6 @@ struct fsess {
 	struct sshexec_target t;
 	ssh_session s;
 	sftp_session sftp;
-	bool kept;               /* s came from the pool of kept sessions */
 	const char *name;
 };
 
@@ -93,7 +92,6 @@ static int fs_open(struct hostd *h, const char *owner, const char *name, struct 
 					.host_key = f->ms.m.host_key };
 	for (int try = 0; try < 2; try++) {
 		f->s = exec_session_get(h->execs, f->ms.m.id, &f->t, &kept, err, sizeof(err));
-		f->kept = kept;
 		if (!f->s)
 			return err_set(e, 502, "ssh_failed", "machine %s: %s", name, err);
 		ssh_options_set(f->s, SSH_OPTIONS_TIMEOUT, &sec);
@@ -606,14 +604,16 @@ static void *tar_run(void *arg)
 	t->rc = sshexec_run_session(t->f.s, &t->f.t, t->cmd, &t->io,
 				    sshexec_now_ms() + t->f.t.connect_timeout_ms, t->err,
 				    sizeof(t->err));
-	if (t->rc < 0 && !t->io.started && t->f.kept) {
-		/* The kept session failed before tar started (a full run saw
-		 * one refuse the channel right after its SFTP request): tar
-		 * on a new one, with the whole time again. */
-		log_warn("machine %s: a kept session failed before tar started (%s): a new one",
+	if (t->rc < 0 && !t->io.started) {
+		/* The session failed before tar started: a kept one may have
+		 * died, and one whose SFTP stat had just failed (the directory
+		 * to extract into is new) refused the channel now and then
+		 * (t450 in full runs: libssh's error then still the stat's "SFTP
+		 * server: No such file").  tar on a new session, with the whole
+		 * time again. */
+		log_warn("machine %s: the session failed before tar started (%s): a new one",
 			 t->f.name, t->err);
 		sshexec_disconnect(t->f.s);
-		t->f.kept = false;
 		t->f.s = sshexec_connect(&t->f.t, sshexec_now_ms() + t->f.t.connect_timeout_ms,
 					 t->err, sizeof(t->err));
 		if (t->f.s)

@@ -585,8 +585,10 @@ static void make_head(struct preview_req *r, const char *method, const char *tar
 }
 
 /* LEN bytes of DATA to the guest; -1 when it does not take them. */
-static int to_guest(struct preview_req *r, const void *data, size_t len)
+static int to_guest(void *ctx, const void *data, size_t len)
 {
+	struct preview_req *r = ctx;
+
 	if (fd_write_all(r->up->fd, data, len) < 0)
 		return -1;
 	atomic_store(&r->up->active, true);
@@ -1087,26 +1089,16 @@ enum MHD_Result preview_handle(struct MHD_Connection *c, const char *method, con
 		/* The body, as it arrives, never past the length the guest was
 		 * told; a guest that stops taking it gets its answer read at the
 		 * end. */
-		size_t len = *upload_data_size;
-		if (!r->up_chunked) {
-			if (len > r->left)
-				len = (size_t)r->left;
-			r->left -= len;
-		}
-		if (len && !r->answered && !r->broken) {
-			char frame[32];
-			int n = snprintf(frame, sizeof(frame), "%zx\r\n", len);
-			if ((r->up_chunked && to_guest(r, frame, (size_t)n) < 0) ||
-			    to_guest(r, upload_data, len) < 0 ||
-			    (r->up_chunked && to_guest(r, "\r\n", 2) < 0))
-				r->broken = true;
-		}
+		if (!r->answered && !r->broken &&
+		    web_body_pass(r->up_chunked, &r->left, upload_data, *upload_data_size,
+				  to_guest, r) < 0)
+			r->broken = true;
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
 	if (r->answered)
 		return MHD_YES;
-	if (r->up_chunked && !r->broken && to_guest(r, "0\r\n\r\n", 5) < 0)
+	if (!r->broken && web_body_end(r->up_chunked, to_guest, r) < 0)
 		r->broken = true;
 	return respond(r, r->browser);
 }

@@ -79,8 +79,9 @@ static int hostd_connect(const char *sock)
 }
 
 /* LEN bytes of DATA to hostd; -1 when it does not take them (it closed). */
-static int to_hostd(struct proxy_req *r, const void *data, size_t len)
+static int to_hostd(void *ctx, const void *data, size_t len)
 {
+	struct proxy_req *r = ctx;
 	const char *p = data;
 
 	while (len > 0) {
@@ -335,26 +336,16 @@ enum MHD_Result proxy_handle(const char *sock, struct MHD_Connection *c, const c
 		/* The body, as it arrives, never past the length hostd was told.
 		 * A write hostd does not take (it closed) leaves its answer, if
 		 * any, for the end. */
-		size_t len = *upload_data_size;
-		if (!r->up_chunked) {
-			if (len > r->left)
-				len = (size_t)r->left;
-			r->left -= len;
-		}
-		if (len && !r->answered && !r->broken) {
-			char frame[32];
-			int n = snprintf(frame, sizeof(frame), "%zx\r\n", len);
-			if ((r->up_chunked && to_hostd(r, frame, (size_t)n) < 0) ||
-			    to_hostd(r, upload_data, len) < 0 ||
-			    (r->up_chunked && to_hostd(r, "\r\n", 2) < 0))
-				r->broken = true;
-		}
+		if (!r->answered && !r->broken &&
+		    web_body_pass(r->up_chunked, &r->left, upload_data, *upload_data_size,
+				  to_hostd, r) < 0)
+			r->broken = true;
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
 	if (r->answered)
 		return MHD_YES;
-	if (r->up_chunked && !r->broken && to_hostd(r, "0\r\n\r\n", 5) < 0)
+	if (!r->broken && web_body_end(r->up_chunked, to_hostd, r) < 0)
 		r->broken = true;
 	do {
 		if (read_head(r, &h) < 0)

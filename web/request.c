@@ -118,3 +118,28 @@ int web_request_check(struct MHD_Connection *c, const char *method, struct web_f
 			      "Content-Length more than once");
 	return web_framing_parse(w.te, w.cl, f, why, whylen);
 }
+
+int web_body_pass(bool chunked, uint64_t *left, const char *data, size_t len,
+		  web_write_fn *write, void *ctx)
+{
+	char frame[32];
+	int n;
+
+	if (!chunked) {
+		if (len > *left)
+			len = (size_t)*left;
+		*left -= len;
+	}
+	if (!len)
+		return 0;
+	n = snprintf(frame, sizeof(frame), "%zx\r\n", len);
+	if ((chunked && write(ctx, frame, (size_t)n) < 0) || write(ctx, data, len) < 0 ||
+	    (chunked && write(ctx, "\r\n", 2) < 0))
+		return -1;
+	return 0;
+}
+
+int web_body_end(bool chunked, web_write_fn *write, void *ctx)
+{
+	return chunked ? write(ctx, "0\r\n\r\n", 5) : 0;
+}

@@ -53,4 +53,15 @@ int web_framing_parse(const char *te, const char *cl, struct web_framing *f, cha
 int web_request_check(struct MHD_Connection *c, const char *method, struct web_framing *f,
 		      char *why, size_t whylen);
 
+/* Writes LEN bytes of DATA on (CTX: the caller's request): 0, or -1. */
+typedef int web_write_fn(void *ctx, const void *data, size_t len);
+/* LEN bytes of a request's body as libmicrohttpd gives them (decoded)
+ * passed on by WRITE: a chunk of their own when CHUNKED, else no further
+ * than the *LEFT bytes the next server was told (the framing checked).
+ * 0, or -1 when a write failed. */
+int web_body_pass(bool chunked, uint64_t *left, const char *data, size_t len,
+		  web_write_fn *write, void *ctx);
+/* The end of a body passed on: the last chunk when CHUNKED.  0, or -1. */
+int web_body_end(bool chunked, web_write_fn *write, void *ctx);
+
 #endif

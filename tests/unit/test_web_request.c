@@ -209,10 +209,51 @@ static void test_mhd(void)
 	MHD_stop_daemon(d);
 }
 
+/* A writer into a buffer (CTX), failing once FAIL_AT bytes are in it. */
+struct sink {
+	struct buf b;
+	size_t fail_at;
+};
+
+static int sink_write(void *ctx, const void *data, size_t len)
+{
+	struct sink *k = ctx;
+
+	if (k->fail_at && k->b.len + len > k->fail_at)
+		return -1;
+	buf_add(&k->b, data, len);
+	return 0;
+}
+
+static void test_body(void)
+{
+	struct sink k = { .b = BUF_INIT };
+	uint64_t left = 0;
+
+	check(web_body_pass(true, &left, "abc", 3, sink_write, &k) == 0 &&
+	      web_body_pass(true, &left, "0123456789abcdefg", 17, sink_write, &k) == 0 &&
+	      web_body_end(true, sink_write, &k) == 0 &&
+	      !strcmp(buf_str(&k.b), "3\r\nabc\r\n11\r\n0123456789abcdefg\r\n0\r\n\r\n"),
+	      "body: chunked, each piece a chunk (hex length), then the last chunk");
+	buf_free(&k.b);
+	left = 5;
+	check(web_body_pass(false, &left, "abc", 3, sink_write, &k) == 0 && left == 2 &&
+	      web_body_pass(false, &left, "defg", 4, sink_write, &k) == 0 && left == 0 &&
+	      web_body_pass(false, &left, "h", 1, sink_write, &k) == 0 &&
+	      web_body_end(false, sink_write, &k) == 0 && !strcmp(buf_str(&k.b), "abcde"),
+	      "body: with a length, never past it, and no end of its own");
+	buf_free(&k.b);
+	k.fail_at = 4;
+	check(web_body_pass(true, &left, "abc", 3, sink_write, &k) < 0,
+	      "body: a write that fails says so");
+	buf_free(&k.b);
+}
+
 int main(void)
 {
 	test_tokens();
 	test_framing();
+	test_body();
 	test_mhd();
 	return tap_done("test_web_request");
 }

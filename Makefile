@@ -55,7 +55,7 @@ DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c \
                desktop/vdagent.c desktop/request.c
 # The credential broker's privileged half (hostd/secrets.h) and berth-web's
 # descriptors (hostd/webctl.h).
-HOSTD_SRC   += hostd/secrets.c hostd/secrets_rules.c hostd/webctl.c
+HOSTD_SRC   += hostd/secrets.c hostd/secrets_rules.c hostd/webctl.c hostd/callcap.c
 CLI_SRC     += cli/secret.c
 WEB_SRC     += web/broker.c web/hostctl.c
 # Previews: hostd's half (the table, webctl's ops), the CLI, berth-web's

@@ -159,7 +159,9 @@ int main(int argc, char **argv)
 		fputs(usage_text, stderr);
 		return 2;
 	}
-	/* --state and --json may also follow the command (up to "--"). */
+	/* --state and --json may also follow the command (up to "--");
+	 * --url and --token-file only precede it: after it they are the
+	 * command's own (berth secret add NAME --url URL). */
 	int n = 0;
 	char **args = argv + i;
 	int nargs = argc - i;
@@ -174,10 +176,6 @@ int main(int argc, char **argv)
 			c.json = true;
 		else if ((v = cli_optval(nargs, args, &j, "--state")))
 			state = v;
-		else if ((v = cli_optval(nargs, args, &j, "--url")))
-			url = v;
-		else if ((v = cli_optval(nargs, args, &j, "--token-file")))
-			token_file = v;
 		else
 			args[n++] = args[j];
 	}

@@ -356,12 +356,27 @@ json_t *secrets_broker_settings(struct hostd *h)
 
 	if (!broker_on(h))
 		return json_null();
-	net_ip_text(net_conf(h)->gateway, gw, sizeof(gw));
+	const struct net_conf *c = net_conf(h);
+	struct buf closed = BUF_INIT;
+	char net[16];
+	json_t *j;
+
+	net_ip_text(c->gateway, gw, sizeof(gw));
 	snprintf(listen, sizeof(listen), "%s:%d", gw, h->cfg.broker_port);
-	return json_pack("{s:s, s:s, s:I, s:I}", "listen", listen,
-			 "ca_file", h->cfg.broker_ca_file,
-			 "timeout_s", (json_int_t)h->cfg.broker_timeout_s,
-			 "max_body", (json_int_t)h->cfg.broker_max_body);
+	/* What guests may not reach, the broker may not either: the guest
+	 * network, egress_closed and the host's networks (berth-web adds the
+	 * ranges closed always and the host's own addresses). */
+	net_ip_text(c->net, net, sizeof(net));
+	buf_printf(&closed, "%s/%d", net, c->prefix);
+	for (size_t i = 0; i < c->n_closed; i++)
+		buf_printf(&closed, ",%s", c->closed[i]);
+	j = json_pack("{s:s, s:s, s:I, s:I, s:s, s:s}", "listen", listen,
+		      "ca_file", h->cfg.broker_ca_file,
+		      "timeout_s", (json_int_t)h->cfg.broker_timeout_s,
+		      "max_body", (json_int_t)h->cfg.broker_max_body,
+		      "closed", buf_str(&closed), "allow", h->cfg.broker_allow);
+	buf_free(&closed);
+	return j;
 }
 
 /* ---- the broker's calls ----------------------------------------------------- */

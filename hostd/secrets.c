@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/sshexec.h"
 #include "common/util.h"
+#include "hostd/callcap.h"
 #include "hostd/db.h"
 #include "hostd/hostd.h"
 #include "hostd/idle.h"
@@ -61,6 +62,7 @@ struct secrets {
 	pthread_mutex_t sync_lock;  /* one write into a machine at a time */
 	struct bucket bucket[BUCKETS];
 	struct backoff backoff[BACKOFFS];
+	struct callcap *calls;  /* the calls open, under their caps */
 };
 
 static bool broker_on(const struct hostd *h)
@@ -509,6 +511,8 @@ void secrets_broker_call(struct webctl *w, int cfd, json_t *req, int guest_fd)
 	char url[sizeof(s.url) + 4096];
 	json_t *headers = NULL, *ans = NULL;
 	int index = 0;
+	struct callcap *calls = h->secrets ? h->secrets->calls : NULL;
+	bool held = false;
 
 	memset(&s, 0, sizeof(s));
 	if (!broker_on(h)) {
@@ -558,6 +562,25 @@ void secrets_broker_call(struct webctl *w, int cfd, json_t *req, int guest_fd)
 			 c.path);
 		goto out;
 	}
+	/* Each call holds this connection (and a thread) until it ends: a
+	 * machine, an owner and the broker as a whole hold at most their
+	 * caps, so that neither one user's guests nor all of them starve the
+	 * rest, and previews keep webctl_reserved_connections. */
+	if (calls) {
+		struct callcap_limits lim = {
+			.per_machine = h->cfg.broker_max_calls_per_machine,
+			.per_user = h->cfg.broker_max_calls_per_user,
+			.total = WEBCTL_MAX_CONNS - h->cfg.webctl_reserved_connections,
+			.reserved = h->cfg.webctl_reserved_connections,
+		};
+		if (callcap_take(calls, m.owner, m.id, m.name, &lim, &e) < 0) {
+			c.status = e.status;
+			snprintf(c.error, sizeof(c.error), "%s", e.code);
+			log_call(h, &c);
+			goto out;
+		}
+		held = true;
+	}
 	if (secrets_url_join(s.url, path, url, sizeof(url), &e) < 0)
 		goto out;
 	headers = json_loads(s.headers, 0, NULL);
@@ -578,6 +601,8 @@ void secrets_broker_call(struct webctl *w, int cfd, json_t *req, int guest_fd)
 out:
 	if (err_isset(&e))
 		webctl_send_err(cfd, &e);
+	if (held)
+		callcap_give(calls, m.owner, m.id);
 	if (guest_fd >= 0)
 		close(guest_fd);
 	explicit_bzero(s.headers, sizeof(s.headers));
@@ -759,6 +784,8 @@ int secrets_start(struct hostd *h, struct err *e)
 	pthread_mutex_init(&s->sync_lock, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	h->secrets = s;
+	if (!(s->calls = callcap_new()))
+		return err_set(e, 500, "internal", "out of memory");
 	/* What every machine should have, as this configuration says (its
 	 * gateway or broker_port may have changed). */
 	if (db_secret_env_list(h->db, false, &rows, &n, e) < 0)
@@ -797,6 +824,11 @@ void secrets_stop(struct hostd *h)
 	pthread_cond_destroy(&s->cv);
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->sync_lock);
+	/* A call webctl_stop left running still gives its place back. */
+	if (s->calls && callcap_count(s->calls, NULL, NULL) > 0)
+		log_warn("broker: %d calls still open at stop", callcap_count(s->calls, NULL, NULL));
+	else
+		callcap_free(s->calls);
 	free(s);
 }
 

@@ -37,7 +37,7 @@ endif
 
 COMMON_SRC  := common/log.c common/util.c common/run.c common/buf.c \
                common/err.c common/sshexec.c common/hostapi.c common/daemon.c \
-               common/addrcount.c
+               common/addrcount.c common/netpolicy.c
 STORAGE_SRC := storage/storage.c storage/qcow2.c storage/lvm_thin.c storage/volio.c
 HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/busy.c hostd/config.c hostd/db.c hostd/virt.c \
                hostd/seed.c hostd/api.c hostd/machine.c hostd/machine_json.c hostd/memimage.c \
@@ -56,7 +56,7 @@ DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c \
                desktop/vdagent.c desktop/request.c
 # The credential broker's privileged half (hostd/secrets.h) and berth-web's
 # descriptors (hostd/webctl.h).
-HOSTD_SRC   += hostd/secrets.c hostd/secrets_rules.c hostd/webctl.c
+HOSTD_SRC   += hostd/secrets.c hostd/secrets_rules.c hostd/webctl.c hostd/callcap.c
 CLI_SRC     += cli/secret.c
 WEB_SRC     += web/broker.c web/hostctl.c
 # Previews: hostd's half (the table, webctl's ops), the CLI, berth-web's

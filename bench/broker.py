@@ -116,7 +116,7 @@ def main():
                    "--header", f"x-api-key: {KEY}")
             h.must("set", "bb", "--secret", "up")
             gw = "10.87.0.1"
-            broker = f"{gw} 9480"
+            broker = f"{gw} 948"   # broker_port's default
             direct = f"{UP} 8080"
             hdr = f"'x-api-key: {KEY}'"
             nbytes = a.mib << 20

@@ -9,7 +9,9 @@
 
 #include "common/daemon.h"
 #include "common/log.h"
+#include "common/netpolicy.h"
 #include "common/util.h"
+#include "hostd/webctl.h"
 #include "common/banned.h"
 
 enum ctype { C_STR, C_INT, C_SIZE, C_BOOL, C_DUR };
@@ -95,6 +97,10 @@ static const struct copt options[] = {
 	STR("broker_ca_file", broker_ca_file, NULL),
 	DUR("broker_timeout", broker_timeout_s, 1, 86400),
 	SIZE("broker_max_body", broker_max_body),
+	STR("broker_allow", broker_allow, NULL),
+	INT("broker_max_calls_per_machine", broker_max_calls_per_machine, 1, WEBCTL_MAX_CONNS),
+	INT("broker_max_calls_per_user", broker_max_calls_per_user, 1, WEBCTL_MAX_CONNS),
+	INT("webctl_reserved_connections", webctl_reserved_connections, 0, WEBCTL_MAX_CONNS - 1),
 	STR("preview_domain", preview_domain, NULL),
 };
 
@@ -129,12 +135,23 @@ void config_defaults(struct config *c, const char *state_dir)
 	snprintf(c->web_user, sizeof(c->web_user), "berth-web");
 	snprintf(c->desktop_url, sizeof(c->desktop_url), "http://127.0.0.1:6080");
 	c->desktop_token_ttl_s = 60;
-	/* A port no common service uses on the gateway address; model APIs'
+	/* A port below 1024, so that only root binds it (berth-web binds it
+	 * before it drops to its user; a local user who took a port above
+	 * 1023 while berth-web was down would be answered guests' calls, were
+	 * it not for the output rule, hostd/net_rules.c), and that no service
+	 * of /etc/services uses; model APIs'
 	 * streams stay quiet a while (a long think), and requests carry
 	 * images: Anthropic's API takes up to 32 MB. */
-	c->broker_port = 9480;
+	c->broker_port = 948;
 	c->broker_timeout_s = 300;
 	c->broker_max_body = 32ULL << 20;
+	/* A machine's agent streams a few answers at once (16 is more than
+	 * any agent asks); a user's machines, 64 of webctl's 512 connections,
+	 * which hold a thread of hostd's for each call; the broker's calls
+	 * leave 64 for previews, their logins and berth-web's watch. */
+	c->broker_max_calls_per_machine = 16;
+	c->broker_max_calls_per_user = 64;
+	c->webctl_reserved_connections = 64;
 	/* Browsers and curl resolve every *.localhost name to loopback. */
 	snprintf(c->preview_domain, sizeof(c->preview_domain), "localhost");
 	/* Example prices, of the order of hosted offers'; set your own. */
@@ -293,6 +310,8 @@ int config_check(const struct config *c, struct err *e)
 		return err_set(e, 400, "invalid_config", "preview_domain = '%s' is not a DNS name "
 			       "in lower case (labels of a-z, 0-9 and '-', separated by dots: "
 			       "localhost, preview.example.com)", c->preview_domain);
+	if (netpolicy_check_list("broker_allow", c->broker_allow, e) < 0)
+		return -1;
 	if (!c->http_listen[0])
 		return 0;
 	if (daemon_parse_listen(c->http_listen, &ss, &sslen) < 0)

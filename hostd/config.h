@@ -89,6 +89,15 @@ struct config {
 	char broker_ca_file[PATH_MAX];
 	int64_t broker_timeout_s;
 	uint64_t broker_max_body;
+	/* Networks the broker may connect to although they are closed
+	 * (loopback, link-local, private, the host's own: common/netpolicy.h),
+	 * CIDRs; calls a machine and a user's machines may have open at once,
+	 * and webctl.sock's connections (WEBCTL_MAX_CONNS) kept from the
+	 * broker's calls for previews (hostd/webctl.h). */
+	char broker_allow[1024];
+	int broker_max_calls_per_machine;
+	int broker_max_calls_per_user;
+	int webctl_reserved_connections;
 	/* Previews (hostd/preview.h): berth-web serves port P of OWNER's
 	 * machine NAME at P-NAME-OWNER.preview_domain. */
 	char preview_domain[200];
@@ -110,7 +119,7 @@ int config_parse(struct config *c, const char *text, size_t len, const char *fil
 		 struct err *e);
 /* The settings that go together: http_listen ADDR:PORT (numeric, or ""),
  * tls_cert and tls_key both or neither, and HTTPS unless http_listen is
- * loopback.  400 "invalid_config" naming the value. */
+ * loopback; broker_allow a list of CIDRs.  400 "invalid_config" naming the value. */
 int config_check(const struct config *c, struct err *e);
 /* Apply one `key = value` (for tests and --set).  WHERE names the origin. */
 int config_set(struct config *c, const char *key, const char *value,

@@ -85,6 +85,8 @@ int net_conf_make(struct hostd *h, struct net_conf *c, struct err *e)
 	c->has_gw_uid = h->has_sshgw;	/* SSH to the machines: berth-sshgw only */
 	c->gw_uid = (uint32_t)h->sshgw_uid;
 	c->broker_port = h->cfg.broker_port;
+	c->has_web_uid = h->has_web;	/* the broker's answers: berth-web's only */
+	c->web_uid = (uint32_t)h->web_uid;
 	xsnprintf(list, sizeof(list), "%s", h->cfg.egress_closed);
 	for (char *s = strtok_r(list, ", ", &save); s; s = strtok_r(NULL, ", ", &save)) {
 		uint32_t n;

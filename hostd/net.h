@@ -18,7 +18,8 @@
  *    (hostd/egress.h), a chain of its own; what it refuses gets a TCP reset
  *    or an ICMP error at once;
  *  - from the host to a guest: SSH from root and the gateway user, DHCP
- *    answers, replies; no other local user reaches a guest;
+ *    answers, replies; no other local user reaches a guest, and only
+ *    berth-web's user (and root) may answer from the broker's port;
  *  - out: masqueraded behind the host.
  * Connections already allowed are let through by conntrack (each tap its
  * own zone, so one guest cannot match another's connections); a policy
@@ -51,6 +52,8 @@ struct net_conf {
 	uint32_t gw_uid;         /* the gateway user's uid (SSH to guests) */
 	bool has_gw_uid;
 	int broker_port;         /* the credential broker's on the gateway (TCP); 0: none */
+	uint32_t web_uid;        /* berth-web's user's uid: the broker's answers are its */
+	bool has_web_uid;
 	/* Closed to every guest: the configured egress_closed and the host's
 	 * own networks, CIDRs as text ("10.0.0.0/8"). */
 	char closed[64][20];

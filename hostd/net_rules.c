@@ -317,8 +317,22 @@ void net_ruleset(const struct net_conf *c, const struct net_machine *ms, size_t 
 	 * berth-sshgw; no other local user, berth-web's included. */
 	buf_printf(b, "\tchain output { type filter hook output priority filter; policy accept;\n"
 		      "\t\toifname \"%s*\" jump guest_out\n\t}\n", px);
-	buf_adds(b, "\tchain guest_out {\n"
-		    "\t\tct state established,related accept\n"
+	buf_adds(b, "\tchain guest_out {\n");
+	/* Segments from the broker's port come from berth-web's socket (or
+	 * root's) or from nobody's: a local user who took the port while
+	 * berth-web was down (a port below 1024 needs a capability; one above
+	 * does not) gets no SYN-ACK out, so no guest's request.  Before the
+	 * conntrack rule, which would pass a reply (skuid is the listener's
+	 * for a SYN-ACK). */
+	if (c->broker_port > 0) {
+		if (c->has_web_uid && c->web_uid != 0)
+			buf_printf(b, "\t\tip saddr %s tcp sport %d meta skuid != { 0, %u } "
+				      "counter drop\n", gw, c->broker_port, c->web_uid);
+		else
+			buf_printf(b, "\t\tip saddr %s tcp sport %d meta skuid != 0 counter drop\n",
+				   gw, c->broker_port);
+	}
+	buf_adds(b, "\t\tct state established,related accept\n"
 		    "\t\tudp sport 67 udp dport 68 accept\n");
 	/* The broker's answers on a connection conntrack lost (a policy
 	 * change flushes the machine's zone; another instance's flush of a

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/sshexec.h"
 #include "common/util.h"
+#include "hostd/callcap.h"
 #include "hostd/db.h"
 #include "hostd/hostd.h"
 #include "hostd/idle.h"
@@ -61,6 +62,7 @@ struct secrets {
 	pthread_mutex_t sync_lock;  /* one write into a machine at a time */
 	struct bucket bucket[BUCKETS];
 	struct backoff backoff[BACKOFFS];
+	struct callcap *calls;  /* the calls open, under their caps */
 };
 
 static bool broker_on(const struct hostd *h)
@@ -377,12 +379,27 @@ json_t *secrets_broker_settings(struct hostd *h)
 
 	if (!broker_on(h))
 		return json_null();
-	net_ip_text(net_conf(h)->gateway, gw, sizeof(gw));
+	const struct net_conf *c = net_conf(h);
+	struct buf closed = BUF_INIT;
+	char net[16];
+	json_t *j;
+
+	net_ip_text(c->gateway, gw, sizeof(gw));
 	snprintf(listen, sizeof(listen), "%s:%d", gw, h->cfg.broker_port);
-	return json_pack("{s:s, s:s, s:I, s:I}", "listen", listen,
-			 "ca_file", h->cfg.broker_ca_file,
-			 "timeout_s", (json_int_t)h->cfg.broker_timeout_s,
-			 "max_body", (json_int_t)h->cfg.broker_max_body);
+	/* What guests may not reach, the broker may not either: the guest
+	 * network, egress_closed and the host's networks (berth-web adds the
+	 * ranges closed always and the host's own addresses). */
+	net_ip_text(c->net, net, sizeof(net));
+	buf_printf(&closed, "%s/%d", net, c->prefix);
+	for (size_t i = 0; i < c->n_closed; i++)
+		buf_printf(&closed, ",%s", c->closed[i]);
+	j = json_pack("{s:s, s:s, s:I, s:I, s:s, s:s}", "listen", listen,
+		      "ca_file", h->cfg.broker_ca_file,
+		      "timeout_s", (json_int_t)h->cfg.broker_timeout_s,
+		      "max_body", (json_int_t)h->cfg.broker_max_body,
+		      "closed", buf_str(&closed), "allow", h->cfg.broker_allow);
+	buf_free(&closed);
+	return j;
 }
 
 /* ---- the broker's calls ----------------------------------------------------- */
@@ -515,6 +532,8 @@ void secrets_broker_call(struct webctl *w, int cfd, json_t *req, int guest_fd)
 	char url[sizeof(s.url) + 4096];
 	json_t *headers = NULL, *ans = NULL;
 	int index = 0;
+	struct callcap *calls = h->secrets ? h->secrets->calls : NULL;
+	bool held = false;
 
 	memset(&s, 0, sizeof(s));
 	if (!broker_on(h)) {
@@ -564,6 +583,25 @@ void secrets_broker_call(struct webctl *w, int cfd, json_t *req, int guest_fd)
 			 c.path);
 		goto out;
 	}
+	/* Each call holds this connection (and a thread) until it ends: a
+	 * machine, an owner and the broker as a whole hold at most their
+	 * caps, so that neither one user's guests nor all of them starve the
+	 * rest, and previews keep webctl_reserved_connections. */
+	if (calls) {
+		struct callcap_limits lim = {
+			.per_machine = h->cfg.broker_max_calls_per_machine,
+			.per_user = h->cfg.broker_max_calls_per_user,
+			.total = WEBCTL_MAX_CONNS - h->cfg.webctl_reserved_connections,
+			.reserved = h->cfg.webctl_reserved_connections,
+		};
+		if (callcap_take(calls, m.owner, m.id, m.name, &lim, &e) < 0) {
+			c.status = e.status;
+			snprintf(c.error, sizeof(c.error), "%s", e.code);
+			log_call(h, &c);
+			goto out;
+		}
+		held = true;
+	}
 	if (secrets_url_join(s.url, path, url, sizeof(url), &e) < 0)
 		goto out;
 	headers = json_loads(s.headers, 0, NULL);
@@ -584,6 +622,8 @@ void secrets_broker_call(struct webctl *w, int cfd, json_t *req, int guest_fd)
 out:
 	if (err_isset(&e))
 		webctl_send_err(cfd, &e);
+	if (held)
+		callcap_give(calls, m.owner, m.id);
 	if (guest_fd >= 0)
 		close(guest_fd);
 	explicit_bzero(s.headers, sizeof(s.headers));
@@ -765,6 +805,8 @@ int secrets_start(struct hostd *h, struct err *e)
 	pthread_mutex_init(&s->sync_lock, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	h->secrets = s;
+	if (!(s->calls = callcap_new()))
+		return err_set(e, 500, "internal", "out of memory");
 	/* What every machine should have, as this configuration says (its
 	 * gateway or broker_port may have changed). */
 	if (db_secret_env_list(h->db, false, &rows, &n, e) < 0)
@@ -803,6 +845,11 @@ void secrets_stop(struct hostd *h)
 	pthread_cond_destroy(&s->cv);
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->sync_lock);
+	/* A call webctl_stop left running still gives its place back. */
+	if (s->calls && callcap_count(s->calls, NULL, NULL) > 0)
+		log_warn("broker: %d calls still open at stop", callcap_count(s->calls, NULL, NULL));
+	else
+		callcap_free(s->calls);
 	free(s);
 }
 

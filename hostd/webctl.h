@@ -18,7 +18,10 @@
  *             it admits, a link redeemed for a cookie, the connections'
  *             reports and cuts (hostd/preview.h).
  * One thread per connection (at most WEBCTL_MAX_CONNS at once): an op may
- * wake a machine or wait for the end of a call. */
+ * wake a machine or wait for the end of a call.  The broker's calls hold
+ * at most WEBCTL_MAX_CONNS less webctl_reserved_connections (berth.conf,
+ * 64) of them, the rest being the previews' and the watch's; a machine's
+ * and a user's calls have caps of their own (hostd/callcap.h). */
 #ifndef BERTH_WEBCTL_H
 #define BERTH_WEBCTL_H
 

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/netpolicy.h"
 #include "common/util.h"
 #include "web/hostctl.h"
 #include "web/reply.h"
@@ -46,6 +47,7 @@ struct broker {
 	char *webctl_sock, *ca_file;
 	int timeout_s;
 	uint64_t max_body;
+	struct netpolicy *policy;   /* where calls may connect */
 	pthread_mutex_t pool_lock;
 	CURL *pool[POOL];
 	int npool;
@@ -124,6 +126,7 @@ struct call {
 	char cerr[CURL_ERROR_SIZE];
 	bool cut;                 /* the guest went: the transfer is abandoned */
 	bool up_taken;            /* libcurl took some of the body */
+	char refused[300];        /* why an address of the upstream's was not connected to */
 };
 
 /* ---- the buffers ------------------------------------------------------------ */
@@ -326,6 +329,28 @@ static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, c
 	return cut;
 }
 
+/* libcurl's socket for a connection to A, an address its name resolved
+ * to: none when the policy closes that address (libcurl tries the next
+ * one, then fails the call; the first reason is kept for the guest). */
+static curl_socket_t open_checked(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
+{
+	struct call *k = arg;
+	char why[200];
+
+	if (purpose != CURLSOCKTYPE_IPCXN ||
+	    !netpolicy_allows(k->b->policy, &a->addr, why, sizeof(why))) {
+		pthread_mutex_lock(&k->lock);
+		if (!k->refused[0])
+			snprintf(k->refused, sizeof(k->refused), "the broker does not connect to "
+				 "%.200s: berth.conf's broker_allow opens a network to it",
+				 purpose == CURLSOCKTYPE_IPCXN ? why : "an address not for a "
+				 "connection");
+		pthread_mutex_unlock(&k->lock);
+		return CURL_SOCKET_BAD;
+	}
+	return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
+
 static void *transfer(void *arg)
 {
 	struct call *k = arg;
@@ -336,6 +361,13 @@ static void *transfer(void *arg)
 	if (cu) {
 		curl_easy_setopt(cu, CURLOPT_URL, k->url);
 		curl_easy_setopt(cu, CURLOPT_PROTOCOLS_STR, "https");
+		/* Every address is checked as it is connected to, after the
+		 * name was resolved (a name that resolves, or comes to
+		 * resolve, to a closed address gets nothing); no proxy of the
+		 * environment's, which would connect where nothing checks. */
+		curl_easy_setopt(cu, CURLOPT_OPENSOCKETFUNCTION, open_checked);
+		curl_easy_setopt(cu, CURLOPT_OPENSOCKETDATA, k);
+		curl_easy_setopt(cu, CURLOPT_PROXY, "");
 		curl_easy_setopt(cu, CURLOPT_FOLLOWLOCATION, 0L);
 		curl_easy_setopt(cu, CURLOPT_SSL_VERIFYPEER, 1L);
 		curl_easy_setopt(cu, CURLOPT_SSL_VERIFYHOST, 2L);
@@ -627,6 +659,8 @@ static enum MHD_Result finish(struct call *k, struct MHD_Connection *c)
 				 "bytes (broker_max_body)", (unsigned long long)k->b->max_body);
 			return refuse(k, c, 413, "body_too_large", msg);
 		}
+		if (k->refused[0])
+			return refuse(k, c, 403, "destination_refused", k->refused);
 		if (cc == CURLE_OPERATION_TIMEDOUT) {
 			snprintf(msg, sizeof(msg), "the upstream did not answer within %d s: %s",
 				 k->b->timeout_s, k->cerr);
@@ -821,6 +855,12 @@ struct broker *broker_start(int listen_fd, const struct broker_conf *c)
 	b->timeout_s = c->timeout_s > 0 ? c->timeout_s : 300;
 	b->max_body = c->max_body;
 	pthread_mutex_init(&b->pool_lock, NULL);
+	struct err e = { 0 };
+	if (!(b->policy = netpolicy_new(c->closed, c->allow, &e))) {
+		log_error("broker: %s", e.msg);
+		broker_stop(b);
+		return NULL;
+	}
 	if (!b->webctl_sock)
 		abort();
 	struct MHD_OptionItem o[] = {
@@ -845,8 +885,12 @@ struct broker *broker_start(int listen_fd, const struct broker_conf *c)
 		return NULL;
 	}
 	log_info("broker: serving guests, upstreams verified against %s, silent ones given "
-		 "up after %d s, bodies up to %llu bytes", b->ca_file ? b->ca_file :
-		 "the system's CAs", b->timeout_s, (unsigned long long)b->max_body);
+		 "up after %d s, bodies up to %llu bytes; not connecting to loopback, "
+		 "link-local, private networks, the host's own addresses, %s%s%s",
+		 b->ca_file ? b->ca_file : "the system's CAs", b->timeout_s,
+		 (unsigned long long)b->max_body, c->closed ? c->closed : "",
+		 c->allow && c->allow[0] ? " but to " : "",
+		 c->allow && c->allow[0] ? c->allow : " (broker_allow: none)");
 	return b;
 }
 
@@ -859,6 +903,7 @@ void broker_stop(struct broker *b)
 	for (int i = 0; i < b->npool; i++)
 		curl_easy_cleanup(b->pool[i]);
 	pthread_mutex_destroy(&b->pool_lock);
+	netpolicy_free(b->policy);
 	free(b->webctl_sock);
 	free(b->ca_file);
 	free(b);

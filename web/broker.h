@@ -8,7 +8,10 @@
  *     PATH): hostd reads the peer's address, knows the machine, and
  *     answers the secret's URL and header lines, or a refusal (403 for a
  *     machine not allowed NAME, or no such secret), which the guest gets;
- *   - forwards the request to that URL + PATH (query included) over TLS
+ *   - forwards the request to that URL + PATH (query included), to an
+ *     address common/netpolicy.h allows (checked on the resolved address
+ *     at each connect: not loopback, link-local, a private or closed
+ *     network, nor the host's own, unless allowed), over TLS
  *     verified against the system's CAs (or ca_file), libcurl: the guest's
  *     headers but the hop-by-hop ones, Host, Expect, Authorization,
  *     x-api-key and those the secret sets, then the secret's; the body
@@ -38,6 +41,11 @@ struct broker_conf {
 	const char *ca_file;       /* the upstreams' CAs; NULL or "": the system's */
 	int timeout_s;             /* how long an upstream may stay silent */
 	uint64_t max_body;         /* the largest request body forwarded */
+	const char *closed;        /* networks never connected to, CIDRs (hostd's: the
+				      guest network, egress_closed, the host's);
+				      NULL: none but common/netpolicy.h's own */
+	const char *allow;         /* networks connected to although closed
+				      (berth.conf's broker_allow); NULL: none */
 };
 
 /* A listening socket on ADDR:PORT (IPv4), bound with IP_FREEBIND: the

@@ -518,6 +518,8 @@ int main(int argc, char **argv)
 			.ca_file = json_string_value(json_object_get(W.broker, "ca_file")),
 			.timeout_s = (int)json_integer_value(json_object_get(W.broker, "timeout_s")),
 			.max_body = (uint64_t)json_integer_value(json_object_get(W.broker, "max_body")),
+			.closed = json_string_value(json_object_get(W.broker, "closed")),
+			.allow = json_string_value(json_object_get(W.broker, "allow")),
 		};
 		if (!(broker = broker_start(bfd, &bc)))
 			return 1;

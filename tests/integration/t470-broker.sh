@@ -20,6 +20,16 @@
 #  - the boundary: another local user cannot use webctl.sock, berth-web's
 #    user cannot pass a socket that is no guest's, root and other users on
 #    the host and the network beyond cannot reach the broker's port;
+#  - caps: a machine's 17th call open at once is 429, naming
+#    broker_max_calls_per_machine;
+#  - where the broker connects: a secret's URL to loopback (by name: the
+#    address is checked after resolving), the host's own address, a
+#    private network, link-local (instance metadata) is refused, naming
+#    the address and broker_allow, and nothing listening there gets a
+#    connection; with broker_allow the private one is reached;
+#  - squatting: the default port is below 1024 (another local user cannot
+#    bind it), and a user who holds it anyway (with the capability) while
+#    berth-web is down gets no guest's request;
 #  - a grant removed, a secret removed, a machine deleted: the variables
 #    follow, the grants go.
 . "$(dirname "$0")/../lib.sh"
@@ -32,7 +42,10 @@ done
 INET_HERE=$INET.161
 INET_THERE=$INET.162
 UP=$INET.170
-inet_up $UP || { not_ok "the test internet"; finish; }
+# A private address in the test internet: closed to the broker unless
+# broker_allow names it.
+PRIV=172.31.247.170
+inet_up $UP $PRIV || { not_ok "the test internet"; finish; }
 
 # ---- the upstream: a CA of the test's, a certificate for $UP, and one of
 # no CA's (the broker must refuse it) ----
@@ -43,7 +56,7 @@ SECRET2=sk-other-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
 	openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 \
 		-subj "/CN=berth t470 CA" 2>/dev/null &&
 	openssl req -newkey rsa:2048 -nodes -keyout up.key -out up.csr -subj "/CN=$UP" 2>/dev/null &&
-	printf 'subjectAltName=IP:%s\n' "$UP" >up.ext &&
+	printf 'subjectAltName=IP:%s,IP:%s\n' "$UP" "$PRIV" >up.ext &&
 	openssl x509 -req -in up.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out up.pem \
 		-days 2 -extfile up.ext 2>/dev/null &&
 	openssl req -x509 -newkey rsa:2048 -nodes -keyout rogue.key -out rogue.pem -days 2 \
@@ -54,11 +67,15 @@ UPS="$ROOT/tests/integration/broker_upstream.py"
 ip netns exec "$INET_NS" python3 "$UPS" --listen "$UP:8443" --cert "$T/up.pem" --key "$T/up.key" \
 	--header x-api-key --value "$SECRET" --value "$SECRET2" --log "$T/up.log" >"$T/up.out" 2>&1 &
 PIDS+=($!)
+ip netns exec "$INET_NS" python3 "$UPS" --listen "$PRIV:8443" --cert "$T/up.pem" --key "$T/up.key" \
+	--header x-api-key --value "$SECRET" --log "$T/priv.log" >"$T/priv.out" 2>&1 &
+PIDS+=($!)
 ip netns exec "$INET_NS" python3 "$UPS" --listen "$UP:8444" --cert "$T/rogue.pem" \
 	--key "$T/rogue.key" --header x-api-key --value "$SECRET" >"$T/rogue.out" 2>&1 &
 PIDS+=($!)
 # (python takes seconds to start on a loaded machine)
-for _ in $(seq 300); do grep -q ready "$T/up.out" && grep -q ready "$T/rogue.out" && break; sleep 0.1; done
+for _ in $(seq 300); do grep -q ready "$T/up.out" && grep -q ready "$T/rogue.out" &&
+	grep -q ready "$T/priv.out" && break; sleep 0.1; done
 check_eq "the host reaches the upstream with the key (positive control)" GET \
 	"$(curl -s --cacert "$T/ca.pem" -H "x-api-key: $SECRET" "https://$UP:8443/v1/echo" | json method)"
 check_eq "and is refused without it" 401 \
@@ -75,8 +92,12 @@ start_hostd || { not_ok "hostd starts"; finish; }
 build_tiny || { not_ok "tiny image"; finish; }
 web_up || { not_ok "berth-web starts"; finish; }
 GW=$(echo "$GUEST_NET" | sed 's/\.0\/24$/.1/')
-check_match "berth-web serves the broker on the gateway, port 9480" \
-	"credential broker on $GW:9480" "$(cat "$T/web.log")"
+# The broker's port: the default's (9480 before it was made privileged).
+BPORT=$(sed -n "s/.*credential broker on $GW:\([0-9]*\).*/\1/p" "$T/web.log" | head -1)
+check_match "berth-web serves the broker on the gateway" "credential broker on $GW:[0-9]" \
+	"$(cat "$T/web.log")"
+check "  on a port below 1024 by default, which only root binds (port ${BPORT:-none})" \
+	test "${BPORT:-99999}" -lt 1024
 check_match "as berth-web's user" "listening on .* as uid $(id -u berth-web)" "$(cat "$T/web.log")"
 
 # ---- secrets ----
@@ -141,11 +162,11 @@ wait_env() {
 	done
 	return 1
 }
-check "a's variables are written" wait_env a "^UP_BASE_URL=http://$GW:9480/up$"
-check_eq "a login shell has UP_BASE_URL" "http://$GW:9480/up" \
+check "a's variables are written" wait_env a "^UP_BASE_URL=http://$GW:$BPORT/up$"
+check_eq "a login shell has UP_BASE_URL" "http://$GW:$BPORT/up" \
 	"$(berth exec a -- sh -lc 'echo $UP_BASE_URL' 2>/dev/null)"
 check_match "and /etc/environment a block of them" \
-	"# berth-broker begin.*UP_BASE_URL=http://$GW:9480/up.*# berth-broker end" \
+	"# berth-broker begin.*UP_BASE_URL=http://$GW:$BPORT/up.*# berth-broker end" \
 	"$(berth exec a -- cat /etc/environment | tr '\n' ' ')"
 
 # ---- calls from a ----
@@ -185,7 +206,7 @@ out=$(ax 'wget -S -O /dev/null "$ROGUE_BASE_URL/echo"')
 check_match "an upstream whose certificate no trusted CA signed: 502" "502" "$out"
 # nc_broker MACHINE REQUEST-LINE: the broker's raw answer (busybox nc ends
 # at its stdin's end: the pause lets the answer come).
-nc_broker() { berth exec "$1" -- sh -c "(printf '$2\r\n\r\n'; sleep 2) | nc $GW 9480"; }
+nc_broker() { berth exec "$1" -- sh -c "(printf '$2\r\n\r\n'; sleep 2) | nc $GW $BPORT"; }
 out=$(nc_broker a 'GET /up/../admin HTTP/1.0')
 check_match "a path with '..': 400" "HTTP/1.[01] 400" "$out"
 out=$(nc_broker a 'GET /up/echo HTTP/1.0')
@@ -193,7 +214,7 @@ check_match "the broker over HTTP/1.0, by hand: 200" "HTTP/1.[01] 200" "$out"
 # Framing and header names the upstream would read otherwise
 # (web/request.h): refused before hostd or the upstream hear of them.
 # nc_raw MACHINE BYTES: the broker's raw answer to BYTES (printf's escapes).
-nc_raw() { berth exec "$1" -- sh -c "(printf '$2'; sleep 2) | nc $GW 9480"; }
+nc_raw() { berth exec "$1" -- sh -c "(printf '$2'; sleep 2) | nc $GW $BPORT"; }
 ups=$(wc -l <"$T/up.log")
 out=$(nc_raw a 'POST /up/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\nContent-Length: 5\r\n\r\nhelloGET /v1/smuggled HTTP/1.1\r\nHost: x\r\n\r\n')
 check_match "Transfer-Encoding gzip with a Content-Length (a request smuggled in the body): 400" \
@@ -212,10 +233,66 @@ check_eq "  the upstream got none of these calls" "$ups" "$(wc -l <"$T/up.log")"
 check_absent "  nor the request smuggled in a body" matching smuggled cat "$T/up.log"
 out=$(nc_raw a 'GET /up/echo HTTP/1.1\r\nHost: x\r\n\r\n')
 check_match "  (by hand, a call is answered: the positive control)" "HTTP/1.[01] 200" "$out"
-out=$(ax 'wget -S -O - "http://'"$GW"':9480/nosuch/echo"')
+out=$(ax 'wget -S -O - "http://'"$GW:$BPORT"'/nosuch/echo"')
 check_match "a secret that does not exist: 403" "403" "$out"
-out=$(ax 'wget -S -O - "http://'"$GW"':9480/other/echo"')
+out=$(ax 'wget -S -O - "http://'"$GW:$BPORT"'/other/echo"')
 check_match "a secret of the owner's not allowed to a: 403" "403" "$out"
+
+# ---- caps: a machine's calls open at once (broker_max_calls_per_machine,
+# 16 by default) ----
+out=$(ax 'for i in $(seq 16); do (wget -q -O - "$UP_BASE_URL/sse?n=6&gap=1" | grep -c data >/tmp/cap$i) & done
+	sleep 3; (printf "GET /up/echo HTTP/1.0\r\n\r\n"; sleep 2) | nc '"$GW $BPORT"'; wait
+	echo; echo "streamed: $(cat /tmp/cap* | awk "{ s += \$1 } END { print s }")"; rm -f /tmp/cap*')
+check_match "a machine's 17th call open at once: 429" "HTTP/1.[01] 429" "$out"
+check_match "  naming broker_max_calls_per_machine" "broker_max_calls_per_machine = 16" "$out"
+check_match "  while its 16 others stream to their end (16 x 6 events)" "streamed: 96" "$out"
+check_match "a's next call, the others over: 200" "HTTP/1.[01] 200" "$(nc_broker a 'GET /up/echo HTTP/1.0')"
+
+# ---- where the broker connects: never loopback (here by name: checked
+# after resolving), the host's own addresses, private networks,
+# link-local, unless broker_allow says so ----
+CANARY_LO=$(free_port)
+cat >"$T/canary.py" <<'PY'
+import socket, sys, threading
+def serve(addr):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, int(sys.argv[1]))); s.listen(8)
+    while True:
+        c, a = s.accept(); print("conn", addr, flush=True); c.close()
+for addr in sys.argv[2:]:
+    threading.Thread(target=serve, args=(addr,), daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+PY
+python3 "$T/canary.py" "$CANARY_LO" 127.0.0.1 "$INET_HERE" >"$T/lo.out" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 50); do grep -q ready "$T/lo.out" && break; sleep 0.1; done
+check_eq "the canaries answer the host (positive control)" "open|open" \
+	"$(host_tcp 127.0.0.1 "$CANARY_LO")|$(host_tcp "$INET_HERE" "$CANARY_LO")"
+sleep 0.5
+lo_conns=$(grep -c conn "$T/lo.out")
+berth secret add loop --url "https://localhost:$CANARY_LO/v1" --header "x-api-key: $SECRET" >/dev/null
+berth secret add self --url "https://$INET_HERE:$CANARY_LO/v1" --header "x-api-key: $SECRET" >/dev/null
+berth secret add priv --url "https://$PRIV:8443/v1" --header "x-api-key: $SECRET" >/dev/null
+berth secret add meta --url "https://169.254.169.254/latest" --header "x-api-key: $SECRET" >/dev/null
+for s in loop self priv meta; do berth set a --secret $s >/dev/null; done
+out=$(nc_broker a 'GET /loop/echo HTTP/1.0' | tr -d '\r\n')
+check_match "a secret's URL to localhost: 403" "HTTP/1.[01] 403" "$out"
+check_match "  naming the address it resolved to and broker_allow" \
+	"does not connect to 127.0.0.1 is loopback.*broker_allow" "$out"
+out=$(nc_broker a 'GET /self/echo HTTP/1.0' | tr -d '\r\n')
+check_match "to an address of the host's own ($INET_HERE): 403, saying so" \
+	"HTTP/1.[01] 403.*$INET_HERE is an address of this host" "$out"
+check_eq "  and neither canary got a connection" "$lo_conns" "$(grep -c conn "$T/lo.out")"
+out=$(nc_broker a 'GET /priv/echo HTTP/1.0' | tr -d '\r\n')
+check_match "to a private network ($PRIV): 403, naming it" \
+	"HTTP/1.[01] 403.*$PRIV is private \(172.16.0.0/12\).*broker_allow" "$out"
+check "  and the upstream there got no call" test ! -s "$T/priv.log"
+out=$(nc_broker a 'GET /meta/echo HTTP/1.0' | tr -d '\r\n')
+check_match "to link-local (instance metadata): 403, naming it" \
+	"HTTP/1.[01] 403.*169.254.169.254 is link-local" "$out"
+berth set a --no-secret self >/dev/null
+berth set a --no-secret meta >/dev/null
 
 # ---- the agents image's hook (images/recipes/agents/broker-env), for real
 # in a: Claude Code's placeholder, Codex's settings ----
@@ -231,7 +308,7 @@ check_eq "  Claude Code's token is a placeholder" berth-broker \
 	"$(ax 'echo $ANTHROPIC_AUTH_TOKEN')"
 check_eq "  Codex's key too" "berth-broker berth-broker" "$(ax 'echo $OPENAI_API_KEY $CODEX_API_KEY')"
 check_eq "  Codex's config.toml: openai_base_url first, the rest kept" \
-	"openai_base_url = \"http://$GW:9480/openai\" # berth-broker|model = \"m\"|[profiles.p]|model = \"n\"" \
+	"openai_base_url = \"http://$GW:$BPORT/openai\" # berth-broker|model = \"m\"|[profiles.p]|model = \"n\"" \
 	"$(berth exec a -- cat /etc/codex/config.toml | paste -sd '|')"
 out=$(ax 'wget -q -O - --header "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN" "$ANTHROPIC_BASE_URL/echo"')
 check_eq "  Claude Code's call: the placeholder dropped, the secret attached" \
@@ -248,7 +325,7 @@ check_eq "  no placeholder left" "" "$(ax 'echo $ANTHROPIC_AUTH_TOKEN$OPENAI_API
 berth exec a -- rm -f /usr/lib/berth/broker-env >/dev/null
 
 # ---- from b: 403 ----
-out=$(berth exec b -- sh -c "wget -S -O - http://$GW:9480/up/echo" 2>&1)
+out=$(berth exec b -- sh -c "wget -S -O - http://$GW:$BPORT/up/echo" 2>&1)
 check_match "b, not allowed, is refused: 403" "403" "$out"
 out=$(nc_broker b 'GET /up/echo HTTP/1.0')
 check_match "  saying why" "may not use secret up" "$out"
@@ -276,8 +353,8 @@ before=$(berth --json secret log --machine a --limit 1000 | python3 -c 'import j
 berth exec b -- sh -c "(sleep 1
 	ip link set eth0 down; ip link set eth0 address $AMAC; ip link set eth0 up
 	ip addr flush dev eth0; ip addr add $A/24 dev eth0; ip route add default via $GW
-	timeout 4 wget -q -O /tmp/spoof http://$GW:9480/up/echo && echo got >>/tmp/spoof.r || echo nothing >>/tmp/spoof.r
-	netprobe tcp $GW 9480 1500 >>/tmp/spoof.r
+	timeout 4 wget -q -O /tmp/spoof http://$GW:$BPORT/up/echo && echo got >>/tmp/spoof.r || echo nothing >>/tmp/spoof.r
+	netprobe tcp $GW $BPORT 1500 >>/tmp/spoof.r
 	sleep 2
 	ip link set eth0 down; ip link set eth0 address $BMAC; ip link set eth0 up
 	ip addr flush dev eth0; ip addr add $B/24 dev eth0; ip route add default via $GW
@@ -288,7 +365,7 @@ check_eq "b as a: no answer from the broker" "nothing|timeout" \
 after=$(berth --json secret log --machine a --limit 1000 | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["calls"]))')
 check_eq "  and the log has no call of a's meanwhile" "$before" "$after"
 check_match "b is itself again, refused as before" "403" \
-	"$(berth exec b -- sh -c "wget -S -O - http://$GW:9480/up/echo" 2>&1)"
+	"$(berth exec b -- sh -c "wget -S -O - http://$GW:$BPORT/up/echo" 2>&1)"
 
 # ---- the log ----
 berth --json secret log >"$T/log.json"
@@ -348,12 +425,12 @@ check_eq "berth-web's user cannot connect to a guest (to forge one): closed" clo
 s=socket.socket(); s.settimeout(2)
 try: s.connect((sys.argv[1], 22)); print("open")
 except Exception: print("closed")' "$A")"
-check_match "the broker listens on the gateway (positive control)" "$GW:9480" "$(ss -Hltn)"
-check_eq "root on the host cannot reach the broker's port" closed "$(host_tcp "$GW" 9480)"
+check_match "the broker listens on the gateway (positive control)" "$GW:$BPORT" "$(ss -Hltn)"
+check_eq "root on the host cannot reach the broker's port" closed "$(host_tcp "$GW" "$BPORT")"
 check_eq "nor another local user" closed "$(as_user "$U" /usr/bin/python3 -c 'import socket,sys
 s=socket.socket(); s.settimeout(2)
-try: s.connect((sys.argv[1], 9480)); print("open")
-except Exception: print("closed")' "$GW")"
+try: s.connect((sys.argv[1], int(sys.argv[2]))); print("open")
+except Exception: print("closed")' "$GW" "$BPORT")"
 CANARY=$(free_port)
 python3 -c 'import socket,sys
 s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -367,7 +444,7 @@ s=socket.socket(); s.settimeout(2)
 try: s.connect((sys.argv[1], int(sys.argv[2]))); print("open")
 except Exception: print("closed")' "$@"; }
 check_eq "the network reaches the host (positive control)" open "$(ns_tcp "$INET_HERE" "$CANARY")"
-check_eq "but not the broker's port, routed to the gateway" closed "$(ns_tcp "$GW" 9480)"
+check_eq "but not the broker's port, routed to the gateway" closed "$(ns_tcp "$GW" "$BPORT")"
 
 # ---- grants and secrets go, the variables follow ----
 berth set b --secret other >/dev/null
@@ -377,9 +454,9 @@ check_eq "b calls with secret other: that secret's value attached" "<value 2>" \
 	"$(echo "$out" | json headers.x-api-key)"
 berth secret rm other >/dev/null
 check "a secret removed: b's variable goes" wait_env b OTHER_BASE_URL absent
-out=$(berth exec b -- sh -c "wget -S -O - http://$GW:9480/other/echo" 2>&1)
+out=$(berth exec b -- sh -c "wget -S -O - http://$GW:$BPORT/other/echo" 2>&1)
 check_match "  and its calls are refused" "403" "$out"
-check_match "set a --no-secret rogue" "secrets: +up$" "$(berth set a --no-secret rogue)"
+check_match "set a --no-secret rogue" "secrets: +loop, priv, up$" "$(berth set a --no-secret rogue)"
 check "a's ROGUE_BASE_URL goes" wait_env a ROGUE_BASE_URL absent
 # A grant to a stopped machine: its variables are written at its next start.
 berth stop b >/dev/null
@@ -388,6 +465,47 @@ berth start b >/dev/null
 check "a grant while stopped: written at the next start" wait_env b "^UP_BASE_URL="
 check_match "  and b's calls now answered" '"<value 1>"' \
 	"$(berth exec b -- sh -lc 'wget -q -O - "$UP_BASE_URL/echo"' 2>&1)"
+# ---- squatting: berth-web down, another local user on the broker's port ----
+web_down
+check_eq "another local user cannot bind the broker's port (below 1024)" EACCES \
+	"$(as_user "$U" /usr/bin/python3 -c 'import errno,socket,sys
+s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try: s.bind((sys.argv[1], int(sys.argv[2]))); print("bound")
+except OSError as e: print(errno.errorcode.get(e.errno, e.errno))' "$GW" "$BPORT")"
+cat >"$T/squat.py" <<'PY'
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(8); print("ready", flush=True)
+while True:
+    c, a = s.accept(); print("conn", a[0], flush=True)
+    c.recv(4096); c.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 8\r\n\r\nsquatted"); c.close()
+PY
+# One who holds it anyway (with the capability to bind it, or a port above
+# 1023 set in berth.conf): its answers never leave for a guest.
+setpriv --reuid="$U" --regid="$(id -g "$U")" --clear-groups --inh-caps +net_bind_service \
+	--ambient-caps +net_bind_service /usr/bin/python3 "$T/squat.py" "$GW" "$BPORT" \
+	>"$T/squat.out" 2>&1 &
+SQUAT=$!
+PIDS+=($SQUAT)
+for _ in $(seq 50); do grep -q ready "$T/squat.out" && break; sleep 0.1; done
+check "  (with the capability, the squatter binds it: the probe's premise)" grep -q ready "$T/squat.out"
+out=$(berth exec a -- sh -c "timeout 5 wget -q -O - http://$GW:$BPORT/up/echo 2>&1; echo end")
+check_eq "a guest's call to a squatted broker port gets no answer" 0 "$(echo "$out" | grep -c squatted)"
+check_eq "  and the squatter accepts no connection" 0 "$(grep -c conn "$T/squat.out")"
+kill "$SQUAT" 2>/dev/null
+wait "$SQUAT" 2>/dev/null
+
+# ---- broker_allow: the private upstream allowed, hostd and berth-web
+# started again ----
+priv_calls=$(wc -l <"$T/priv.log" 2>/dev/null || echo 0)
+kill_hostd TERM
+echo "broker_allow = $PRIV/32" >>"$STATE/berth.conf"
+start_hostd || not_ok "hostd starts again with broker_allow"
+web_up || not_ok "berth-web starts again"
+out=$(nc_broker a 'GET /priv/echo HTTP/1.0')
+check_match "broker_allow = $PRIV/32: the private upstream is reached, 200" "HTTP/1.[01] 200" "$out"
+check "  (its log has the call)" test "$(wc -l <"$T/priv.log" 2>/dev/null || echo 0)" -gt "$priv_calls"
+check_match "  loopback still refused" "HTTP/1.[01] 403" "$(nc_broker a 'GET /loop/echo HTTP/1.0')"
 check_eq "before a is deleted: up's machines" '["a", "b"]' "$(secret up machines)"
 berth rm a >/dev/null
 check_eq "a machine deleted: its grants go" '["b"]' "$(secret up machines)"

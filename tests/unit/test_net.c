@@ -83,6 +83,8 @@ static void test_rules(void)
 		struct net_conf cb = conf();
 		struct buf bb = BUF_INIT;
 		cb.broker_port = 9480;
+		cb.has_web_uid = true;
+		cb.web_uid = 998;
 		net_ruleset(&cb, ms, 2, &bb);
 		const char *rb = buf_str(&bb);
 		const char *in = strstr(rb, "chain guest_in {");
@@ -105,6 +107,11 @@ static void test_rules(void)
 		check(est && pick && est < pick && pick < strstr(out, "\t}"),
 		      "its answers to guests: taken up again after a conntrack flush, never "
 		      "a new connection (no SYN)");
+		const char *own = out ? strstr(out, "\t\tip saddr 10.87.0.1 tcp sport 9480 meta skuid "
+						"!= { 0, 998 } counter drop\n") : NULL;
+		check(own && est && own < est && out + strlen("chain guest_out {\n") == own,
+		      "segments from the broker's port: berth-web's user's and root's only, "
+		      "before conntrack's replies (a squatter's SYN-ACK is one)");
 		buf_free(&bb);
 	}
 	check(has(r, "iifname . ip saddr . ether saddr != @guests counter drop"),
@@ -168,7 +175,9 @@ static void test_rules(void)
 	}
 	struct buf full = BUF_INIT, add = BUF_INIT, rm = BUF_INIT, rp = BUF_INIT;
 	char f[4][64], del[128];
-	c.broker_port = 9480;	/* with the broker's rule */
+	c.broker_port = 9480;	/* with the broker's rules */
+	c.has_web_uid = true;
+	c.web_uid = 998;
 	net_ruleset(&c, ms, 2, &full);
 	net_machine_script(&c, &ms[1], true, &add);
 	net_machine_script(&c, &ms[0], false, &rp);

@@ -500,8 +500,19 @@ static void test_host_keys(void)
 	check(rc == -1 && strstr(err, "pinned host key does not parse") != NULL,
 	      "host keys: a pinned key that does not parse is refused");
 	if (pid > 0) {
+		/* dropbear ends on TERM; one that does not within 2 s is
+		 * killed (a run beside other tests hung here once). */
+		bool reaped = false;
 		kill(pid, SIGTERM);
-		waitpid(pid, NULL, 0);
+		for (int i = 0; i < 20 && !reaped; i++) {
+			reaped = waitpid(pid, NULL, WNOHANG) == pid;
+			if (!reaped)
+				usleep(100 * 1000);
+		}
+		if (!reaped) {
+			kill(pid, SIGKILL);
+			waitpid(pid, NULL, 0);
+		}
 	}
 	unlink(k1);
 	unlink(k2);

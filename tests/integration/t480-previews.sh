@@ -332,7 +332,9 @@ HOLD=$!
 sleep 2
 berth preview rm m 8080 >/dev/null
 wait "$HOLD"
-check_match "removing the preview cuts its WebSocket within seconds" '^cut after ([2-5])\.' "$(cat "$T/hold")"
+# (held until the rm, 2 s after the client was started: its own clock
+# starts once python runs, 0.3 s later and more on a loaded machine)
+check_match "removing the preview cuts its WebSocket within seconds" '^cut after ([1-5])\.' "$(cat "$T/hold")"
 check_match "  and then its cookie finds no preview" '"no_preview"' "$(curl -s -b "$CK" "$U/")"
 PAUSE=4 pc keepalive "$PUB/" "" 2 >"$T/ka" &
 KA=$!

@@ -1,6 +1,7 @@
 /* Lifecycle events (hostd/events.h). */
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -17,6 +18,7 @@ static _Thread_local char cause[160];
 static pthread_mutex_t last_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t last_cond = PTHREAD_COND_INITIALIZER;
 static int64_t last_id;
+static bool stopping;           /* hostd stops: followers end */
 
 void events_cause(const char *fmt, ...)
 {
@@ -68,6 +70,24 @@ void events_emit(struct hostd *h, const char *owner, const char *machine, const 
 	pthread_mutex_unlock(&last_lock);
 }
 
+void events_stop(void)
+{
+	pthread_mutex_lock(&last_lock);
+	stopping = true;
+	pthread_cond_broadcast(&last_cond);
+	pthread_mutex_unlock(&last_lock);
+}
+
+bool events_stopping(void)
+{
+	bool s;
+
+	pthread_mutex_lock(&last_lock);
+	s = stopping;
+	pthread_mutex_unlock(&last_lock);
+	return s;
+}
+
 int64_t events_last(void)
 {
 	int64_t id;
@@ -91,7 +111,7 @@ int64_t events_wait(int64_t after, int ms)
 		until.tv_nsec -= 1000000000;
 	}
 	pthread_mutex_lock(&last_lock);
-	while (last_id <= after &&
+	while (last_id <= after && !stopping &&
 	       pthread_cond_timedwait(&last_cond, &last_lock, &until) == 0)
 		;
 	id = last_id;

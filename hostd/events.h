@@ -10,6 +10,7 @@
 #define BERTH_HOSTD_EVENTS_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "hostd/db.h"
@@ -29,6 +30,10 @@ void events_cause_clear(void);
 void events_emit(struct hostd *h, const char *owner, const char *machine, const char *kind,
 		 const char *detail);
 
+/* hostd stops: every follower's stream ends (else stopping the API would
+ * wait for their clients to go). */
+void events_stop(void);
+bool events_stopping(void);
 /* The last event's id (0: none since hostd started): a follower's "seen". */
 int64_t events_last(void);
 /* Returns when an event with an id above SEEN was recorded (anyone's), or

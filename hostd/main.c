@@ -32,6 +32,7 @@
 #include "common/util.h"
 #include "hostd/api.h"
 #include "hostd/desktop.h"
+#include "hostd/events.h"
 #include "hostd/exec.h"
 #include "hostd/hostd.h"
 #include "hostd/idle.h"
@@ -490,6 +491,7 @@ int main(int argc, char **argv)
 	}
 	log_info("signal %d: stopping (machines keep running)", sig);
 	execs_stop(h.execs);
+	events_stop();
 	api_stop(web);
 	api_stop(api);
 	unlink(path);
@@ -498,6 +500,7 @@ int main(int argc, char **argv)
 fail:
 	log_error("%s", e.msg);
 	execs_stop(h.execs);
+	events_stop();
 	api_stop(web);
 	api_stop(api);
 out:

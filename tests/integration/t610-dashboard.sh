@@ -258,7 +258,19 @@ cp -p "$T/key.pem" "$LE/archive/h/privkey1.pem"
 ln -s ../../archive/h/cert1.pem "$LE/live/h/cert.pem"
 ln -s ../../archive/h/privkey1.pem "$LE/live/h/privkey.pem"
 web_down
+# A follower of events does not hold hostd's stop: its stream ends.
+curl -sN --unix-socket "$STATE/hostd.sock" "http://b/v1/events?follow=1" >"$T/fstop" 2>&1 &
+FSTOP=$!
+PIDS+=("$FSTOP")
+for _ in $(seq 50); do grep -q '^: berth events' "$T/fstop" && break; sleep 0.1; done
+t0=$(date +%s%N)
 kill_hostd TERM
+check "hostd stops within 5 s with a follower of events connected ($(( ($(date +%s%N) - t0) / 1000000 )) ms)" \
+	test $(( ($(date +%s%N) - t0) / 1000000 )) -lt 5000
+# (curl exits at its stream's end: a zombie of this shell's, or gone)
+ended() { case $(ps -o stat= -p "$1" 2>/dev/null) in "" | Z*) return 0 ;; esac; return 1; }
+for _ in $(seq 50); do ended "$FSTOP" && break; sleep 0.1; done
+check "  and the follower's stream ended" ended "$FSTOP"
 printf 'tls_cert = %s\ntls_key = %s\n' "$LE/live/h/cert.pem" "$LE/live/h/privkey.pem" >>"$STATE/berth.conf"
 start_hostd || not_ok "hostd restarts with TLS"
 web_up || not_ok "berth-web restarts with TLS (certbot's live/ links)"

@@ -532,6 +532,7 @@ int main(int argc, char **argv)
 	json_decref(W.broker);
 	wsexec_stop_all(5000);
 	preview_stop(5000);
+	proxy_stop_all();
 	MHD_stop_daemon(d);
 	conns_stop();
 	if (pidfile)

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@
 #define CONNECT_WAIT_MS 5000
 
 struct proxy_req {
+	struct proxy_req *prev, *next;  /* the open ones (proxy_stop_all) */
 	int fd;                 /* hostd's connection, -1 when there is none */
 	int client_fd;          /* the client's socket, watched for its going */
 	bool has_body;          /* the request has a body */
@@ -43,6 +45,53 @@ struct proxy_req {
 	size_t off, len, cap;
 	struct upstream_body body;  /* hostd's answer's body, as web/upstream.c decodes it */
 };
+
+/* The requests with a connection to hostd, for proxy_stop_all: a stream
+ * (a command's output, events followed) would otherwise keep its thread,
+ * and libmicrohttpd's stop that joins it, for as long as hostd sends. */
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct proxy_req *open_reqs;
+static bool stopping;
+
+/* R has its connection to hostd: listed (false: berth-web stops, and R
+ * is not). */
+static bool open_add(struct proxy_req *r)
+{
+	bool ok;
+
+	pthread_mutex_lock(&open_lock);
+	ok = !stopping;
+	if (ok) {
+		r->next = open_reqs;
+		if (open_reqs)
+			open_reqs->prev = r;
+		open_reqs = r;
+	}
+	pthread_mutex_unlock(&open_lock);
+	return ok;
+}
+
+static void open_remove(struct proxy_req *r)
+{
+	pthread_mutex_lock(&open_lock);
+	if (r->prev)
+		r->prev->next = r->next;
+	else if (open_reqs == r)
+		open_reqs = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	r->prev = r->next = NULL;
+	pthread_mutex_unlock(&open_lock);
+}
+
+void proxy_stop_all(void)
+{
+	pthread_mutex_lock(&open_lock);
+	stopping = true;
+	for (struct proxy_req *r = open_reqs; r; r = r->next)
+		shutdown(r->fd, SHUT_RDWR);	/* its reads end: so does its answer */
+	pthread_mutex_unlock(&open_lock);
+}
 
 /* Client headers passed on (the rest are the client's and berth-web's
  * business, not hostd's). */
@@ -293,6 +342,11 @@ static enum MHD_Result begin(const char *sock, struct MHD_Connection *c, const c
 		log_warn("%s", msg);
 		return web_error(c, 502, "hostd_unreachable", msg);
 	}
+	if (!open_add(r)) {
+		close(r->fd);
+		r->fd = -1;
+		return web_error(c, 503, "stopping", "berth-web is stopping");
+	}
 	make_head(r, c, method, target, peer, f.length, &head);
 	if (to_hostd(r, head.data, head.len) < 0) {
 		buf_free(&head);
@@ -365,8 +419,10 @@ void proxy_done(struct proxy_req *r)
 {
 	if (!r)
 		return;
-	if (r->fd >= 0)
+	if (r->fd >= 0) {
+		open_remove(r);
 		close(r->fd);
+	}
 	free(r->buf);
 	free(r);
 }

@@ -49,4 +49,9 @@ enum MHD_Result proxy_handle(const char *sock, struct MHD_Connection *c, const c
  * connection is closed and R freed.  NULL is fine. */
 void proxy_done(struct proxy_req *r);
 
+/* berth-web stops: every request's connection to hostd is shut down, so
+ * that streams end and libmicrohttpd's stop does not wait for them; new
+ * ones get 503. */
+void proxy_stop_all(void);
+
 #endif

@@ -257,7 +257,19 @@ cp -p "$T/cert.pem" "$LE/archive/h/cert1.pem"
 cp -p "$T/key.pem" "$LE/archive/h/privkey1.pem"
 ln -s ../../archive/h/cert1.pem "$LE/live/h/cert.pem"
 ln -s ../../archive/h/privkey1.pem "$LE/live/h/privkey.pem"
+# Nor berth-web's: a follower through it is cut at its stop.
+curl -sN -H "Authorization: Bearer $TOK" "$URL/v1/events?follow=1" >"$T/wstop" 2>&1 &
+WSTOP=$!
+PIDS+=("$WSTOP")
+for _ in $(seq 50); do grep -q '^: berth events' "$T/wstop" && break; sleep 0.1; done
+t0=$(date +%s%N)
 web_down
+check "berth-web stops within 5 s with a follower of events through it ($(( ($(date +%s%N) - t0) / 1000000 )) ms)" \
+	test $(( ($(date +%s%N) - t0) / 1000000 )) -lt 5000
+# (curl exits at its stream's end: a zombie of this shell's, or gone)
+ended() { case $(ps -o stat= -p "$1" 2>/dev/null) in "" | Z*) return 0 ;; esac; return 1; }
+for _ in $(seq 50); do ended "$WSTOP" && break; sleep 0.1; done
+check "  and the follower's stream ended" ended "$WSTOP"
 # A follower of events does not hold hostd's stop: its stream ends.
 curl -sN --unix-socket "$STATE/hostd.sock" "http://b/v1/events?follow=1" >"$T/fstop" 2>&1 &
 FSTOP=$!
@@ -267,8 +279,6 @@ t0=$(date +%s%N)
 kill_hostd TERM
 check "hostd stops within 5 s with a follower of events connected ($(( ($(date +%s%N) - t0) / 1000000 )) ms)" \
 	test $(( ($(date +%s%N) - t0) / 1000000 )) -lt 5000
-# (curl exits at its stream's end: a zombie of this shell's, or gone)
-ended() { case $(ps -o stat= -p "$1" 2>/dev/null) in "" | Z*) return 0 ;; esac; return 1; }
 for _ in $(seq 50); do ended "$FSTOP" && break; sleep 0.1; done
 check "  and the follower's stream ended" ended "$FSTOP"
 printf 'tls_cert = %s\ntls_key = %s\n' "$LE/live/h/cert.pem" "$LE/live/h/privkey.pem" >>"$STATE/berth.conf"

@@ -119,6 +119,22 @@ static void machine_path(char *out, size_t len, const char *name, const char *re
 	snprintf(out, len, "/v1/machines/%s%s", name, rest);
 }
 
+/* METHOD /v1/machines/NAME+REST with BODY (NULL: none; not consumed), NAME
+ * being ARGS's "machine": as api(), or a failed result for a bad name. */
+static json_t *machine_api(struct mcp *m, json_t *args, const char *method, const char *rest,
+			   json_t *body, json_t **out)
+{
+	const char *name;
+	char path[256];
+	json_t *fail = arg_name(args, "machine", &name);
+
+	*out = NULL;
+	if (fail)
+		return fail;
+	machine_path(path, sizeof(path), name, rest);
+	return api(m, method, path, body, out);
+}
+
 /* ---- the tools ---------------------------------------------------------- */
 
 static json_t *t_list(struct mcp *m, json_t *args)
@@ -167,15 +183,11 @@ static json_t *t_create(struct mcp *m, json_t *args)
 /* start, stop, suspend: POST /v1/machines/NAME/ACTION. */
 static json_t *action(struct mcp *m, json_t *args, const char *what)
 {
-	const char *name;
-	char path[256], rest[32];
-	json_t *fail = arg_name(args, "machine", &name), *r;
+	char rest[32];
+	json_t *r, *fail;
 
-	if (fail)
-		return fail;
 	snprintf(rest, sizeof(rest), "/%s", what);
-	machine_path(path, sizeof(path), name, rest);
-	fail = api(m, "POST", path, NULL, &r);
+	fail = machine_api(m, args, "POST", rest, NULL, &r);
 	return fail ? fail : result_json(r);
 }
 
@@ -185,18 +197,12 @@ static json_t *t_suspend(struct mcp *m, json_t *args) { return action(m, args, "
 
 static json_t *t_delete(struct mcp *m, json_t *args)
 {
-	const char *name;
-	char path[256];
-	json_t *fail = arg_name(args, "machine", &name), *r;
+	json_t *r, *fail = machine_api(m, args, "DELETE", "", NULL, &r);
 
 	if (fail)
 		return fail;
-	machine_path(path, sizeof(path), name, "");
-	fail = api(m, "DELETE", path, NULL, &r);
-	if (fail)
-		return fail;
 	json_decref(r);
-	return result("deleted", json_pack("{s:s}", "deleted", name), false);
+	return result("deleted", json_pack("{s:s}", "deleted", arg_str(args, "machine")), false);
 }
 
 /* A command's output as it streams in (hostd's NDJSON). */
@@ -428,90 +434,63 @@ static json_t *t_write(struct mcp *m, json_t *args)
 
 static json_t *t_checkpoint(struct mcp *m, json_t *args)
 {
-	const char *name;
-	char path[256];
-	json_t *fail = arg_name(args, "machine", &name), *r, *body = json_object();
+	json_t *r, *fail, *body = json_object();
 
-	if (fail) {
-		json_decref(body);
-		return fail;
-	}
 	if (arg_str(args, "name"))
 		json_object_set(body, "name", json_object_get(args, "name"));
 	if (json_is_boolean(json_object_get(args, "memory")))
 		json_object_set(body, "memory", json_object_get(args, "memory"));
-	machine_path(path, sizeof(path), name, "/checkpoints");
-	fail = api(m, "POST", path, body, &r);
+	fail = machine_api(m, args, "POST", "/checkpoints", body, &r);
 	json_decref(body);
 	return fail ? fail : result_json(r);
 }
 
 static json_t *t_restore(struct mcp *m, json_t *args)
 {
-	const char *name, *ckpt = arg_str(args, "checkpoint");
-	char path[256];
-	json_t *fail = arg_name(args, "machine", &name), *r, *body;
+	const char *ckpt = arg_str(args, "checkpoint");
+	json_t *r, *fail, *body;
 
-	if (fail)
-		return fail;
 	if (!ckpt)
 		return failed("checkpoint is required (its name)");
 	body = json_pack("{s:s, s:b}", "checkpoint", ckpt, "wait", 1);
-	machine_path(path, sizeof(path), name, "/restore");
-	fail = api(m, "POST", path, body, &r);
+	fail = machine_api(m, args, "POST", "/restore", body, &r);
 	json_decref(body);
 	return fail ? fail : result_json(r);
 }
 
 static json_t *t_fork(struct mcp *m, json_t *args)
 {
-	const char *name, *nn;
-	char path[256];
-	json_t *fail = arg_name(args, "machine", &name), *r, *body;
+	const char *nn;
+	json_t *r, *fail = arg_name(args, "name", &nn), *body;
 
-	if (fail || (fail = arg_name(args, "name", &nn)))
+	if (fail)
 		return fail;
 	body = json_pack("{s:s, s:b}", "name", nn, "wait", 1);
 	if (arg_str(args, "from"))
 		json_object_set(body, "from", json_object_get(args, "from"));
-	machine_path(path, sizeof(path), name, "/fork");
-	fail = api(m, "POST", path, body, &r);
+	fail = machine_api(m, args, "POST", "/fork", body, &r);
 	json_decref(body);
 	return fail ? fail : result_json(r);
 }
 
 static json_t *t_desktop(struct mcp *m, json_t *args)
 {
-	const char *name;
-	char path[256];
-	json_t *fail = arg_name(args, "machine", &name), *r;
+	json_t *r, *fail = machine_api(m, args, "POST", "/desktop", NULL, &r);
 
-	if (fail)
-		return fail;
-	machine_path(path, sizeof(path), name, "/desktop");
-	fail = api(m, "POST", path, NULL, &r);
-	if (fail)
-		return fail;
-	json_t *res = result(cli_jstr(r, "url"), r, false);
-	return res;
+	return fail ? fail : result(cli_jstr(r, "url"), r, false);
 }
 
 static json_t *t_preview(struct mcp *m, json_t *args)
 {
-	const char *name;
-	char path[256], rest[64];
-	json_t *fail = arg_name(args, "machine", &name), *r, *body;
-	json_t *port = json_object_get(args, "port");
+	json_t *port = json_object_get(args, "port"), *r, *fail, *body;
+	char rest[64];
 
-	if (fail)
-		return fail;
 	if (!json_is_integer(port) || json_integer_value(port) < 1 ||
 	    json_integer_value(port) > 65535)
 		return failed("port is required: the machine's port, 1 to 65535");
 	snprintf(rest, sizeof(rest), "/previews/%lld", (long long)json_integer_value(port));
-	machine_path(path, sizeof(path), name, rest);
 	body = json_pack("{s:b}", "public", json_is_true(json_object_get(args, "public")));
-	fail = api(m, "PUT", path, body, &r);
+	fail = machine_api(m, args, "PUT", rest, body, &r);
 	json_decref(body);
 	if (fail)
 		return fail;

@@ -1686,9 +1686,9 @@ static ssize_t events_reader(void *cls, uint64_t pos, char *buf, size_t max)
 			ec->said_ms = now;
 			break;
 		}
-		if (events_stopping())
-			return MHD_CONTENT_READER_END_OF_STREAM;	/* hostd stops */
 		ec->seen = events_wait(ec->seen, 500);
+		if (ec->seen < 0)
+			return MHD_CONTENT_READER_END_OF_STREAM;	/* hostd stops */
 		struct pollfd p = { .fd = ec->fd, .events = POLLRDHUP };
 		if (ec->fd >= 0 && poll(&p, 1, 0) > 0 &&
 		    (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))

@@ -78,16 +78,6 @@ void events_stop(void)
 	pthread_mutex_unlock(&last_lock);
 }
 
-bool events_stopping(void)
-{
-	bool s;
-
-	pthread_mutex_lock(&last_lock);
-	s = stopping;
-	pthread_mutex_unlock(&last_lock);
-	return s;
-}
-
 int64_t events_last(void)
 {
 	int64_t id;
@@ -114,7 +104,7 @@ int64_t events_wait(int64_t after, int ms)
 	while (last_id <= after && !stopping &&
 	       pthread_cond_timedwait(&last_cond, &last_lock, &until) == 0)
 		;
-	id = last_id;
+	id = stopping ? -1 : last_id;
 	pthread_mutex_unlock(&last_lock);
 	return id;
 }

@@ -10,7 +10,6 @@
 #define BERTH_HOSTD_EVENTS_H
 
 #include <jansson.h>
-#include <stdbool.h>
 #include <stdint.h>
 
 #include "hostd/db.h"
@@ -33,11 +32,10 @@ void events_emit(struct hostd *h, const char *owner, const char *machine, const 
 /* hostd stops: every follower's stream ends (else stopping the API would
  * wait for their clients to go). */
 void events_stop(void);
-bool events_stopping(void);
 /* The last event's id (0: none since hostd started): a follower's "seen". */
 int64_t events_last(void);
 /* Returns when an event with an id above SEEN was recorded (anyone's), or
- * after MS milliseconds: the last event's id. */
+ * after MS milliseconds: the last event's id; -1 at once when hostd stops. */
 int64_t events_wait(int64_t seen, int ms);
 
 /* EV as the API shows it. */

@@ -31,10 +31,11 @@ fdisk nftables dnsmasq-base conntrack iproute2"
 # gateway, and ssh-audit against it), and what tests/guest/bios-disk.sh
 # makes a disk that boots by itself with (SYSLINUX, mtools; sfdisk is in
 # run); chromium, headless, for the browser tests; clang and its runtime
-# (libFuzzer) for the fuzz harnesses in tests/fuzz.
+# (libFuzzer) for the fuzz harnesses in tests/fuzz; gdb for the stacks of a
+# berth-hostd that does not stop (tests/lib.sh kill_hostd).
 test="openssh-client procps psmisc curl python3 python3-yaml libxml2-utils
 syslinux syslinux-common mtools dosfstools chromium putty-tools python3-paramiko
-python3-asyncssh ssh-audit clang libclang-rt-14-dev"
+python3-asyncssh ssh-audit clang libclang-rt-14-dev gdb"
 
 case $what in
 build) want=$build ;;

@@ -180,6 +180,22 @@ start_hostd() {
 kill_hostd() {
 	[ -n "$HOSTD_PID" ] || return 0
 	kill "-${1:-TERM}" "$HOSTD_PID" 2>/dev/null
+	# A hostd that does not stop on TERM within 60 s is a failure, not a
+	# hang until tests/run's timeout: its threads' stacks go to the log
+	# (gdb), and it is killed.
+	if [ "${1:-TERM}" != KILL ]; then
+		local i
+		for i in $(seq 600); do
+			kill -0 "$HOSTD_PID" 2>/dev/null || break
+			sleep 0.1
+		done
+		if kill -0 "$HOSTD_PID" 2>/dev/null; then
+			not_ok "berth-hostd stops within 60 s of ${1:-TERM}"
+			gdb -batch -p "$HOSTD_PID" -ex 'thread apply all bt' >"$T/hostd-stop.bt" 2>&1
+			grep -E '^(Thread|#)' "$T/hostd-stop.bt" | head -150 | sed 's/^/# /'
+			kill -KILL "$HOSTD_PID" 2>/dev/null
+		fi
+	fi
 	wait "$HOSTD_PID" 2>/dev/null
 	HOSTD_PID=
 }

@@ -32,6 +32,7 @@ struct seen {
 		pid_t pid;
 		unsigned long long start;  /* /proc/PID/stat starttime */
 	} exec[EXEC_MAX];
+	int64_t exec_touched;       /* a command through hostd ran (idle_touch) */
 	bool running;               /* seen running in this pass */
 };
 
@@ -133,6 +134,8 @@ void idle_touch(struct hostd *h, const char *machine_id, const char *why)
 	struct seen *s = find(d, machine_id, true);
 	s->last_active = now_s();
 	snprintf(s->why, sizeof(s->why), "%s", why);
+	if (!strcmp(why, "exec"))
+		s->exec_touched = s->last_active;
 	pthread_mutex_unlock(&d->lock);
 }
 
@@ -150,6 +153,15 @@ static bool exec_alive(struct seen *s)
 			s->exec[i].pid = 0;
 	}
 	return alive;
+}
+
+/* Whether a command through hostd runs in S: its stream touches "exec"
+ * every second while it runs (exec.c), so a touch of the last two seconds
+ * is one still running.  Without this a busy guest's CPU, measured in the
+ * same second, named the activity until the next touch. */
+static bool exec_touched(const struct seen *s)
+{
+	return s->exec_touched && now_s() - s->exec_touched <= 2;
 }
 
 /* Why machine M is active now ("" when it is quiet).  Reads its vCPU time
@@ -176,7 +188,7 @@ static void activity(struct hostd *h, const struct machine *m, struct seen *copy
 		snprintf(why, whylen, "operation");
 	else if (sessions_count(h->sessions, m->id) > 0)
 		snprintf(why, whylen, "session");
-	else if (exec_alive(copy))
+	else if (exec_alive(copy) || exec_touched(copy))
 		snprintf(why, whylen, "exec");
 	else if (h->cfg.idle_cpu_percent > 0 && copy->cpu_ms &&
 		 copy->cpu_percent >= h->cfg.idle_cpu_percent)
@@ -264,6 +276,7 @@ void idle_check(struct hostd *h)
 			snprintf(copy.why, sizeof(copy.why), "%s", s->why);
 		}
 		memcpy(copy.exec, s->exec, sizeof(copy.exec));
+		copy.exec_touched = s->exec_touched;
 		copy.running = true;
 		*s = copy;
 		pthread_mutex_unlock(&d->lock);

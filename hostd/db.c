@@ -1642,18 +1642,26 @@ static void secret_from_row(sqlite3_stmt *st, void *out)
 	s->created = sqlite3_column_int64(st, 5);
 }
 
-int db_secret_insert(struct db *db, struct db_secret *s, struct err *e)
+int db_secret_insert(struct db *db, struct db_secret *s, int max, struct err *e)
 {
 	int rc;
 
 	s->created = now_s();
 	pthread_mutex_lock(&db->lock);
+	/* Counted in the insert itself: two adds at once cannot both pass a
+	 * count made before either. */
 	rc = execute(db, e, "insert secret", "INSERT INTO secrets(owner, name, url, headers, created)"
-		     " VALUES(?,?,?,?,?)", "ssssI", s->owner, s->name, s->url, s->headers,
-		     s->created);
-	if (rc == 0)
+		     " SELECT ?,?,?,?,? WHERE (SELECT count(*) FROM secrets WHERE owner = ?) < ?",
+		     "ssssIsI", s->owner, s->name, s->url, s->headers, s->created, s->owner,
+		     (int64_t)max);
+	if (rc == 0 && sqlite3_changes(db->h) == 0)
+		rc = 2;
+	else if (rc == 0)
 		s->id = sqlite3_last_insert_rowid(db->h);
 	pthread_mutex_unlock(&db->lock);
+	if (rc == 2)
+		return err_set(e, 403, "quota_exceeded", "%s has %d secrets, the most one user "
+			       "may have", s->owner, max);
 	if (rc == 1) {
 		err_clear(e);
 		return err_set(e, 409, "secret_exists", "%s has a secret %s already: remove it "
@@ -1717,16 +1725,35 @@ int db_secret_delete(struct db *db, const char *owner, const char *name, struct 
 }
 
 int db_secret_grant(struct db *db, int64_t secret_id, const char *machine_id, bool allow,
-		    bool *changed, struct err *e)
+		    int max, bool *changed, struct err *e)
 {
 	int rc;
 
 	pthread_mutex_lock(&db->lock);
-	if (allow)
+	/* A new grant counts the machine's in the insert (see
+	 * db_secret_insert); one it has already is no change. */
+	if (allow) {
 		rc = execute(db, e, "grant secret", "INSERT OR IGNORE INTO secret_grants(secret_id,"
-			     " machine_id, created) VALUES(?,?,?)", "IsI", secret_id, machine_id,
-			     now_s());
-	else
+			     " machine_id, created) SELECT ?,?,? WHERE EXISTS (SELECT 1 FROM"
+			     " secret_grants WHERE secret_id = ? AND machine_id = ?) OR (SELECT"
+			     " count(*) FROM secret_grants WHERE machine_id = ?) < ?", "IsIIssI",
+			     secret_id, machine_id, now_s(), secret_id, machine_id, machine_id,
+			     (int64_t)max);
+		if (rc == 0 && sqlite3_changes(db->h) == 0) {
+			sqlite3_stmt *st = query(db, e, "SELECT 1 FROM secret_grants WHERE "
+						 "secret_id = ? AND machine_id = ?", "Is",
+						 secret_id, machine_id);
+			int step = st ? sqlite3_step(st) : SQLITE_ERROR;
+			sqlite3_finalize(st);
+			if (!st)
+				rc = -1;
+			else if (step != SQLITE_ROW) {
+				err_set(e, 403, "quota_exceeded", "a machine may use %d secrets, "
+					"the most one machine may", max);
+				rc = -1;
+			}
+		}
+	} else
 		rc = execute(db, e, "revoke secret", "DELETE FROM secret_grants WHERE secret_id = ?"
 			     " AND machine_id = ?", "Is", secret_id, machine_id);
 	*changed = rc == 0 && sqlite3_changes(db->h) > 0;

@@ -337,8 +337,9 @@ struct db_secret {
 	int64_t created;      /* seconds since the epoch */
 };
 /* Insert S (owner, name, url, headers), setting S->id and S->created.
- * 409 "secret_exists" when OWNER has one of that name. */
-int db_secret_insert(struct db *db, struct db_secret *s, struct err *e);
+ * 409 "secret_exists" when OWNER has one of that name; 403
+ * "quota_exceeded" when OWNER has MAX (counted in the insert). */
+int db_secret_insert(struct db *db, struct db_secret *s, int max, struct err *e);
 /* OWNER's secret NAME.  404 "no_secret" ("no secret NAME") when none. */
 int db_secret_get(struct db *db, const char *owner, const char *name, struct db_secret *s,
 		  struct err *e);
@@ -347,10 +348,11 @@ int db_secret_list(struct db *db, const char *owner, struct db_secret **out, siz
 		   struct err *e);
 /* Remove OWNER's secret NAME and its grants.  404 "no_secret". */
 int db_secret_delete(struct db *db, const char *owner, const char *name, struct err *e);
-/* ALLOW: machine MACHINE_ID may use secret SECRET_ID from now on; else no
- * more.  *CHANGED: whether that was not so already. */
+/* ALLOW: machine MACHINE_ID may use secret SECRET_ID from now on (403
+ * "quota_exceeded" when it may use MAX others already, counted in the
+ * insert); else no more.  *CHANGED: whether that was not so already. */
 int db_secret_grant(struct db *db, int64_t secret_id, const char *machine_id, bool allow,
-		    bool *changed, struct err *e);
+		    int max, bool *changed, struct err *e);
 /* The names of the machines allowed secret SECRET_ID, sorted; the names of
  * the secrets MACHINE_ID is allowed, sorted; the ids of the machines
  * allowed SECRET_ID.  *OUT malloc'd, 64 bytes each. */

@@ -200,7 +200,7 @@ json_t *secrets_add(struct hostd *h, const char *owner, json_t *req, struct err 
 			owner, n);
 		goto fail;
 	}
-	if (db_secret_insert(h->db, &s, e) < 0)
+	if (db_secret_insert(h->db, &s, SECRETS_MAX_PER_USER, e) < 0)
 		goto fail;
 	log_info("secret %s/%s added: %s, %zu header lines", owner, s.name, s.url,
 		 json_array_size(pairs));
@@ -317,7 +317,7 @@ int secrets_allow(struct hostd *h, const struct machine *m, const char *name, bo
 
 	if (allow_check(h, m, name, allow, &id, e) < 0)
 		return -1;
-	if (db_secret_grant(h->db, id, m->id, allow, &changed, e) < 0 ||
+	if (db_secret_grant(h->db, id, m->id, allow, SECRETS_MAX_PER_MACHINE, &changed, e) < 0 ||
 	    want_update(h, m->id, e) < 0)
 		return -1;
 	if (changed)

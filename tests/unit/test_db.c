@@ -533,7 +533,7 @@ static void test_secrets(struct db *db)
 	struct machine a = machine_of("55555555-5555-4555-8555-555555555555", "carol", "a", 40031);
 	struct machine b = machine_of("66666666-6666-4666-8666-666666666666", "carol", "b", 40032);
 	struct machine d = machine_of("77777777-7777-4777-8777-777777777777", "dave", "a", 40033);
-	struct db_secret s = { 0 }, got, other = { 0 };
+	struct db_secret s = { 0 }, got, other = { 0 }, *list;
 	struct db_broker_call c = { 0 }, *calls = NULL;
 	struct db_secret_env *env = NULL;
 	struct machine m;
@@ -551,24 +551,35 @@ static void test_secrets(struct db *db)
 	snprintf(s.name, sizeof(s.name), "anthropic");
 	snprintf(s.url, sizeof(s.url), "https://api.example.com");
 	snprintf(s.headers, sizeof(s.headers), "[[\"x-api-key\",\"sk-1\"]]");
-	check(db_secret_insert(db, &s, &e) == 0 && s.id > 0, "secrets: insert");
+	check(db_secret_insert(db, &s, 64, &e) == 0 && s.id > 0, "secrets: insert");
 	other = s;
 	err_clear(&e);
-	check(db_secret_insert(db, &other, &e) < 0 && e.status == 409 &&
+	check(db_secret_insert(db, &other, 64, &e) < 0 && e.status == 409 &&
 	      !strcmp(e.code, "secret_exists"), "secrets: the same name again is 409");
 	snprintf(other.owner, sizeof(other.owner), "dave");
 	err_clear(&e);
-	check(db_secret_insert(db, &other, &e) == 0 && other.id != s.id,
+	check(db_secret_insert(db, &other, 64, &e) == 0 && other.id != s.id,
 	      "secrets: another owner's of the same name");
+	{
+		/* The limit is counted in the insert (no count-then-insert race). */
+		struct db_secret third = s;
+		snprintf(third.name, sizeof(third.name), "third");
+		err_clear(&e);
+		check(db_secret_insert(db, &third, 1, &e) < 0 && e.status == 403 &&
+		      !strcmp(e.code, "quota_exceeded"), "secrets: past the limit is 403");
+		check(db_secret_list(db, "carol", &list, &n, &e) == 0 && n == 1,
+		      "  and nothing was inserted");
+		free(list);
+	}
 	check(db_secret_get(db, "carol", "anthropic", &got, &e) == 0 &&
 	      !strcmp(got.headers, s.headers) && !strcmp(got.url, s.url), "secrets: get");
 	err_clear(&e);
 	check(db_secret_get(db, "carol", "openai", &got, &e) < 0 && e.status == 404,
 	      "secrets: a missing one is 404");
 
-	check(db_secret_grant(db, s.id, a.id, true, &changed, &e) == 0 && changed,
+	check(db_secret_grant(db, s.id, a.id, true, 16, &changed, &e) == 0 && changed,
 	      "grants: a may use carol's anthropic");
-	check(db_secret_grant(db, s.id, a.id, true, &changed, &e) == 0 && !changed,
+	check(db_secret_grant(db, s.id, a.id, true, 16, &changed, &e) == 0 && !changed,
 	      "grants: again changes nothing");
 	check(db_broker_lookup(db, 7, "anthropic", &m, &got, &allowed, &e) == 0 &&
 	      !strcmp(m.name, "a") && got.id == s.id && allowed, "lookup: index 7 is a, allowed");
@@ -585,7 +596,12 @@ static void test_secrets(struct db *db)
 	check(db_machine_secrets(db, a.id, &names, &n, &e) == 0 && n == 1 &&
 	      !strcmp(names[0], "anthropic"), "grants: a's secrets");
 	free(names);
-	check(db_secret_grant(db, s.id, b.id, true, &changed, &e) == 0 &&
+	err_clear(&e);
+	check(db_secret_grant(db, other.id, a.id, true, 1, &changed, &e) < 0 && e.status == 403 &&
+	      !strcmp(e.code, "quota_exceeded"), "grants: a machine past its limit is 403");
+	check(db_secret_grant(db, s.id, a.id, true, 1, &changed, &e) == 0 && !changed,
+	      "  but one it has already is no change, not a refusal");
+	check(db_secret_grant(db, s.id, b.id, true, 16, &changed, &e) == 0 &&
 	      db_secret_machines(db, s.id, &names, &n, &e) == 0 && n == 2 &&
 	      !strcmp(names[0], "a") && !strcmp(names[1], "b"), "grants: the secret's machines");
 	free(names);

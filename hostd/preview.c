@@ -242,27 +242,34 @@ json_t *preview_put(struct hostd *h, const char *owner, const char *name, int po
 	json_t *j;
 
 	if (needs_routed(h, e) < 0 || db_machine_get(h->db, owner, name, &m, e) < 0 ||
-	    preview_label(owner, name, port, label, sizeof(label), e) < 0 ||
-	    db_preview_put(h->db, m.id, port, label, public_, &created, e) < 0 ||
+	    preview_label(owner, name, port, label, sizeof(label), e) < 0)
+		return NULL;
+	/* A private preview's link (one browser in) is made before the
+	 * preview, and a preview this call made goes again when the link
+	 * cannot be kept: no private preview without a way in. */
+	if (!public_ && (secret_make(secret, e) < 0 || secret_hash(secret, hash, e) < 0))
+		return NULL;
+	if (db_preview_put(h->db, m.id, port, label, public_, &created, e) < 0 ||
 	    db_preview_get(h->db, m.id, port, &p, e) < 0)
 		return NULL;
-	log_info("preview %s: %s's %s port %d, %s (%s)", label, owner, name, port,
-		 public_ ? "public" : "private", created ? "made" : "changed");
+	expires = now_s() + PREVIEW_LINK_TTL_S;
 	j = preview_json(h, &p, false);
-	if (!j) {
+	if (!j)
 		err_set(e, 500, "internal", "out of memory");
+	if (!j || (!public_ && db_preview_key_add(h->db, p.id, "link", hash, expires, &key_id,
+						  e) < 0)) {
+		struct err de = { 0 };
+		json_decref(j);
+		explicit_bzero(secret, sizeof(secret));
+		if (created && db_preview_delete(h->db, p.id, &de) < 0)
+			log_warn("preview %s: %s", label, de.msg);
 		return NULL;
 	}
+	log_info("preview %s: %s's %s port %d, %s (%s)", label, owner, name, port,
+		 public_ ? "public" : "private", created ? "made" : "changed");
 	json_object_set_new(j, "created", json_boolean(created));
 	if (public_)
 		return j;
-	/* A private preview: a link that lets one browser in. */
-	expires = now_s() + PREVIEW_LINK_TTL_S;
-	if (secret_make(secret, e) < 0 || secret_hash(secret, hash, e) < 0 ||
-	    db_preview_key_add(h->db, p.id, "link", hash, expires, &key_id, e) < 0) {
-		json_decref(j);
-		return NULL;
-	}
 	snprintf(path, sizeof(path), "%s?token=%s", PREVIEW_LOGIN_PATH, secret);
 	preview_url(&h->cfg, label, path, link, sizeof(link));
 	json_object_set_new(j, "link", json_string(link));
@@ -316,6 +323,17 @@ static uint64_t grant_add(struct previews *p, int64_t preview_id, int64_t key_id
 	if (!handle)
 		return 0;
 	pthread_mutex_lock(&p->lock);
+	/* Forgotten ones go here too, not only at berth-web's reports: while
+	 * no watch connection reports, grants would pile up. */
+	if (p->ng == p->capg) {
+		int64_t now = mono_ms();
+		for (size_t i = 0; i < p->ng;) {
+			if (now - p->g[i].seen_ms > GRANT_FORGET_MS)
+				p->g[i] = p->g[--p->ng];
+			else
+				i++;
+		}
+	}
 	if (p->ng == p->capg) {
 		p->capg = p->capg ? p->capg * 2 : 64;
 		p->g = realloc(p->g, p->capg * sizeof(*p->g));

@@ -101,17 +101,16 @@ int cmd_preview(struct client *c, int argc, char **argv)
 {
 	char path[256];
 
-	if (argc >= 2 && (!strcmp(argv[1], "ls") || !strcmp(argv[1], "list"))) {
-		bool all = argc == 3 && !strcmp(argv[2], "--all");
-		if (argc > 3 || (argc == 3 && !all))
-			goto usage;
+	/* ls, list and rm are subcommands only in their own shapes: `berth
+	 * preview ls 8080` is machine ls's port 8080. */
+	if (argc >= 2 && (!strcmp(argv[1], "ls") || !strcmp(argv[1], "list")) &&
+	    (argc == 2 || (argc == 3 && !strcmp(argv[2], "--all")))) {
+		bool all = argc == 3;
 		return cli_call_print(c, "GET", all ? "/v1/previews?all=1" : "/v1/previews", NULL,
 				      print_previews, &all);
 	}
-	if (argc >= 2 && !strcmp(argv[1], "rm")) {
+	if (argc == 4 && !strcmp(argv[1], "rm") && argv[2][0] != '-' && argv[3][0] != '-') {
 		json_t *r;
-		if (argc != 4)
-			goto usage;
 		if (!preview_path(argv[2], argv[3], path, sizeof(path)))
 			return 2;
 		if (cli_call(c, "DELETE", path, NULL, &r) < 0)
@@ -123,6 +122,10 @@ int cmd_preview(struct client *c, int argc, char **argv)
 		json_decref(r);
 		return 0;
 	}
+	/* `berth preview rm m`: a forgotten port, not machine rm's port m. */
+	if (argc >= 2 && !strcmp(argv[1], "rm") && (argc < 3 || argv[2][strspn(argv[2],
+									       "0123456789")]))
+		goto usage;
 	return preview_put(c, argc, argv);
 usage:
 	fputs(USAGE, stderr);

@@ -156,13 +156,15 @@ int main(int argc, char **argv)
 	struct client c = { 0 };
 	const char *state = getenv("BERTH_STATE");
 	const char *url = getenv("BERTH_URL"), *token_file = NULL;
+	bool state_opt = false;
 	int i;
 
 	for (i = 1; i < argc; i++) {
 		const char *v;
-		if ((v = cli_optval(argc, argv, &i, "--state")))
+		if ((v = cli_optval(argc, argv, &i, "--state"))) {
 			state = v;
-		else if ((v = cli_optval(argc, argv, &i, "--url")))
+			state_opt = true;
+		} else if ((v = cli_optval(argc, argv, &i, "--url")))
 			url = v;
 		else if ((v = cli_optval(argc, argv, &i, "--token-file")))
 			token_file = v;
@@ -193,9 +195,10 @@ int main(int argc, char **argv)
 		}
 		if (!strcmp(args[j], "--json"))
 			c.json = true;
-		else if ((v = cli_optval(nargs, args, &j, "--state")))
+		else if ((v = cli_optval(nargs, args, &j, "--state"))) {
 			state = v;
-		else
+			state_opt = true;
+		} else
 			args[n++] = args[j];
 	}
 	nargs = n;
@@ -224,6 +227,14 @@ int main(int argc, char **argv)
 	xsnprintf(c.sock, sizeof(c.sock), "%s/hostd.sock", c.state);
 	if (token_file && !(url && *url)) {
 		fprintf(stderr, "berth: --token-file goes with --url (or BERTH_URL)\n");
+		return 2;
+	}
+	/* Two hosts named: which one was meant is not for berth to guess
+	 * (up and down, this host's own, say so themselves). */
+	if (state_opt && url && *url && strcmp(args[0], "up") && strcmp(args[0], "down")) {
+		fprintf(stderr, "berth: --state names a local berth-hostd and %s berth-web at "
+			"%s: give one of them%s\n", getenv("BERTH_URL") == url ? "BERTH_URL" :
+			"--url", url, getenv("BERTH_URL") == url ? " (unset BERTH_URL)" : "");
 		return 2;
 	}
 	if (url && *url && use_url(&c, url, token_file) < 0)

@@ -175,6 +175,9 @@ check_eq "berth exec with BERTH_URL and $U's token, as nobody: exit 5" "5 via we
 	"$? $out $(cat "$T/nb.err")"
 check_eq "  it acts as $U: berth ls shows m" m "$(nb ls --json | json machines.0.name)"
 check_eq "  stdin goes through" piped "$(echo piped | nb exec m -- cat)"
+check_match "  --state beside BERTH_URL: refused, naming both (not one silently)" \
+	"--state names a local berth-hostd and BERTH_URL berth-web at http://127.0.0.1:$PORT" \
+	"$(nb --state /nonexistent ls 2>&1)"
 check_match "  a revoked token is refused, named" "invalid or revoked token" \
 	"$(NB_TOKEN=berth_$(printf '%064d' 0) nb exec m -- true 2>&1)"
 

@@ -147,6 +147,13 @@ $(OUT)/tests/test_web_preview: $(call obj,tests/unit/test_web_preview.c web/prev
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# berth-web's /mcp (its Origin rule) and the MCP server's methods.
+$(OUT)/tests/test_web_mcp: $(call obj,tests/unit/test_web_mcp.c web/mcp.c common/mcp.c web/reply.c \
+			    web/request.c web/wsexec.c web/ws.c web/upgrade.c $(COMMON_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # berth-web's checks of a client's request head, on a libmicrohttpd of its own.
 $(OUT)/tests/test_web_request: $(call obj,tests/unit/test_web_request.c web/request.c $(COMMON_SRC))
 	$(call quiet,LINK,$@)

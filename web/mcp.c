@@ -247,6 +247,7 @@ static enum MHD_Result answer(struct webmcp_req *r, const char *web_sock)
 {
 	struct mcp_host h = { .sock = web_sock, .token = r->token, .gone = gone, .data = r };
 	json_t *resp = NULL, *msg, *out;
+	json_int_t code;
 	json_error_t je;
 	long status = 0;
 	char err[512];
@@ -283,8 +284,8 @@ static enum MHD_Result answer(struct webmcp_req *r, const char *web_sock)
 		return reply(r->c, 202, NULL, NULL);
 	/* A message that is no request (a batch, no method) is the client's
 	 * error: 400, its JSON-RPC error as the body. */
-	return reply(r->c, json_object_get(out, "error") &&
-			     json_is_null(json_object_get(out, "id")) ? 400 : 200, out, NULL);
+	code = json_integer_value(json_object_get(json_object_get(out, "error"), "code"));
+	return reply(r->c, code == MCP_INVALID_REQUEST ? 400 : 200, out, NULL);
 }
 
 enum MHD_Result webmcp_handle(struct MHD_Connection *c, const char *method,

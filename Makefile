@@ -63,7 +63,11 @@ WEB_SRC     += web/broker.c web/hostctl.c
 # proxy to the guests' ports and its reader of their answers.
 HOSTD_SRC   += hostd/preview.c hostd/events.c
 CLI_SRC     += cli/preview.c cli/events.c cli/mcp.c
-WEB_SRC     += web/preview.c web/upstream.c
+# The MCP server's tools (common/mcp.h), once for its two transports: the
+# CLI's stdio (cli/mcp.c) and berth-web's POST /mcp (web/mcp.c).
+CLI_SRC     += common/mcp.c
+WEB_SRC     += common/mcp.c
+WEB_SRC     += web/preview.c web/upstream.c web/mcp.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 
 # Objects shared by the daemon and the unit tests (everything but main).
@@ -139,6 +143,13 @@ $(OUT)/tests/test_wsexec: $(call obj,tests/unit/test_wsexec.c web/wsexec.c web/w
 $(OUT)/tests/test_web_preview: $(call obj,tests/unit/test_web_preview.c web/preview.c \
 				web/upstream.c web/hostctl.c web/reply.c web/conns.c web/request.c \
 				web/upgrade.c $(COMMON_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# berth-web's /mcp (its Origin rule) and the MCP server's methods.
+$(OUT)/tests/test_web_mcp: $(call obj,tests/unit/test_web_mcp.c web/mcp.c common/mcp.c web/reply.c \
+			    web/request.c web/wsexec.c web/ws.c web/upgrade.c $(COMMON_SRC))
 	$(call quiet,LINK,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -178,6 +178,8 @@ struct stream {
 	void *data;
 	bool download;         /* a 2xx body goes to FD (or SINK) */
 	hostapi_sink_fn sink;
+	hostapi_until_fn until;  /* true: end the transfer (NULL: never) */
+	void *until_data;
 	const char *json;      /* the request's body, JSON text (NULL: none) */
 	const char *token;     /* sent as a bearer token (NULL: none) */
 	struct buf err_body;   /* any other body: hostd's JSON answer */
@@ -232,6 +234,8 @@ static int on_progress(void *data, curl_off_t dltotal, curl_off_t dlnow, curl_of
 
 	(void)dltotal;
 	(void)ultotal;
+	if (s->until && s->until(s->until_data))
+		return 1;	/* CURLE_ABORTED_BY_CALLBACK */
 	if (s->fn)
 		s->fn(s->size ? (uint64_t)ulnow : (uint64_t)dlnow, s->size, s->data);
 	return 0;
@@ -256,7 +260,7 @@ static int transfer(const char *sock, const char *method, const char *path,
 	curl_easy_setopt(s->h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(s->h, CURLOPT_WRITEFUNCTION, on_write);
 	curl_easy_setopt(s->h, CURLOPT_WRITEDATA, s);
-	curl_easy_setopt(s->h, CURLOPT_NOPROGRESS, s->sink ? 1L : 0L);
+	curl_easy_setopt(s->h, CURLOPT_NOPROGRESS, s->sink && !s->until ? 1L : 0L);
 	curl_easy_setopt(s->h, CURLOPT_XFERINFOFUNCTION, on_progress);
 	curl_easy_setopt(s->h, CURLOPT_XFERINFODATA, s);
 	hdrs = add_token(curl_slist_append(hdrs, "Expect:"), s->token);
@@ -286,7 +290,8 @@ static int transfer(const char *sock, const char *method, const char *path,
 	}
 	if (rc != CURLE_OK) {
 		const char *who = hostapi_is_url(sock) ? "berth-web" : "berth-hostd";
-		if (*status && s->sink && rc == CURLE_WRITE_ERROR)
+		if (*status && s->sink && (rc == CURLE_WRITE_ERROR ||
+					   rc == CURLE_ABORTED_BY_CALLBACK))
 			snprintf(err, errlen, "the transfer from %s was ended", who);
 		else if (*status)
 			snprintf(err, errlen, "the transfer from %s at %s broke off: %s (%s)", who,
@@ -352,9 +357,19 @@ int hostapi_stream_as(const char *sock, const char *token, const char *method,
 		      const char *path, json_t *body, hostapi_sink_fn sink, void *data,
 		      long *status, json_t **resp, char *err, size_t errlen)
 {
+	return hostapi_stream_until_as(sock, token, method, path, body, sink, data, NULL, NULL,
+				       status, resp, err, errlen);
+}
+
+int hostapi_stream_until_as(const char *sock, const char *token, const char *method,
+			    const char *path, json_t *body, hostapi_sink_fn sink, void *data,
+			    hostapi_until_fn until, void *until_data, long *status,
+			    json_t **resp, char *err, size_t errlen)
+{
 	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	struct stream s = { .download = true, .sink = sink, .data = data, .json = text,
-			    .token = token, .err_body = BUF_INIT };
+			    .token = token, .until = until, .until_data = until_data,
+			    .err_body = BUF_INIT };
 	int ret;
 
 	if (body && !text)

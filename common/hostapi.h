@@ -52,6 +52,16 @@ int hostapi_stream(const char *sock, const char *method, const char *path, json_
 int hostapi_stream_as(const char *sock, const char *token, const char *method,
 		      const char *path, json_t *body, hostapi_sink_fn sink, void *data,
 		      long *status, json_t **resp, char *err, size_t errlen);
+/* Asked about once a second while a transfer runs (more often while
+ * bytes move): true ends it. */
+typedef bool (*hostapi_until_fn)(void *data);
+/* hostapi_stream_as, ended early (-1, ERR "... was ended") as soon as
+ * UNTIL(UNTIL_DATA) is true (UNTIL NULL: never): a long command whose
+ * client went does not hold the caller for as long as it runs. */
+int hostapi_stream_until_as(const char *sock, const char *token, const char *method,
+			    const char *path, json_t *body, hostapi_sink_fn sink, void *data,
+			    hostapi_until_fn until, void *until_data, long *status,
+			    json_t **resp, char *err, size_t errlen);
 /* Called as bytes move: DONE so far of TOTAL (0 when unknown). */
 typedef void (*hostapi_progress_fn)(uint64_t done, uint64_t total, void *data);
 

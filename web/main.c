@@ -19,6 +19,8 @@
  *            token: berth-web decides nothing of who calls; but GET
  *            /v1/machines/NAME/exec/ws, a command over a WebSocket, a
  *            session of berth-web's on hostd's exec routes (web/wsexec.h);
+ *   /mcp     berth's MCP server over Streamable HTTP (POST; web/mcp.h), its
+ *            tools acting as the bearer token's user through web.sock;
  *   /xterm/  xterm.js's files for the dashboard's terminal (npm's @xterm/:
  *            xterm/ and addon-fit/, from build/node or where `make
  *            install` put them);
@@ -55,6 +57,7 @@
 #include "common/util.h"
 #include "web/broker.h"
 #include "web/conns.h"
+#include "web/mcp.h"
 #include "web/reply.h"
 #include "web/preview.h"
 #include "web/proxy.h"
@@ -84,6 +87,7 @@ struct web {
 	 * last answer (web/conns.h). */
 	int head_s, idle_s;
 	json_t *broker;                 /* the credential broker's settings (null: off) */
+	char preview_domain[256];       /* hostd's (an Origin of it may call /mcp) */
 };
 
 static struct web W = { .max_conns = 1024, .max_per_addr = 64, .head_s = 10, .idle_s = 60 };
@@ -93,10 +97,11 @@ static struct web W = { .max_conns = 1024, .max_per_addr = 64, .head_s = 10, .id
 /* One request, from its first line (uri_seen) to its end (completed). */
 struct req {
 	char *target;                   /* the request target as received */
-	enum { REQ_NEW, REQ_API, REQ_PAGE, REQ_PREVIEW } kind;
+	enum { REQ_NEW, REQ_API, REQ_PAGE, REQ_PREVIEW, REQ_MCP } kind;
 	struct proxy_req *px;
 	struct preview_req *pv;
 	struct wsexec_req *ws;          /* exec/ws: the session's, until the upgrade */
+	struct webmcp_req *mcp;         /* POST /mcp (web/mcp.h) */
 };
 
 static void usage(FILE *f)
@@ -212,7 +217,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	if (r->kind == REQ_NEW) {
 		conns_head(c);
 		r->kind = preview_host(c) ? REQ_PREVIEW :
-			  !strcmp(url, "/v1") || !strncmp(url, "/v1/", 4) ? REQ_API : REQ_PAGE;
+			  !strcmp(url, "/v1") || !strncmp(url, "/v1/", 4) ? REQ_API :
+			  webmcp_route(url) ? REQ_MCP : REQ_PAGE;
 		/* A page's file is answered at the request's end: answered at
 		 * its head, libmicrohttpd would close the connection after it,
 		 * and the browser make a new one for the next file.  So a page's
@@ -238,6 +244,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		return preview_handle(c, method, r->target, peer, upload_data, upload_data_size,
 				      &r->pv);
 	}
+	if (r->kind == REQ_MCP)
+		return webmcp_handle(c, method, W.web_sock, upload_data, upload_data_size, &r->mcp);
 	if (r->kind == REQ_API) {
 		char name[64];
 		peer_of(c, peer, sizeof(peer));
@@ -269,6 +277,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	proxy_done(r->px);
 	preview_done(r->pv);
 	wsexec_req_free(r->ws);
+	webmcp_req_free(r->mcp);
 	free(r->target);
 	free(r);
 	*con_cls = NULL;
@@ -318,6 +327,9 @@ static int settings(void)
 	snprintf(W.tls_cert, sizeof(W.tls_cert), "%s", cert ? cert : "");
 	snprintf(W.tls_key, sizeof(W.tls_key), "%s", key ? key : "");
 	preview_configure(json_string_value(json_object_get(resp, "preview_domain")));
+	snprintf(W.preview_domain, sizeof(W.preview_domain), "%s",
+		 json_string_value(json_object_get(resp, "preview_domain")) ?
+		 json_string_value(json_object_get(resp, "preview_domain")) : "");
 	W.broker = json_incref(json_object_get(resp, "broker"));
 	json_decref(resp);
 	return 0;
@@ -469,6 +481,7 @@ int main(int argc, char **argv)
 	if (blisten && (bfd = broker_listen(blisten)) < 0)
 		return 1;
 	lfd = daemon_start(W.listen, pidfile, W.user, "web server");
+	webmcp_configure(tls, W.preview_domain[0] ? W.preview_domain : NULL);
 	if (lfd < 0 || preview_start(W.state, tls) < 0)
 		return 1;
 
@@ -530,6 +543,7 @@ int main(int argc, char **argv)
 	log_info("signal %d: stopping", sig);
 	broker_stop(broker);
 	json_decref(W.broker);
+	webmcp_stop_all();
 	wsexec_stop_all(5000);
 	preview_stop(5000);
 	proxy_stop_all();

@@ -1,23 +1,37 @@
-// `berth mcp` driven by the official MCP client SDK (@modelcontextprotocol/sdk,
-// its stdio transport), as Claude Code or Codex would:
-//   node tests/mcp/client.mjs BERTH STATE MACHINE
-// BERTH is the CLI, STATE its state directory; MACHINE must not exist (the
-// script creates it, uses it and deletes it).  Prints one line per check,
-// "PASS|what" or "FAIL|what|why", and "DONE" at the end
-// (tests/integration/t640-mcp.sh turns them into TAP).
+// berth's MCP server driven by the official MCP client SDK
+// (@modelcontextprotocol/sdk), as Claude Code or Codex would, over either
+// of its transports:
+//   node tests/mcp/client.mjs BERTH STATE MACHINE         `berth mcp` (stdio)
+//   node tests/mcp/client.mjs --http URL TOKEN MACHINE    berth-web's POST /mcp
+// BERTH is the CLI, STATE its state directory; URL berth-web's /mcp and
+// TOKEN an API token.  MACHINE must not exist (the script creates it, uses
+// it and deletes it; over HTTP it keeps it when MCP_KEEP=1, for the test's
+// own probes, and leaves out checkpoint and fork, which the stdio run
+// covers).  Prints one line per check, "PASS|what" or "FAIL|what|why", and
+// "DONE" at the end (tests/integration/t640-mcp.sh and t645-mcp-http.sh
+// turn them into TAP).
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { root, pass, fail, step, expect } from '../checks.mjs';
 
-const [berth, state, machine] = process.argv.slice(2);
+const http = process.argv[2] === '--http';
+const [berth, state, machine] = process.argv.slice(http ? 3 : 2);
 const sdk = (p) => import(pathToFileURL(
   join(root, 'build/node/node_modules/@modelcontextprotocol/sdk/dist/esm', p)).href);
 const { Client } = await sdk('client/index.js');
-const { StdioClientTransport } = await sdk('client/stdio.js');
-
-const transport = new StdioClientTransport({ command: berth, args: ['--state', state, 'mcp'],
-  stderr: 'inherit' });
-const client = new Client({ name: 'berth-t640', version: '1.0.0' });
+let transport;
+if (http) {
+  // (berth, state: the URL and the token)
+  const { StreamableHTTPClientTransport } = await sdk('client/streamableHttp.js');
+  transport = new StreamableHTTPClientTransport(new URL(berth),
+    { requestInit: { headers: { Authorization: `Bearer ${state}` } } });
+} else {
+  const { StdioClientTransport } = await sdk('client/stdio.js');
+  transport = new StdioClientTransport({ command: berth, args: ['--state', state, 'mcp'],
+    stderr: 'inherit' });
+}
+const keep = http && process.env.MCP_KEEP === '1';
+const client = new Client({ name: http ? 'berth-t645' : 'berth-t640', version: '1.0.0' });
 const call = (name, args) => client.callTool({ name, arguments: args }, undefined,
   { timeout: 600000 });
 const text = (r) => r.content.map((c) => c.text).join('');
@@ -87,7 +101,7 @@ try {
     try { await call('format_disk', {}); } catch (e) { threw = e; }
     expect(threw && /no tool 'format_disk'/.test(threw.message), String(threw));
   });
-  await step('checkpoint, then fork from it', async () => {
+  if (!http) await step('checkpoint, then fork from it', async () => {
     // (a disk checkpoint of a running machine has what its guest wrote out)
     await call('exec', { machine, command: 'sync' });
     const c = await call('checkpoint', { machine, name: 'c1' });
@@ -97,13 +111,14 @@ try {
     const r = await call('read_file', { machine: `${machine}-f`, path: '/root/mcp.txt' });
     expect(text(r) === body, text(r));
   });
-  await step('list_machines shows both', async () => {
+  const all = http ? [machine] : [`${machine}-f`, machine];
+  await step(`list_machines shows ${http ? 'it' : 'both'}`, async () => {
     const r = await call('list_machines', {});
     const names = r.structuredContent.machines.map((m) => m.name).sort().join(' ');
-    expect(names === `${machine} ${machine}-f`, names);
+    expect(names === [...all].sort().join(' '), names);
   });
-  await step('delete_machine: both gone', async () => {
-    for (const m of [`${machine}-f`, machine]) {
+  if (!keep) await step(`delete_machine: ${http ? 'gone' : 'both gone'}`, async () => {
+    for (const m of all) {
       const r = await call('delete_machine', { machine: m });
       expect(!r.isError, text(r));
     }

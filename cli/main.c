@@ -144,7 +144,7 @@ static int use_url(struct client *c, const char *url, const char *file)
 		fprintf(stderr, "berth: the API token is not one (berth_ and 64 hex digits)\n");
 		return -1;
 	}
-	snprintf(c->token, sizeof(c->token), "%s", tok);
+	memcpy(c->token, tok, strlen(tok) + 1);	/* its length checked above */
 	if (!strncmp(url, "http://", 7) && !url_loopback(url))
 		fprintf(stderr, "berth: warning: %s is plain HTTP: the API token crosses the "
 			"network in clear (https:// with tls_cert and tls_key in berth.conf)\n", url);

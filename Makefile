@@ -63,6 +63,9 @@ WEB_SRC     += web/broker.c web/hostctl.c
 # proxy to the guests' ports and its reader of their answers.
 HOSTD_SRC   += hostd/preview.c hostd/events.c
 CLI_SRC     += cli/preview.c cli/events.c cli/mcp.c
+# Lifecycle-event webhooks (hostd/webhooks.h) and berth webhook.
+HOSTD_SRC   += hostd/webhooks.c
+CLI_SRC     += cli/webhook.c
 WEB_SRC     += web/preview.c web/upstream.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 

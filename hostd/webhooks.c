@@ -27,6 +27,7 @@
 #include "common/util.h"
 #include "hostd/events.h"
 #include "hostd/hostd.h"
+#include "hostd/net.h"
 #include "common/banned.h"
 
 #define WORKERS 4
@@ -610,12 +611,18 @@ int webhooks_start(struct hostd *h, struct err *e)
 {
 	struct buf closed = BUF_INIT;
 
-	/* The guest network and what guests may not reach are closed to
-	 * webhooks too (with every range netpolicy closes always and the
-	 * host's own addresses). */
+	/* What guests may not reach is closed to webhooks too: the guest
+	 * network, egress_closed and the host's networks (as the broker's,
+	 * secrets_broker_settings), with every range netpolicy closes always
+	 * and the host's own addresses. */
 	buf_printf(&closed, "%s", h->cfg.guest_network);
-	if (h->cfg.egress_closed[0])
+	if (net_routed(h) && h->net) {
+		const struct net_conf *c = net_conf(h);
+		for (size_t i = 0; i < c->n_closed; i++)
+			buf_printf(&closed, ",%s", c->closed[i]);
+	} else if (h->cfg.egress_closed[0]) {
 		buf_printf(&closed, ",%s", h->cfg.egress_closed);
+	}
 	W.policy = netpolicy_new(buf_str(&closed), h->cfg.webhook_allow, e);
 	buf_free(&closed);
 	if (!W.policy)

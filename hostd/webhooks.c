@@ -12,7 +12,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/params.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -231,7 +231,17 @@ check_match "  and lists it there" "\"id\": ?$WT," "$(curl -s --unix-socket "$ST
 check_match "  and removes it" "\"deleted\": ?$WT\}" "$(curl -s --unix-socket "$STATE/web.sock" \
 	-H "Authorization: Bearer $TOK" -X DELETE "http://berth/v1/webhooks/$WT")"
 
-# ---- a removed webhook gets nothing more ----
+# ---- a removed webhook gets nothing more; a redirect, a silent receiver, TLS ----
+WR=$(add_hook redir --events created --machine m2)
+WH=$(add_hook hangt --events created --machine m2)
+# An HTTPS receiver whose certificate no trusted CA signed.
+openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
+	-keyout "$T/tls.pem" -out "$T/tls.crt" -days 1 2>/dev/null && cat "$T/tls.crt" >>"$T/tls.pem"
+python3 "$ROOT/tests/integration/webhook_receiver.py" "$T/tport" "$T/tls.jsonl" "$T" "$T/tls.pem" &
+PIDS+=($!)
+for _ in $(seq 50); do [ -s "$T/tport" ] && break; sleep 0.1; done
+WS=$(berth webhook add "https://127.0.0.1:$(cat "$T/tport")/ok" --events created --machine m2 --json | json id)
+check_match "an https webhook" '^[0-9]+$' "$WS"
 W5=$(add_hook failx --events created --machine m2)
 before=$(received failx | wc -l)
 berth create m2 --no-start >/dev/null || not_ok "create m2"
@@ -247,6 +257,23 @@ check_eq "  and its queue, from the database" 0 "$(python3 -c 'import sqlite3, s
 print(sqlite3.connect(sys.argv[1]).execute(
     "SELECT count(*) FROM webhook_deliveries WHERE webhook_id = ?", (int(sys.argv[2]),)).fetchone()[0])' \
 	"$STATE/berth.db" "$W5")"
+check "a redirect is not followed: the attempt failed (302)" wait_for 10 eval \
+	"berth webhook log $WR | grep -q 'HTTP status 302'"
+dr=$(berth webhook log "$WR" --json | json deliveries.0.id)
+check_eq "  /ok never got its delivery ($dr)" "0" "$(received ok | python3 -c 'import json, sys
+print(sum(json.loads(l)["delivery"] == sys.argv[1] for l in sys.stdin))' "$dr")"
+check "https with a certificate no CA signed: refused by hostd" wait_for 10 eval \
+	"berth webhook log $WS --json | json deliveries.0.last_error | grep -Eq 'SSL|certificate'"
+check_eq "  the receiver got no request" 0 "$(cat "$T/tls.jsonl" 2>/dev/null | wc -l)"
+check "a receiver silent for 10 s: the attempt times out, the next delivers" wait_for 25 eval \
+	'[ "$(log_state "$WH")" = "delivered 2" ]'
+gap=$(received hangt | python3 -c 'import json, sys
+t = [int(json.loads(l)["timestamp"]) for l in sys.stdin]
+print(t[1] - t[0] if len(t) == 2 else -1)')
+check "  the second try 10 s after the first at least (+1 s backoff): $gap s" test "$gap" -ge 10
+berth webhook rm "$WR" >/dev/null
+berth webhook rm "$WH" >/dev/null
+berth webhook rm "$WS" >/dev/null
 
 # ---- a delivery in flight when hostd stops: delivered after it starts ----
 W4=$(add_hook hang1 --events deleted --machine m2)

@@ -10,8 +10,11 @@ What it answers depends on the path's first segment:
   ok     200
   fail2* 500 to the first two requests of a delivery (X-Berth-Delivery), then 200
   fail*  (else) 500 always
-  hang1  the first request of a delivery gets no answer (60 s), later ones 200
+  hang*  the first request of a delivery gets no answer (60 s), later ones 200
+  redir  302 to /ok (hostd must not follow it)
   other  200
+With a fourth argument, CERT (a PEM file with the key and a self-signed
+certificate), it speaks HTTPS.
 """
 import hashlib
 import hmac
@@ -60,10 +63,16 @@ class Handler(BaseHTTPRequestHandler):
                    "nth": count}
             with open(log_path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
-        if name == "hang1" and count == 1:
+        if name.startswith("hang") and count == 1:
             time.sleep(60)
             return
         status = 200
+        if name == "redir":
+            self.send_response(302)
+            self.send_header("Location", "/ok")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if name.startswith("fail2"):
             if count <= 2:
                 status = 500
@@ -79,6 +88,11 @@ class Handler(BaseHTTPRequestHandler):
 
 srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 srv.daemon_threads = True
+if len(sys.argv) > 4:
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[4])
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
 with open(port_file + ".tmp", "w") as f:
     f.write(str(srv.server_address[1]))
 os.rename(port_file + ".tmp", port_file)

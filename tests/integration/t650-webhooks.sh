@@ -190,6 +190,17 @@ check_match "  with its cause (berth exec's request)" '/v1/machines/m/[a-z/]+ by
 check_eq "every delivery to ok was signed" "True" "$(received ok | python3 -c 'import json, sys
 r = [json.loads(l) for l in sys.stdin]; print(bool(r) and all(x["sig_ok"] for x in r))')"
 
+diag "event to delivery at the receiver (first attempts to ok): $(received ok | python3 -c '
+import json, sys, datetime
+d = []
+for l in sys.stdin:
+    r = json.loads(l); b = json.loads(r["body"])
+    t = datetime.datetime.strptime(b["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+    d.append((r["at"] - t) * 1000)
+d.sort()
+print("%d deliveries, median %.0f ms, max %.0f ms" % (len(d), d[len(d) // 2], d[-1]) if d else "none")')"
+
 # ---- another user ----
 out=$(ub webhook ls --json)
 check_eq "$U lists none of root's" '[]' "$(echo "$out" | python3 -c 'import json, sys

@@ -60,7 +60,7 @@ class Handler(BaseHTTPRequestHandler):
                    "event": self.headers.get("X-Berth-Event", ""), "timestamp": ts,
                    "content_type": self.headers.get("Content-Type", ""),
                    "sig_ok": sig_ok, "body": body.decode("utf-8", "replace"),
-                   "nth": count}
+                   "nth": count, "at": time.time()}
             with open(log_path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
         if name.startswith("hang") and count == 1:

@@ -294,7 +294,9 @@ json_t *webhook_create(struct hostd *h, const char *owner, json_t *req, struct e
 		explicit_bzero(w.secret, sizeof(w.secret));
 		return NULL;
 	}
-	log_info("webhook %lld of %s added: %s", (long long)w.id, owner, w.url);
+	/* Not its query, which may hold the receiver's token. */
+	log_info("webhook %lld of %s added: %.*s%s", (long long)w.id, owner,
+		 (int)strcspn(w.url, "?"), w.url, strchr(w.url, '?') ? "?…" : "");
 	r = hook_json(&w);
 	json_object_set_new(r, "secret", json_string(w.secret));
 	explicit_bzero(w.secret, sizeof(w.secret));

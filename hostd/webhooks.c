@@ -515,7 +515,7 @@ static void post_once(const struct db_webhook *w, struct db_delivery *d)
 			snprintf(d->last_error, sizeof(d->last_error), "no answer within %d s",
 				 WEBHOOK_TIMEOUT_S);
 		else if (cc != CURLE_OK && !(cc == CURLE_WRITE_ERROR && p.too_big))
-			snprintf(d->last_error, sizeof(d->last_error), "%s",
+			snprintf(d->last_error, sizeof(d->last_error), "%.200s",
 				 cerr[0] ? cerr : curl_easy_strerror(cc));
 		else
 			snprintf(d->last_error, sizeof(d->last_error), "HTTP status %ld", status);

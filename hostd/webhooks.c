@@ -314,7 +314,8 @@ json_t *webhook_list(struct hostd *h, const char *owner, struct err *e)
 	arr = json_array();
 	for (size_t i = 0; i < n; i++)
 		json_array_append_new(arr, hook_json(&ws[i]));
-	explicit_bzero(ws, n * sizeof(*ws));
+	if (ws)
+		explicit_bzero(ws, n * sizeof(*ws));
 	free(ws);
 	return json_pack("{s:o}", "webhooks", arr);
 }

@@ -58,6 +58,9 @@ DESKTOP_SRC := desktop/main.c desktop/screen.c desktop/hostfd.c desktop/font.c \
 # descriptors (hostd/webctl.h).
 HOSTD_SRC   += hostd/secrets.c hostd/secrets_rules.c hostd/webctl.c hostd/callcap.c
 CLI_SRC     += cli/secret.c
+# Lifecycle-event webhooks (hostd/webhooks.h) and berth webhook.
+HOSTD_SRC   += hostd/webhooks.c
+CLI_SRC     += cli/webhook.c
 WEB_SRC     += web/broker.c web/hostctl.c
 # Previews: hostd's half (the table, webctl's ops), the CLI, berth-web's
 # proxy to the guests' ports and its reader of their answers.

@@ -44,6 +44,8 @@ int cmd_secret(struct client *c, int argc, char **argv);
 int cmd_preview(struct client *c, int argc, char **argv);
 /* events.c: `berth events [MACHINE] [--all] [--follow]`. */
 int cmd_events(struct client *c, int argc, char **argv);
+/* webhook.c: `berth webhook add|ls|rm|log`. */
+int cmd_webhook(struct client *c, int argc, char **argv);
 /* mcp.c: `berth mcp`, an MCP server on stdin and stdout. */
 int cmd_mcp(struct client *c, int argc, char **argv);
 

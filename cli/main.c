@@ -61,6 +61,9 @@ static const char usage_text[] =
 	"  preview ls [--all] | preview rm NAME PORT\n"
 	"  events [MACHINE] [--all] [--limit N] [--after ID] [--follow]\n"
 	"                                 what happened to your machines, and why\n"
+	"  webhook add URL [--events K,K] [--machine M] | webhook ls | webhook rm ID\n"
+	"  webhook log ID [--limit N]     POST those events to URL, signed (the secret is\n"
+	"                                 printed once); the deliveries' log\n"
 	"  mcp                            an MCP server on stdin and stdout (for Claude Code, Codex)\n"
 	"\n"
 	"  --state DIR   state directory of the hostd to talk to (default $BERTH_STATE or /var/lib/berth)\n"
@@ -91,6 +94,7 @@ static const struct command {
 	{ "secret", cmd_secret },
 	{ "preview", cmd_preview },
 	{ "events", cmd_events },
+	{ "webhook", cmd_webhook },
 	{ "mcp", cmd_mcp },
 };
 

@@ -40,6 +40,7 @@
 #include "hostd/transfer.h"
 #include "hostd/usage.h"
 #include "hostd/userkeys.h"
+#include "hostd/webhooks.h"
 #include "common/banned.h"
 
 
@@ -2069,6 +2070,63 @@ static struct reply do_token_delete(struct call *c)
 	return ok(200, json_pack("{s:I}", "deleted", (json_int_t)id));
 }
 
+/* ---- lifecycle-event webhooks (hostd/webhooks.h): each caller's own ---- */
+
+static struct reply do_webhooks(struct call *c)
+{
+	struct err e = { 0 };
+	json_t *r = webhook_list(c->h, c->owner, &e);
+
+	return r ? ok(200, r) : fail(&e);
+}
+
+/* POST /v1/webhooks {"url", "events"?, "machine"?}: the secret is in this
+ * answer only. */
+static struct reply do_webhook_add(struct call *c)
+{
+	static const char *const allowed[] = { "url", "events", "machine", NULL };
+	struct err e = { 0 };
+	json_t *j = api_parse_body(c->body, allowed, &e), *r = NULL;
+
+	if (j)
+		r = webhook_create(c->h, c->owner, j, &e);
+	json_decref(j);
+	return r ? ok(201, r) : fail(&e);
+}
+
+static struct reply do_webhook_delete(struct call *c)
+{
+	struct err e = { 0 };
+	int64_t id = parse_id(c->arg[0]);
+
+	if (id < 0)
+		return fail_now(400, "invalid_id", "invalid webhook id '%.40s': a positive integer "
+				"(berth webhook ls shows them)", c->arg[0]);
+	if (webhook_delete(c->h, c->owner, id, &e) < 0)
+		return fail(&e);
+	return ok(200, json_pack("{s:I}", "deleted", (json_int_t)id));
+}
+
+/* GET /v1/webhooks/ID/deliveries?limit=N: its delivery log. */
+static struct reply do_webhook_deliveries(struct call *c)
+{
+	struct err e = { 0 };
+	int64_t id = parse_id(c->arg[0]);
+	const char *limit_s = query_arg(c->conn, "limit");
+	char *end = NULL;
+	long limit = limit_s ? strtol(limit_s, &end, 10) : 50;
+	json_t *r;
+
+	if (id < 0)
+		return fail_now(400, "invalid_id", "invalid webhook id '%.40s': a positive integer "
+				"(berth webhook ls shows them)", c->arg[0]);
+	if ((limit_s && *end) || limit < 1 || limit > WEBHOOK_LOG_KEEP + WEBHOOK_PENDING_MAX)
+		return fail_now(400, "invalid_query", "limit must be 1 to %d",
+				WEBHOOK_LOG_KEEP + WEBHOOK_PENDING_MAX);
+	r = webhook_deliveries(c->h, c->owner, id, (int)limit, &e);
+	return r ? ok(200, r) : fail(&e);
+}
+
 /* ---- the credential broker's secrets (hostd/secrets.h) ---- */
 
 /* POST /v1/secrets: the caller's new secret (never answered back). */
@@ -2437,6 +2495,12 @@ static const struct api_route routes[] = {
 	  .refusal = "tokens are added on the host (berth token create), not with an API "
 		     "token", .fn = do_token_create },
 	{ "DELETE", "/v1/tokens/{id}", ANYONE, .fn = do_token_delete },
+
+	/* Lifecycle-event webhooks: each caller's own. */
+	{ "GET", "/v1/webhooks", ANYONE, .fn = do_webhooks },
+	{ "POST", "/v1/webhooks", ANYONE, .fn = do_webhook_add },
+	{ "DELETE", "/v1/webhooks/{id}", ANYONE, .fn = do_webhook_delete },
+	{ "GET", "/v1/webhooks/{id}/deliveries", ANYONE, .fn = do_webhook_deliveries },
 
 	/* The credential broker's secrets: each caller's own. */
 	{ "GET", "/v1/secrets", ANYONE, .fn = do_secrets },

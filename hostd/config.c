@@ -102,6 +102,9 @@ static const struct copt options[] = {
 	INT("broker_max_calls_per_user", broker_max_calls_per_user, 1, WEBCTL_MAX_CONNS),
 	INT("webctl_reserved_connections", webctl_reserved_connections, 0, WEBCTL_MAX_CONNS - 1),
 	STR("preview_domain", preview_domain, NULL),
+	STR("webhook_allow", webhook_allow, NULL),
+	DUR("webhook_retry", webhook_retry_s, 1, 3600),
+	INT("webhook_attempts", webhook_attempts, 1, 20),
 };
 
 void config_defaults(struct config *c, const char *state_dir)
@@ -135,6 +138,9 @@ void config_defaults(struct config *c, const char *state_dir)
 	snprintf(c->web_user, sizeof(c->web_user), "berth-web");
 	snprintf(c->desktop_url, sizeof(c->desktop_url), "http://127.0.0.1:6080");
 	c->desktop_token_ttl_s = 60;
+	/* Webhooks (hostd/webhooks.h): 5 s, 10 s, 20 s... 8 tries in all. */
+	c->webhook_retry_s = 5;
+	c->webhook_attempts = 8;
 	/* A port below 1024, so that only root binds it (berth-web binds it
 	 * before it drops to its user; a local user who took a port above
 	 * 1023 while berth-web was down would be answered guests' calls, were
@@ -311,6 +317,8 @@ int config_check(const struct config *c, struct err *e)
 			       "in lower case (labels of a-z, 0-9 and '-', separated by dots: "
 			       "localhost, preview.example.com)", c->preview_domain);
 	if (netpolicy_check_list("broker_allow", c->broker_allow, e) < 0)
+		return -1;
+	if (netpolicy_check_list("webhook_allow", c->webhook_allow, e) < 0)
 		return -1;
 	if (!c->http_listen[0])
 		return 0;

@@ -101,6 +101,12 @@ struct config {
 	/* Previews (hostd/preview.h): berth-web serves port P of OWNER's
 	 * machine NAME at P-NAME-OWNER.preview_domain. */
 	char preview_domain[200];
+	/* Lifecycle-event webhooks (hostd/webhooks.h): networks they may post
+	 * to although closed (as broker_allow), CIDRs; the first retry's wait
+	 * (doubling after each), and the tries in all. */
+	char webhook_allow[1024];
+	int64_t webhook_retry_s;
+	int webhook_attempts;
 };
 
 #define HTTP_LISTEN_DEFAULT "127.0.0.1:8080"
@@ -119,7 +125,7 @@ int config_parse(struct config *c, const char *text, size_t len, const char *fil
 		 struct err *e);
 /* The settings that go together: http_listen ADDR:PORT (numeric, or ""),
  * tls_cert and tls_key both or neither, and HTTPS unless http_listen is
- * loopback; broker_allow a list of CIDRs.  400 "invalid_config" naming the value. */
+ * loopback; broker_allow and webhook_allow lists of CIDRs.  400 "invalid_config" naming the value. */
 int config_check(const struct config *c, struct err *e);
 /* Apply one `key = value` (for tests and --set).  WHERE names the origin. */
 int config_set(struct config *c, const char *key, const char *value,

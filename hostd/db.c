@@ -169,6 +169,30 @@ static const char events_schema[] =
 	"  machine TEXT NOT NULL, kind TEXT NOT NULL, cause TEXT NOT NULL);"
 	"CREATE INDEX IF NOT EXISTS events_owner ON events(owner, id);";
 
+/* Migration 18: lifecycle-event webhooks (hostd/webhooks.h).  SECRET is
+ * the HMAC key itself (hostd must sign with it; the database is root's,
+ * 0600).  A delivery keeps the event's JSON as it is posted (events are
+ * trimmed; a queued delivery must not change) and goes with its webhook.
+ * Ids are never reused (AUTOINCREMENT): a receiver tells deliveries apart
+ * by theirs (X-Berth-Delivery), and a user names a webhook by its id. */
+static const char webhooks_schema[] =
+	"CREATE TABLE IF NOT EXISTS webhooks("
+	"  id INTEGER PRIMARY KEY AUTOINCREMENT, owner TEXT NOT NULL, url TEXT NOT NULL,"
+	"  events TEXT NOT NULL, machine TEXT NOT NULL, secret TEXT NOT NULL,"
+	"  created INTEGER NOT NULL);"
+	"CREATE INDEX IF NOT EXISTS webhooks_owner ON webhooks(owner, id);"
+	"CREATE TABLE IF NOT EXISTS webhook_deliveries("
+	"  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+	"  webhook_id INTEGER NOT NULL REFERENCES webhooks(id) ON DELETE CASCADE,"
+	"  event_id INTEGER NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL,"
+	"  state TEXT NOT NULL, attempts INTEGER NOT NULL, last_status INTEGER NOT NULL,"
+	"  last_error TEXT NOT NULL, created INTEGER NOT NULL, last_attempt INTEGER NOT NULL,"
+	"  next_attempt INTEGER NOT NULL);"
+	"CREATE INDEX IF NOT EXISTS webhook_deliveries_hook"
+	"  ON webhook_deliveries(webhook_id, id);"
+	"CREATE INDEX IF NOT EXISTS webhook_deliveries_state"
+	"  ON webhook_deliveries(state, webhook_id, id);";
+
 static const struct migration migrations[] = {
 	{ schema, NULL, NULL, NULL },                                         /* 1 */
 	COLUMN("images", "source", "TEXT NOT NULL DEFAULT ''"),               /* 2 */
@@ -187,6 +211,7 @@ static const struct migration migrations[] = {
 	{ secrets_schema, NULL, NULL, NULL },                                 /* 15 */
 	{ previews_schema, NULL, NULL, NULL },                                /* 16 */
 	{ events_schema, NULL, NULL, NULL },                                  /* 17 */
+	{ webhooks_schema, NULL, NULL, NULL },                                /* 18 */
 };
 
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
@@ -2248,6 +2273,266 @@ int db_event_list(struct db *db, const char *owner, const char *machine, int64_t
 	if (st)
 		rc = collect(db, st, sizeof(**out), event_from_row, (void **)out, n,
 			     "list the events", e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+/* ---- lifecycle-event webhooks (hostd/webhooks.h) --------------------------- */
+
+#define WEBHOOK_COLS "id, owner, url, events, machine, secret, created"
+
+static void webhook_from_row(sqlite3_stmt *st, void *out)
+{
+	struct db_webhook *w = out;
+
+	memset(w, 0, sizeof(*w));
+	w->id = sqlite3_column_int64(st, 0);
+	copy_text(st, 1, w->owner, sizeof(w->owner));
+	copy_text(st, 2, w->url, sizeof(w->url));
+	copy_text(st, 3, w->events, sizeof(w->events));
+	copy_text(st, 4, w->machine, sizeof(w->machine));
+	copy_text(st, 5, w->secret, sizeof(w->secret));
+	w->created = sqlite3_column_int64(st, 6);
+}
+
+int db_webhook_insert(struct db *db, struct db_webhook *w, int max, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	w->created = now_s();
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT count(*) FROM webhooks WHERE owner = ?", "s", w->owner);
+	if (!st)
+		goto out;
+	if (sqlite3_step(st) != SQLITE_ROW) {
+		sql_err(db, e, "count webhooks");
+		sqlite3_finalize(st);
+		goto out;
+	}
+	if (sqlite3_column_int(st, 0) >= max) {
+		sqlite3_finalize(st);
+		err_set(e, 409, "too_many_webhooks", "%s has %d webhooks already, the most one "
+			"user may have: remove one first (berth webhook rm ID)", w->owner, max);
+		goto out;
+	}
+	sqlite3_finalize(st);
+	rc = execute(db, e, "insert webhook",
+		     "INSERT INTO webhooks(owner, url, events, machine, secret, created)"
+		     " VALUES(?,?,?,?,?,?)", "sssssI", w->owner, w->url, w->events, w->machine,
+		     w->secret, w->created);
+	if (rc == 0)
+		w->id = sqlite3_last_insert_rowid(db->h);
+out:
+	pthread_mutex_unlock(&db->lock);
+	return rc == 0 ? 0 : -1;
+}
+
+int db_webhook_list(struct db *db, const char *owner, struct db_webhook **out, size_t *n,
+		    struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT " WEBHOOK_COLS " FROM webhooks WHERE owner = ? ORDER BY id",
+		   "s", owner);
+	if (st)
+		rc = collect(db, st, sizeof(**out), webhook_from_row, (void **)out, n,
+			     "list webhooks", e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_webhook_get(struct db *db, const char *owner, int64_t id, struct db_webhook *w,
+		   struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT " WEBHOOK_COLS " FROM webhooks WHERE id = ? AND owner = ?",
+		   "Is", id, owner);
+	if (st) {
+		switch (sqlite3_step(st)) {
+		case SQLITE_ROW: webhook_from_row(st, w); rc = 0; break;
+		case SQLITE_DONE:
+			err_set(e, 404, "no_webhook", "no webhook %lld (berth webhook ls lists "
+				"yours)", (long long)id);
+			break;
+		default: sql_err(db, e, "select webhook");
+		}
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_webhook_delete(struct db *db, const char *owner, int64_t id, struct err *e)
+{
+	int rc;
+
+	pthread_mutex_lock(&db->lock);
+	rc = execute(db, e, "delete webhook", "DELETE FROM webhooks WHERE id = ? AND owner = ?",
+		     "Is", id, owner);
+	if (rc == 0 && sqlite3_changes(db->h) == 0)
+		rc = err_set(e, 404, "no_webhook", "no webhook %lld (berth webhook ls lists yours)",
+			     (long long)id);
+	pthread_mutex_unlock(&db->lock);
+	return rc == 0 ? 0 : -1;
+}
+
+/* Webhook WEBHOOK_ID's finished deliveries but the last KEEP go (caller
+ * holds the lock). */
+static int delivery_trim(struct db *db, int64_t webhook_id, int keep, struct err *e)
+{
+	return execute(db, e, "trim the deliveries",
+		       "DELETE FROM webhook_deliveries WHERE webhook_id = ?1 AND state != 'pending'"
+		       " AND id <= (SELECT id FROM webhook_deliveries WHERE webhook_id = ?1"
+		       " AND state != 'pending' ORDER BY id DESC LIMIT 1 OFFSET ?2)", "Ii",
+		       webhook_id, keep) == 0 ? 0 : -1;
+}
+
+int db_delivery_enqueue(struct db *db, const struct db_event *ev, const char *body, int64_t t,
+			int pending_max, int keep, int *n, struct err *e)
+{
+	int rc;
+
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	/* One statement: every matching webhook gets it, or none. */
+	rc = execute(db, e, "queue the event for webhooks",
+		     "INSERT INTO webhook_deliveries(webhook_id, event_id, kind, body, state,"
+		     " attempts, last_status, last_error, created, last_attempt, next_attempt)"
+		     " SELECT w.id, ?1, ?2, ?3, CASE WHEN (SELECT count(*) FROM webhook_deliveries p"
+		     "  WHERE p.webhook_id = w.id AND p.state = 'pending') >= ?4 THEN 'failed'"
+		     "  ELSE 'pending' END, 0, 0, CASE WHEN (SELECT count(*) FROM"
+		     "  webhook_deliveries p WHERE p.webhook_id = w.id AND p.state = 'pending')"
+		     "  >= ?4 THEN 'dropped: ' || ?4 || ' deliveries were pending already'"
+		     "  ELSE '' END, ?5, 0, ?5"
+		     " FROM webhooks w WHERE w.owner = ?6 AND (w.machine = '' OR w.machine = ?7)"
+		     " AND (w.events = '' OR instr(',' || w.events || ',', ',' || ?2 || ',') > 0)",
+		     "IssiIss", ev->id, ev->kind, body, pending_max, t, ev->owner, ev->machine);
+	if (rc == 0)
+		*n = sqlite3_changes(db->h);
+	/* Dropped ones are finished: the log stays bounded. */
+	if (rc == 0 && *n > 0)
+		rc = execute(db, e, "trim the deliveries",
+			     "DELETE FROM webhook_deliveries WHERE state != 'pending' AND id <="
+			     " (SELECT d.id FROM webhook_deliveries d WHERE d.webhook_id ="
+			     " webhook_deliveries.webhook_id AND d.state != 'pending'"
+			     " ORDER BY d.id DESC LIMIT 1 OFFSET ?2) AND webhook_id IN"
+			     " (SELECT id FROM webhooks WHERE owner = ?1)", "si", ev->owner, keep);
+	pthread_mutex_unlock(&db->lock);
+	return rc == 0 ? 0 : -1;
+}
+
+#define DELIVERY_COLS "d.id, d.webhook_id, d.event_id, d.kind, d.state, d.attempts," \
+		      " d.last_status, d.last_error, d.created, d.last_attempt, d.next_attempt," \
+		      " d.body"
+
+static void delivery_from_row(sqlite3_stmt *st, void *out)
+{
+	struct db_delivery *d = out;
+
+	memset(d, 0, sizeof(*d));
+	d->id = sqlite3_column_int64(st, 0);
+	d->webhook_id = sqlite3_column_int64(st, 1);
+	d->event_id = sqlite3_column_int64(st, 2);
+	copy_text(st, 3, d->kind, sizeof(d->kind));
+	copy_text(st, 4, d->state, sizeof(d->state));
+	d->attempts = sqlite3_column_int(st, 5);
+	d->last_status = sqlite3_column_int(st, 6);
+	copy_text(st, 7, d->last_error, sizeof(d->last_error));
+	d->created = sqlite3_column_int64(st, 8);
+	d->last_attempt = sqlite3_column_int64(st, 9);
+	d->next_attempt = sqlite3_column_int64(st, 10);
+	copy_text(st, 11, d->body, sizeof(d->body));
+}
+
+int db_delivery_heads(struct db *db, int max, struct db_delivery **out,
+		      struct db_webhook **hooks, size_t *n, struct err *e)
+{
+	sqlite3_stmt *st;
+	int step = SQLITE_DONE, rc = -1;
+	size_t len = 0;
+
+	*out = calloc((size_t)max, sizeof(**out));
+	*hooks = calloc((size_t)max, sizeof(**hooks));
+	*n = 0;
+	if (!*out || !*hooks)
+		abort();
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT " DELIVERY_COLS ", w.id, w.owner, w.url, w.events, w.machine,"
+		   " w.secret, w.created FROM webhook_deliveries d JOIN webhooks w"
+		   " ON w.id = d.webhook_id WHERE d.id IN (SELECT min(id) FROM webhook_deliveries"
+		   " WHERE state = 'pending' GROUP BY webhook_id) ORDER BY d.next_attempt, d.id"
+		   " LIMIT ?", "i", max);
+	if (!st)
+		goto out;
+	while (len < (size_t)max && (step = sqlite3_step(st)) == SQLITE_ROW) {
+		struct db_webhook *w = &(*hooks)[len];
+		delivery_from_row(st, &(*out)[len]);
+		w->id = sqlite3_column_int64(st, 12);
+		copy_text(st, 13, w->owner, sizeof(w->owner));
+		copy_text(st, 14, w->url, sizeof(w->url));
+		copy_text(st, 15, w->events, sizeof(w->events));
+		copy_text(st, 16, w->machine, sizeof(w->machine));
+		copy_text(st, 17, w->secret, sizeof(w->secret));
+		w->created = sqlite3_column_int64(st, 18);
+		len++;
+	}
+	if (len < (size_t)max && step != SQLITE_DONE)
+		sql_err(db, e, "pending deliveries");
+	else
+		rc = 0;
+	sqlite3_finalize(st);
+out:
+	pthread_mutex_unlock(&db->lock);
+	if (rc < 0) {
+		free(*out);
+		free(*hooks);
+		*out = NULL;
+		*hooks = NULL;
+	} else {
+		*n = len;
+	}
+	return rc;
+}
+
+int db_delivery_update(struct db *db, const struct db_delivery *d, int keep, struct err *e)
+{
+	int rc;
+
+	pthread_mutex_lock(&db->lock);
+	rc = execute(db, e, "record a delivery",
+		     "UPDATE webhook_deliveries SET state = ?, attempts = ?, last_status = ?,"
+		     " last_error = ?, last_attempt = ?, next_attempt = ? WHERE id = ?", "siisIII",
+		     d->state, d->attempts, d->last_status, d->last_error, d->last_attempt,
+		     d->next_attempt, d->id);
+	if (rc == 0 && strcmp(d->state, "pending") != 0)
+		rc = delivery_trim(db, d->webhook_id, keep, e);
+	pthread_mutex_unlock(&db->lock);
+	return rc == 0 ? 0 : -1;
+}
+
+int db_delivery_list(struct db *db, int64_t webhook_id, int limit, struct db_delivery **out,
+		     size_t *n, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT * FROM (SELECT " DELIVERY_COLS " FROM webhook_deliveries d"
+		   " WHERE d.webhook_id = ? ORDER BY d.id DESC LIMIT ?) ORDER BY 1", "Ii",
+		   webhook_id, limit);
+	if (st)
+		rc = collect(db, st, sizeof(**out), delivery_from_row, (void **)out, n,
+			     "list deliveries", e);
 	pthread_mutex_unlock(&db->lock);
 	return rc;
 }

@@ -486,4 +486,57 @@ int db_event_add(struct db *db, const struct db_event *ev, int keep, int64_t *id
 int db_event_list(struct db *db, const char *owner, const char *machine, int64_t after,
 		  bool forward, int limit, struct db_event **out, size_t *n, struct err *e);
 
+/* A lifecycle-event webhook (hostd/webhooks.h).  EVENTS: the kinds it
+ * wants, comma-separated ("" all); MACHINE: the one machine ("" all). */
+struct db_webhook {
+	int64_t id;
+	char owner[64];
+	char url[512];
+	char events[400];
+	char machine[64];
+	char secret[72];
+	int64_t created;      /* seconds since the epoch */
+};
+/* One event queued for a webhook: STATE "pending", "delivered" or
+ * "failed"; times in milliseconds since the epoch (0: none). */
+struct db_delivery {
+	int64_t id, webhook_id, event_id;
+	char kind[24];
+	char state[12];
+	int attempts;
+	int last_status;      /* the last answer's HTTP status; 0: none */
+	char last_error[240];
+	int64_t created, last_attempt, next_attempt;
+	char body[2048];      /* the event's JSON, as it is posted */
+};
+/* Insert W (its id and created set here), unless its owner has MAX
+ * already: 409 too_many_webhooks. */
+int db_webhook_insert(struct db *db, struct db_webhook *w, int max, struct err *e);
+/* OWNER's webhooks by id; *OUT malloc'd. */
+int db_webhook_list(struct db *db, const char *owner, struct db_webhook **out, size_t *n,
+		    struct err *e);
+/* OWNER's webhook ID into *W.  404 no_webhook when OWNER has none such. */
+int db_webhook_get(struct db *db, const char *owner, int64_t id, struct db_webhook *w,
+		   struct err *e);
+/* Remove OWNER's webhook ID and its deliveries.  404 no_webhook. */
+int db_webhook_delete(struct db *db, const char *owner, int64_t id, struct err *e);
+/* Queue EV (with its id) as BODY for each webhook of its owner that wants
+ * its kind and machine, at T (ms); one with PENDING_MAX pending gets it as
+ * failed at once.  *N how many were queued pending. */
+int db_delivery_enqueue(struct db *db, const struct db_event *ev, const char *body, int64_t t,
+			int pending_max, int keep, int *n, struct err *e);
+/* The first pending delivery of each webhook (what may go next: each
+ * webhook's go in order), by next attempt, at most MAX: *OUT and *HOOKS
+ * (its webhook, for each) malloc'd. */
+int db_delivery_heads(struct db *db, int max, struct db_delivery **out,
+		      struct db_webhook **hooks, size_t *n, struct err *e);
+/* Record D's attempt (its state, attempts, last_status, last_error,
+ * last_attempt, next_attempt); a finished one trims its webhook's log to
+ * the last KEEP finished.  A delivery gone with its webhook is no error. */
+int db_delivery_update(struct db *db, const struct db_delivery *d, int keep, struct err *e);
+/* The last LIMIT deliveries of webhook WEBHOOK_ID, oldest first; *OUT
+ * malloc'd. */
+int db_delivery_list(struct db *db, int64_t webhook_id, int limit, struct db_delivery **out,
+		     size_t *n, struct err *e);
+
 #endif

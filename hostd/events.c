@@ -10,6 +10,7 @@
 #include "common/util.h"
 #include "hostd/events.h"
 #include "hostd/hostd.h"
+#include "hostd/webhooks.h"
 #include "common/banned.h"
 
 static _Thread_local char cause[160];
@@ -63,6 +64,9 @@ void events_emit(struct hostd *h, const char *owner, const char *machine, const 
 			 e.msg);
 		return;
 	}
+	/* Its webhooks' deliveries, queued in the database (hostd/webhooks.h). */
+	ev.id = id;
+	webhooks_enqueue(h, &ev);
 	pthread_mutex_lock(&last_lock);
 	if (id > last_id)
 		last_id = id;

@@ -43,6 +43,7 @@
 #include "hostd/preview.h"
 #include "hostd/reconcile.h"
 #include "hostd/sampler.h"
+#include "hostd/webhooks.h"
 #include "hostd/secrets.h"
 #include "hostd/usage.h"
 #include "hostd/webctl.h"
@@ -465,6 +466,9 @@ int main(int argc, char **argv)
 		goto fail;
 	if (previews_start(&h, &e) < 0)
 		goto fail;
+	/* Webhooks' deliveries: what is pending resumes now. */
+	if (webhooks_start(&h, &e) < 0)
+		goto fail;
 	snprintf(path, sizeof(path), "%s/webctl.sock", state);
 	if (!(h.webctl = webctl_start(&h, path, &e)))
 		goto fail;
@@ -505,6 +509,7 @@ fail:
 	api_stop(api);
 out:
 	webctl_stop(h.webctl);
+	webhooks_stop(&h);
 	previews_stop(&h);
 	secrets_stop(&h);
 	idle_stop(&h);

@@ -48,6 +48,7 @@ static struct {
 	bool stopping;
 	bool started;
 	int64_t busy[WORKERS];         /* the webhook each thread delivers (0: none) */
+	char busy_owner[WORKERS][64];  /* and whose it is */
 	pthread_t threads[WORKERS];
 	int nthreads;
 	struct netpolicy *policy;      /* where deliveries may connect */
@@ -537,12 +538,20 @@ static void post_once(const struct db_webhook *w, struct db_delivery *d)
 	curl_easy_cleanup(cu);
 }
 
-static bool hook_busy(int64_t id)
+/* Whether a thread delivers webhook ID now, or OWNER's webhooks hold half
+ * the threads: one user's receivers that never answer (10 s each try)
+ * leave the other half to everyone else's. */
+static bool hook_busy(int64_t id, const char *owner)
 {
-	for (int i = 0; i < WORKERS; i++)
+	int mine = 0;
+
+	for (int i = 0; i < WORKERS; i++) {
 		if (W.busy[i] == id)
 			return true;
-	return false;
+		if (W.busy[i] && !strcmp(W.busy_owner[i], owner))
+			mine++;
+	}
+	return mine >= WORKERS / 2;
 }
 
 static void *worker(void *arg)
@@ -563,7 +572,7 @@ static void *worker(void *arg)
 			n = 0;
 		}
 		for (size_t i = 0; i < n; i++) {
-			if (hook_busy(ds[i].webhook_id))
+			if (hook_busy(ds[i].webhook_id, ws[i].owner))
 				continue;
 			if (ds[i].next_attempt <= now) {
 				pick = i;
@@ -586,6 +595,7 @@ static void *worker(void *arg)
 		free(ds);
 		free(ws);
 		W.busy[me] = w.id;
+		snprintf(W.busy_owner[me], sizeof(W.busy_owner[me]), "%s", w.owner);
 		pthread_mutex_unlock(&W.lock);
 
 		post_once(&w, &d);

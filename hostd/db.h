@@ -178,6 +178,33 @@ int db_image_delete(struct db *db, const char *name, struct err *e);
 /* Number of machines using image NAME, or -1. */
 int db_image_users(struct db *db, const char *name, struct err *e);
 
+/* A template (hostd/template.h): an image plus a booted machine's frozen
+ * disk and saved memory, per user like images. */
+struct template {
+	char name[64];
+	char owner[64];       /* who made it; another user needs it public */
+	bool public_;
+	char image[64];
+	char volume[80];      /* its frozen disk */
+	int vcpus;
+	uint64_t memory;      /* bytes, the guest's */
+	uint64_t disk;        /* bytes */
+	char host_key[HOST_KEY_MAX]; /* what the saved guest's sshd presents */
+	char net_alias[40];   /* "IP MAC" the saved guest uses; "" off routed */
+	char setup[4096];     /* the setup command ("" none) */
+	int64_t created;
+	int64_t build_ms;     /* how long its build took */
+	uint64_t mem_size;    /* bytes of its memory image */
+};
+
+/* 409 "exists" for a name taken. */
+int db_template_insert(struct db *db, const struct template *t, struct err *e);
+/* 404 "no_template". */
+int db_template_get(struct db *db, const char *name, struct template *t, struct err *e);
+/* Every template, by name: a malloc'd array the caller frees. */
+int db_template_list(struct db *db, struct template **out, size_t *n, struct err *e);
+int db_template_delete(struct db *db, const char *name, struct err *e);
+
 struct checkpoint {
 	char machine_id[37];
 	char name[64];

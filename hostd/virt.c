@@ -115,7 +115,13 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 	buf_add_xml(b, s->dom_name);
 	buf_adds(b, "</name>\n  <uuid>");
 	buf_add_xml(b, s->uuid);
-	buf_adds(b, "</uuid>\n  <metadata>\n    <berth:machine xmlns:berth='https://berth.dev/xmlns/machine/1'>\n      <berth:owner>");
+	/* A VM generation id (QEMU's vmgenid): libvirt makes a new one at
+	 * every start and restore, and a guest restored from memory (a
+	 * template's machines, a live fork, a memory checkpoint's restore)
+	 * sees it change: Linux (CONFIG_VMGENID, 5.18 on) then reseeds its
+	 * RNG, so two machines from one memory image do not draw the same
+	 * random bytes. */
+	buf_adds(b, "</uuid>\n  <genid/>\n  <metadata>\n    <berth:machine xmlns:berth='https://berth.dev/xmlns/machine/1'>\n      <berth:owner>");
 	buf_add_xml(b, s->owner);
 	buf_adds(b, "</berth:owner>\n      <berth:name>");
 	buf_add_xml(b, s->name);

@@ -173,7 +173,10 @@ static const char events_schema[] =
  * disk and memory (hostd/template.h).  VOLUME is its frozen disk (named
  * here, so volume_gc keeps it), its memory image is
  * STATE/templates/NAME.mem; HOST_KEY and NET_ALIAS ("IP MAC") are what the
- * saved guest presents and uses until a machine made from it is re-keyed.
+ * saved guest presents and uses until a machine made from it is re-keyed;
+ * NET_INDEX, the build machine's, stays taken while the template lives:
+ * its machines' guests use that address (the host maps it to theirs), and
+ * a machine given it as its own would be refused a lease by dnsmasq.
  * Names are one namespace, as images'. */
 static const char templates_schema[] =
 	"CREATE TABLE IF NOT EXISTS templates("
@@ -181,7 +184,7 @@ static const char templates_schema[] =
 	"  image TEXT NOT NULL, volume TEXT NOT NULL, vcpus INTEGER NOT NULL,"
 	"  memory INTEGER NOT NULL, disk INTEGER NOT NULL, host_key TEXT NOT NULL,"
 	"  net_alias TEXT NOT NULL, setup TEXT NOT NULL, created INTEGER NOT NULL,"
-	"  build_ms INTEGER NOT NULL, mem_size INTEGER NOT NULL);"
+	"  build_ms INTEGER NOT NULL, mem_size INTEGER NOT NULL, net_index INTEGER NOT NULL);"
 	"CREATE INDEX IF NOT EXISTS templates_volume ON templates(volume);";
 
 static const struct migration migrations[] = {
@@ -859,13 +862,17 @@ int db_machine_set_host_key(struct db *db, const char *id, const char *key,
 			      host_key_state_name(state), next, id) == 0 ? 0 : -1;
 }
 
-bool db_net_index_used(struct db *db, int index)
+bool db_net_index_used(struct db *db, int index, const char *ip)
 {
 	sqlite3_stmt *st;
 	bool used = true;
 
 	pthread_mutex_lock(&db->lock);
-	st = query(db, NULL, "SELECT 1 FROM machines WHERE net_index = ?", "i", index);
+	/* A template holds its build machine's (hostd/template.h). */
+	st = query(db, NULL, "SELECT 1 FROM machines WHERE net_index = ?1"
+		   " UNION ALL SELECT 1 FROM templates WHERE net_index = ?1"
+		   " UNION ALL SELECT 1 FROM machines WHERE net_alias LIKE ?2 || ' %'",
+		   "is", index, ip);
 	if (st)
 		used = sqlite3_step(st) == SQLITE_ROW;
 	sqlite3_finalize(st);
@@ -2247,7 +2254,7 @@ int db_event_list(struct db *db, const char *owner, const char *machine, int64_t
 /* ---- templates ---------------------------------------------------------- */
 
 #define TEMPLATE_COLS "name, owner, public, image, volume, vcpus, memory, disk, host_key," \
-	" net_alias, setup, created, build_ms, mem_size"
+	" net_alias, setup, created, build_ms, mem_size, net_index"
 
 static void template_from_row(sqlite3_stmt *st, void *out)
 {
@@ -2268,17 +2275,18 @@ static void template_from_row(sqlite3_stmt *st, void *out)
 	t->created = sqlite3_column_int64(st, 11);
 	t->build_ms = sqlite3_column_int64(st, 12);
 	t->mem_size = (uint64_t)sqlite3_column_int64(st, 13);
+	t->net_index = sqlite3_column_int(st, 14);
 }
 
 int db_template_insert(struct db *db, const struct template *t, struct err *e)
 {
 	int rc = execute_locked(db, e, "insert template",
 				"INSERT INTO templates(" TEMPLATE_COLS ")"
-				" VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-				"ssissiIIsssIII", t->name, t->owner, t->public_ ? 1 : 0,
+				" VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+				"ssissiIIsssIIIi", t->name, t->owner, t->public_ ? 1 : 0,
 				t->image, t->volume, t->vcpus, (int64_t)t->memory,
 				(int64_t)t->disk, t->host_key, t->net_alias, t->setup, t->created,
-				t->build_ms, (int64_t)t->mem_size);
+				t->build_ms, (int64_t)t->mem_size, t->net_index);
 
 	if (rc == 1) {
 		err_clear(e);

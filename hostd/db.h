@@ -160,8 +160,11 @@ int db_machine_set_host_key(struct db *db, const char *id, const char *key,
 int db_machine_delete(struct db *db, const char *id, struct err *e);
 /* Whether any machine's SSH forward uses PORT (for picking a new one). */
 bool db_port_used(struct db *db, int port);
-/* Whether a machine has network index INDEX. */
-bool db_net_index_used(struct db *db, int index);
+/* Whether network index INDEX is taken: a machine's, a template's
+ * (hostd/template.h), or its address IP (text) used by a live fork's guest
+ * (machines.net_alias "IP MAC": a fork of a template or of a deleted
+ * machine). */
+bool db_net_index_used(struct db *db, int index, const char *ip);
 /* Machine ID's network index and guest-side alias ("" none). */
 int db_machine_set_net(struct db *db, const char *id, int index, const char *alias,
 		       struct err *e);
@@ -195,6 +198,7 @@ struct template {
 	int64_t created;
 	int64_t build_ms;     /* how long its build took */
 	uint64_t mem_size;    /* bytes of its memory image */
+	int net_index;        /* its build machine's, kept taken; 0 none */
 };
 
 /* 409 "exists" for a name taken. */

@@ -163,6 +163,8 @@ int template_create(struct hostd *h, const struct template_req *r, struct templa
 	t.disk = m.disk;
 	snprintf(t.host_key, sizeof(t.host_key), "%s", m.host_key);
 	checkpoint_source_alias(h, &m, t.net_alias, sizeof(t.net_alias));
+	/* The address the saved guest uses stays the template's. */
+	t.net_index = t.net_alias[0] ? m.net_index : 0;
 	snprintf(t.setup, sizeof(t.setup), "%s", r->setup ? r->setup : "");
 	t.created = now_s();
 	t.build_ms = mono_ms() - t0;

@@ -1,5 +1,6 @@
 #include "hostd/template.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -285,4 +286,30 @@ int template_instantiate(struct hostd *h, const char *owner, const char *tname,
 	if (wait && machine_wait_ready(h, &f, h->cfg.boot_timeout_s, e) < 0)
 		return -1;
 	return db_machine_get_id(h->db, f.id, out, e);
+}
+
+void template_reconcile(struct hostd *h)
+{
+	char dir[PATH_MAX], path[PATH_MAX], name[64];
+	struct template t;
+	struct dirent *de;
+	DIR *d;
+
+	xsnprintf(dir, sizeof(dir), "%s/templates", h->cfg.state_dir);
+	d = opendir(dir);
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		size_t n = strlen(de->d_name);
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(name, sizeof(name), "%.*s", n > 4 ? (int)(n - 4) : 0, de->d_name);
+		if (n > 4 && n - 4 < sizeof(name) && strcmp(de->d_name + n - 4, ".mem") == 0 &&
+		    db_template_get(h->db, name, &t, NULL) == 0)
+			continue;
+		xsnprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		log_warn("reconcile: %s belongs to no template; removing it", path);
+		unlink(path);
+	}
+	closedir(d);
 }

@@ -52,5 +52,9 @@ int template_delete(struct hostd *h, const char *owner, const char *name, struct
 int template_instantiate(struct hostd *h, const char *owner, const char *tname,
 			 const char *new_name, bool wait, struct machine *out, struct err *e);
 json_t *template_json(const struct template *t);
+/* At start-up: remove memory images in STATE/templates that no template
+ * names (a build a crash interrupted between saving and its row).  A
+ * build machine such a crash left is its owner's tpl-XXXXXXXX machine. */
+void template_reconcile(struct hostd *h);
 
 #endif

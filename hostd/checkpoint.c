@@ -261,7 +261,7 @@ static int restore_memory_now(struct hostd *h, struct machine *m, const char *me
 
 	if (machine_port_refresh(h, m, e) < 0)
 		return -1;
-	if (machine_xml_for_image(h, m, mem, &xml, e) < 0)
+	if (machine_xml_for_image(h, m, mem, foreign, &xml, e) < 0)
 		goto out;
 	if (!foreign) {
 		rc = virt_restore(h->virt, mem, buf_str(&xml), e);

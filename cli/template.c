@@ -56,6 +56,15 @@ static int template_create(struct client *c, int argc, char **argv)
 			json_object_set_new(body, "image", json_string(v));
 		else if ((v = cli_optval(argc, argv, &i, "--run")))
 			json_object_set_new(body, "run", json_string(v));
+		else if ((v = cli_optval(argc, argv, &i, "--timeout"))) {
+			char *end;
+			long n = strtol(v, &end, 10);
+			if (*end || end == v || n < 1) {
+				fprintf(stderr, "berth: --timeout takes seconds, not '%s'\n", v);
+				goto out;
+			}
+			json_object_set_new(body, "timeout", json_integer(n));
+		}
 		else if ((v = cli_optval(argc, argv, &i, "--vcpus")) ||
 			 (v = cli_optval(argc, argv, &i, "--cpus"))) {
 			char *end;
@@ -80,7 +89,7 @@ static int template_create(struct client *c, int argc, char **argv)
 	}
 	if (!name) {
 		fprintf(stderr, "usage: berth template create NAME --image IMAGE [--run 'COMMAND'] "
-			"[--vcpus N] [--memory 512M] [--disk 4G] [--public]\n");
+			"[--vcpus N] [--memory 512M] [--disk 4G] [--timeout S] [--public]\n");
 		goto out;
 	}
 	json_object_set_new(body, "name", json_string(name));
@@ -122,7 +131,7 @@ int cmd_template(struct client *c, int argc, char **argv)
 		return cli_call_print(c, "DELETE", path, NULL, print_deleted, argv[2]);
 	}
 	fprintf(stderr, "usage: berth template create NAME --image IMAGE [--run 'COMMAND'] "
-		"[--vcpus N] [--memory 512M] [--disk 4G] [--public]\n"
+		"[--vcpus N] [--memory 512M] [--disk 4G] [--timeout S] [--public]\n"
 		"       berth template ls | show NAME | rm NAME\n");
 	return 2;
 }

@@ -1661,11 +1661,11 @@ static struct reply do_template_show(struct call *c)
 static struct reply do_template_create(struct call *c)
 {
 	static const char *const allowed[] = { "name", "image", "run", "vcpus", "memory",
-					       "disk", "public", NULL };
+					       "disk", "public", "timeout", NULL };
 	struct err e = { 0 };
 	struct template t;
 	struct template_req r = { .owner = c->owner, .image = "tiny", .vcpus = 1,
-				  .memory = 512ULL << 20 };
+				  .memory = 512ULL << 20, .timeout_s = 1800 };
 	struct buf output = BUF_INIT;
 	json_t *j = api_parse_body(c->body, allowed, &e), *v;
 	uint64_t mem = 0;
@@ -1696,7 +1696,8 @@ static struct reply do_template_create(struct call *c)
 		r.setup = json_string_value(v);
 	if (get_int(j, "vcpus", 1, 1 << 20, &r.vcpus, &e) < 0 ||
 	    api_get_size(j, "memory", 1ULL << 20, &mem, &e) < 0 ||
-	    api_get_size(j, "disk", 1, &r.disk, &e) < 0 || get_bool(j, "public", &r.public_, &e) < 0)
+	    api_get_size(j, "disk", 1, &r.disk, &e) < 0 || get_bool(j, "public", &r.public_, &e) < 0 ||
+	    get_int(j, "timeout", 1, 7 * 86400, &r.timeout_s, &e) < 0)
 		goto out;
 	if (mem)
 		r.memory = mem;

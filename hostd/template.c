@@ -2,7 +2,10 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,26 +62,64 @@ static void last_line(const struct buf *out, char *line, size_t len)
 	snprintf(line, len, "%.*s", (int)(end - start), s + start);
 }
 
+/* The setup's watchdog: when TIMEOUT_MS pass before anything arrives on
+ * CANCEL, it closes CTL, which ends the run (sshexec_io.ctl). */
+struct watchdog {
+	int cancel, ctl;
+	int timeout_ms;
+	bool fired;
+};
+
+static void *watchdog_run(void *arg)
+{
+	struct watchdog *w = arg;
+	struct pollfd p = { .fd = w->cancel, .events = POLLIN };
+	int r;
+
+	while ((r = poll(&p, 1, w->timeout_ms)) < 0 && errno == EINTR)
+		;
+	if (r == 0) {
+		w->fired = true;
+		close(w->ctl);
+		w->ctl = -1;
+	}
+	return NULL;
+}
+
 /* Run SETUP in the build machine MS (its user, over SSH, host key pinned),
- * its output into OUT.  0 when it exits 0. */
+ * its output into OUT, for at most TIMEOUT_S seconds.  0 when it exits 0. */
 static int run_setup(struct hostd *h, const char *tname, const struct machine_ssh *ms,
-		     const char *setup, struct buf *out, struct err *e)
+		     const char *setup, int timeout_s, struct buf *out, struct err *e)
 {
 	char err[512] = "", tail[200];
-	int fd = memfd_create("berth-template-setup", MFD_CLOEXEC), status = -1, rc = -1;
+	int fd = memfd_create("berth-template-setup", MFD_CLOEXEC), rc = -1, run;
+	int ctl[2] = { -1, -1 }, cancel[2] = { -1, -1 };
 	struct sshexec_target t = { .host = ms->host, .port = ms->port, .user = ms->user,
 				    .key_b64 = h->key.private_pem,
 				    .connect_timeout_ms = machine_ssh_timeout_ms(h),
 				    .host_key = ms->m.host_key };
+	struct sshexec_io io = { .in = -1, .status = -1 };
+	struct watchdog w = { .timeout_ms = timeout_s * 1000 };
+	pthread_t th;
 	struct stat sb;
 
-	if (fd < 0)
-		return err_errno(e, errno, "template %s: memfd", tname);
-	if (sshexec_run(&t, setup, -1, fd, fd, &status, err, sizeof(err)) < 0) {
-		err_set(e, 502, "ssh_failed", "template %s: cannot run the setup command: %s",
-			tname, err);
+	if (fd < 0 || pipe2(ctl, O_CLOEXEC) < 0 || pipe2(cancel, O_CLOEXEC) < 0) {
+		err_errno(e, errno, "template %s: memfd or pipe", tname);
 		goto out;
 	}
+	io.out = io.err = fd;
+	io.ctl = ctl[0];
+	w.cancel = cancel[0];
+	w.ctl = ctl[1];
+	if (pthread_create(&th, NULL, watchdog_run, &w) != 0) {
+		err_set(e, 500, "internal", "template %s: cannot start a thread", tname);
+		goto out;
+	}
+	run = sshexec_run_io(&t, setup, &io, err, sizeof(err));
+	if (write(cancel[1], "x", 1) < 0)
+		log_warn("template %s: cannot stop the setup's watchdog", tname);
+	pthread_join(th, NULL);
+	ctl[1] = w.ctl;
 	if (fstat(fd, &sb) == 0 && sb.st_size > 0) {
 		off_t from = sb.st_size > OUTPUT_MAX ? sb.st_size - OUTPUT_MAX : 0;
 		char chunk[65536];
@@ -88,15 +129,32 @@ static int run_setup(struct hostd *h, const char *tname, const struct machine_ss
 			from += n;
 		}
 	}
-	if (status != 0) {
+	if (w.fired) {
+		err_set(e, 504, "timeout", "template %s: the setup command did not end within "
+			"%d s", tname, timeout_s);
+		goto out;
+	}
+	if (run < 0) {
+		err_set(e, 502, "ssh_failed", "template %s: cannot run the setup command: %s",
+			tname, err);
+		goto out;
+	}
+	if (io.status != 0) {
 		last_line(out, tail, sizeof(tail));
 		err_set(e, 422, "setup_failed", "template %s: the setup command exited with "
-			"status %d%s%s", tname, status, tail[0] ? ": " : "", tail);
+			"status %d%s%s", tname, io.status, tail[0] ? ": " : "", tail);
 		goto out;
 	}
 	rc = 0;
 out:
-	close(fd);
+	for (int i = 0; i < 2; i++) {
+		if (ctl[i] >= 0)
+			close(ctl[i]);
+		if (cancel[i] >= 0)
+			close(cancel[i]);
+	}
+	if (fd >= 0)
+		close(fd);
 	return rc;
 }
 
@@ -136,7 +194,7 @@ int template_create(struct hostd *h, const struct template_req *r, struct templa
 	made = true;
 	if (machine_ssh(h, r->owner, build, false, &ms, e) < 0)
 		goto out;
-	if (r->setup && r->setup[0] && run_setup(h, r->name, &ms, r->setup, output, e) < 0)
+	if (r->setup && r->setup[0] && run_setup(h, r->name, &ms, r->setup, r->timeout_s, output, e) < 0)
 		goto out;
 	/* Disk and memory of one instant. */
 	if (checkpoint_create(h, r->owner, build, "template", true, &c, e) < 0 ||

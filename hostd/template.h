@@ -30,12 +30,14 @@ struct template_req {
 	uint64_t memory;     /* bytes */
 	uint64_t disk;       /* bytes; 0 the image's */
 	bool public_;        /* root only (the caller checks) */
+	int timeout_s;       /* the setup's time limit, > 0 */
 };
 
 /* Build template R->name (see above).  OUTPUT gets what the setup command
  * wrote (stdout and stderr, interleaved as read).  400 invalid_name, 404
  * for an unknown image, 409 exists, 422 setup_failed (the command's exit
- * status and the end of its output in the message); on any failure no
+ * status and the end of its output in the message), 504 timeout (the
+ * setup ran longer than R->timeout_s); on any failure no
  * template, machine, volume or domain is left. */
 int template_create(struct hostd *h, const struct template_req *r, struct template *out,
 		    struct buf *output, struct err *e);

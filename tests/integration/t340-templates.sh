@@ -36,6 +36,11 @@ check_eq "  no machine left (the build machine went)" "" "$(machine_names | tr '
 check_eq "  no volume left" "$vols0" "$(vols)"
 check_eq "  no domain left" "$doms0" "$(test_domains | wc -l)"
 check "  no memory image left" test -z "$(ls "$STATE/templates" 2>/dev/null)"
+out=$(berth template create t-slow --image tiny --memory 256M --timeout 3 --run 'echo started; sleep 600' 2>&1)
+check_eq "a setup that outlives --timeout 3: fails" 1 "$?"
+check_match "  naming the timeout" "t-slow: the setup command did not end within 3 s" "$out"
+check_eq "  and leaves no template, machine, volume or domain" "//$vols0/$doms0" \
+	"$(tpl_names)/$(machine_names | tr '\n' ' ')/$(vols)/$(test_domains | wc -l)"
 
 # ---- a template ----
 setup='echo setup-ran; echo from-setup > /root/tpl-file

@@ -1648,8 +1648,11 @@ static struct reply do_template_show(struct call *c)
 	struct err e = { 0 };
 	struct template t;
 
-	if (db_template_get(c->h->db, c->arg[0], &t, &e) < 0)
-		return fail(&e);
+	if (db_template_get(c->h->db, c->arg[0], &t, &e) < 0) {
+		/* One being built answers with its stage. */
+		json_t *b = e.status == 404 ? template_building_json(c->arg[0], c->owner) : NULL;
+		return b ? ok(200, b) : fail(&e);
+	}
 	if (!template_visible(&t, c->owner))
 		return fail_now(404, "no_template", "no template %s", c->arg[0]);
 	return ok(200, template_json(&t));

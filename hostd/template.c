@@ -22,6 +22,53 @@
 #include "hostd/machine_steps.h"
 #include "common/banned.h"
 
+/* Builds in progress (this hostd's): what GET /v1/templates/NAME answers
+ * before the row exists, and what makes a second build of a name 409 at
+ * once. */
+struct build {
+	char name[64], owner[64], machine[32];
+	const char *stage;   /* static: "boot", "setup", "save" */
+	int64_t started_ms;
+	struct build *next;
+};
+static struct build *builds;
+static pthread_mutex_t builds_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void build_stage(struct build *b, const char *stage)
+{
+	pthread_mutex_lock(&builds_lock);
+	b->stage = stage;
+	pthread_mutex_unlock(&builds_lock);
+}
+
+static void build_end(struct build *b)
+{
+	pthread_mutex_lock(&builds_lock);
+	for (struct build **p = &builds; *p; p = &(*p)->next)
+		if (*p == b) {
+			*p = b->next;
+			break;
+		}
+	pthread_mutex_unlock(&builds_lock);
+}
+
+json_t *template_building_json(const char *name, const char *user)
+{
+	json_t *j = NULL;
+
+	pthread_mutex_lock(&builds_lock);
+	for (struct build *b = builds; b; b = b->next)
+		if (strcmp(b->name, name) == 0 &&
+		    (strcmp(user, "root") == 0 || strcmp(user, b->owner) == 0)) {
+			j = json_pack("{s:s, s:s, s:{s:s, s:s, s:I}}", "name", b->name, "owner",
+				      b->owner, "building", "stage", b->stage, "machine", b->machine,
+				      "elapsed_ms", (json_int_t)(mono_ms() - b->started_ms));
+			break;
+		}
+	pthread_mutex_unlock(&builds_lock);
+	return j;
+}
+
 /* What the setup command may write that the answer keeps. */
 #define OUTPUT_MAX (1 << 20)
 
@@ -183,6 +230,19 @@ int template_create(struct hostd *h, const struct template_req *r, struct templa
 	if (random_bytes(rnd, sizeof(rnd)) < 0)
 		return err_set(e, 500, "internal", "random");
 	snprintf(build, sizeof(build), "tpl-%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3]);
+	struct build me = { .stage = "boot", .started_ms = t0 };
+	snprintf(me.name, sizeof(me.name), "%s", r->name);
+	snprintf(me.owner, sizeof(me.owner), "%s", r->owner);
+	snprintf(me.machine, sizeof(me.machine), "%s", build);
+	pthread_mutex_lock(&builds_lock);
+	for (struct build *b = builds; b; b = b->next)
+		if (strcmp(b->name, r->name) == 0) {
+			pthread_mutex_unlock(&builds_lock);
+			return err_set(e, 409, "exists", "template %s is being built", r->name);
+		}
+	me.next = builds;
+	builds = &me;
+	pthread_mutex_unlock(&builds_lock);
 	struct create_req cr = { .owner = r->owner, .name = build, .image = r->image,
 				 .vcpus = r->vcpus, .memory = r->memory, .disk = r->disk,
 				 .idle_timeout = -1, .start = true, .wait = true };
@@ -194,9 +254,11 @@ int template_create(struct hostd *h, const struct template_req *r, struct templa
 	made = true;
 	if (machine_ssh(h, r->owner, build, false, &ms, e) < 0)
 		goto out;
+	build_stage(&me, "setup");
 	if (r->setup && r->setup[0] && run_setup(h, r->name, &ms, r->setup, r->timeout_s, output, e) < 0)
 		goto out;
 	/* Disk and memory of one instant. */
+	build_stage(&me, "save");
 	if (checkpoint_create(h, r->owner, build, "template", true, &c, e) < 0 ||
 	    db_machine_get(h->db, r->owner, build, &m, e) < 0)
 		goto out;
@@ -245,6 +307,7 @@ out:
 	}
 	if (rc < 0 && saved)
 		unlink(mem);
+	build_end(&me);
 	return rc;
 }
 

@@ -54,6 +54,10 @@ int template_delete(struct hostd *h, const char *owner, const char *name, struct
 int template_instantiate(struct hostd *h, const char *owner, const char *tname,
 			 const char *new_name, bool wait, struct machine *out, struct err *e);
 json_t *template_json(const struct template *t);
+/* {"name", "owner", "building": {"stage": "boot"|"setup"|"save", "machine",
+ * "elapsed_ms"}} of template NAME while this hostd builds it for USER (or
+ * root); NULL when no such build runs. */
+json_t *template_building_json(const char *name, const char *user);
 /* At start-up: remove memory images in STATE/templates that no template
  * names (a build a crash interrupted between saving and its row).  A
  * build machine such a crash left is its owner's tpl-XXXXXXXX machine. */

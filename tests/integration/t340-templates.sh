@@ -36,9 +36,24 @@ check_eq "  no machine left (the build machine went)" "" "$(machine_names | tr '
 check_eq "  no volume left" "$vols0" "$(vols)"
 check_eq "  no domain left" "$doms0" "$(test_domains | wc -l)"
 check "  no memory image left" test -z "$(ls "$STATE/templates" 2>/dev/null)"
-out=$(berth template create t-slow --image tiny --memory 256M --timeout 3 --run 'echo started; sleep 600' 2>&1)
-check_eq "a setup that outlives --timeout 3: fails" 1 "$?"
-check_match "  naming the timeout" "t-slow: the setup command did not end within 3 s" "$out"
+berth template create t-slow --image tiny --memory 256M --timeout 8 --run 'echo started; sleep 600' \
+	>"$T/slow.out" 2>&1 &
+slow=$!
+stages=
+for _ in $(seq 600); do
+	st=$(curl -s --unix-socket "$STATE/hostd.sock" http://berth/v1/templates/t-slow | json building.stage 2>/dev/null)
+	case " $stages " in *" $st "*) ;; *) stages="$stages $st" ;; esac
+	[ "$st" = setup ] && break
+	sleep 0.1
+done
+check_match "while it is built, GET /v1/templates/t-slow tells its stage (boot, then setup)" \
+	"boot setup" "$stages"
+check_match "  a second create of that name is refused at once" '^409 exists template t-slow is being built' \
+	"$(req POST /v1/templates '{"name":"t-slow","image":"tiny"}')"
+wait "$slow"
+check_eq "a setup that outlives --timeout 8: fails" 1 "$?"
+out=$(cat "$T/slow.out")
+check_match "  naming the timeout" "t-slow: the setup command did not end within 8 s" "$out"
 check_eq "  and leaves no template, machine, volume or domain" "//$vols0/$doms0" \
 	"$(tpl_names)/$(machine_names | tr '\n' ' ')/$(vols)/$(test_domains | wc -l)"
 

@@ -42,13 +42,13 @@ STORAGE_SRC := storage/storage.c storage/qcow2.c storage/lvm_thin.c storage/voli
 HOSTD_SRC   := hostd/main.c hostd/hostd.c hostd/busy.c hostd/config.c hostd/db.c hostd/virt.c \
                hostd/seed.c hostd/api.c hostd/machine.c hostd/machine_json.c hostd/memimage.c \
                hostd/reconcile.c hostd/image.c \
-               hostd/gwkey.c hostd/sshkey.c hostd/egress.c hostd/net.c hostd/net_rules.c hostd/checkpoint.c hostd/userkeys.c hostd/sessions.c \
+               hostd/gwkey.c hostd/sshkey.c hostd/egress.c hostd/net.c hostd/net_rules.c hostd/checkpoint.c hostd/template.c hostd/userkeys.c hostd/sessions.c \
                hostd/transfer.c hostd/zmem.c hostd/billing.c hostd/usage.c hostd/sampler.c \
                hostd/prometheus.c \
                hostd/idle.c hostd/tokens.c hostd/desktop.c hostd/keyproof.c hostd/quota.c \
                hostd/exec.c hostd/files.c
 CLI_SRC     := cli/main.c cli/cli.c cli/client.c cli/up.c cli/image.c cli/usage.c \
-               cli/token.c cli/info.c cli/key.c cli/machine.c cli/cp.c
+               cli/token.c cli/info.c cli/key.c cli/machine.c cli/cp.c cli/template.c
 SSHGW_SRC   := sshgw/main.c sshgw/proxy.c sshgw/pool.c sshgw/algos.c
 WEB_SRC     := web/main.c web/proxy.c web/reply.c web/request.c web/upgrade.c web/ws.c \
                web/wsexec.c web/conns.c

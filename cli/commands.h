@@ -32,6 +32,8 @@ int cmd_up(struct client *c, int argc, char **argv);
 int cmd_down(struct client *c, int argc, char **argv);
 /* image.c: `berth image ls|build|rm|import|export`. */
 int cmd_image(struct client *c, int argc, char **argv);
+/* template.c: `berth template create|ls|show|rm`. */
+int cmd_template(struct client *c, int argc, char **argv);
 /* cp.c: `berth cp FILE MACHINE:PATH`, `berth cp MACHINE:PATH FILE`. */
 int cmd_cp(struct client *c, int argc, char **argv);
 /* usage.c: `berth usage`. */

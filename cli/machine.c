@@ -183,6 +183,8 @@ int cmd_create(struct client *c, int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if ((v = cli_optval(argc, argv, &i, "--image")))
 			json_object_set_new(body, "image", json_string(v));
+		else if ((v = cli_optval(argc, argv, &i, "--template")))
+			json_object_set_new(body, "template", json_string(v));
 		else if ((v = cli_optval(argc, argv, &i, "--cpus"))) {
 			char *end;
 			long n = strtol(v, &end, 10);
@@ -211,7 +213,7 @@ int cmd_create(struct client *c, int argc, char **argv)
 		}
 	}
 	if (!name) {
-		fprintf(stderr, "usage: berth create NAME [--image I] [--cpus N] [--memory 512M] "
+		fprintf(stderr, "usage: berth create NAME [--image I | --template T] [--cpus N] [--memory 512M] "
 			"[--disk 4G] [--idle 15m|never] [--egress POLICY] [--no-start] "
 			"[--no-wait]\n");
 		goto out;

@@ -26,6 +26,7 @@ static const char usage_text[] =
 	"  quota                          your quotas: each limit and what you use\n"
 	"  ls                             list machines\n"
 	"  show NAME                      one machine, with its SSH endpoint\n"
+	"  create NAME --template T       a running machine from template T, with no boot\n"
 	"  create NAME [--image I] [--cpus N] [--memory 512M] [--disk 4G] [--idle 15m|never]\n"
 	"         [--egress open|none|RULES]\n"
 	"         [--no-start] [--no-wait]\n"
@@ -47,6 +48,9 @@ static const char usage_text[] =
 	"  image export MACHINE[@CHECKPOINT] FILE.zst [--force]\n"
 	"  image save MACHINE IMAGE [--checkpoint C]   an image of your machine, yours alone\n"
 	"  image publish NAME | image unpublish NAME   (root) open an image to every user, or not\n"
+	"  template create NAME --image I [--run 'CMD'] [--vcpus N] [--memory M] [--public]\n"
+	"                                 boot I once, run CMD, keep its disk and memory\n"
+	"  template ls | template show NAME | template rm NAME\n"
 	"  usage [--since T] [--all] [--csv]  cost per machine and per user (T: epoch, 24h, 7d, 2026-11-01)\n"
 	"  key add FILE|- | key ls | key rm ID   your SSH public keys (for ssh NAME@host)\n"
 	"  token create [--name N] | token ls | token rm ID   API tokens (the dashboard's login)\n"
@@ -88,6 +92,7 @@ static const struct command {
 	{ "cp", cmd_cp },
 	{ "egress", cmd_egress },
 	{ "image", cmd_image },
+	{ "template", cmd_template },
 	{ "key", cmd_key },
 	{ "usage", cmd_usage },
 	{ "token", cmd_token },

@@ -27,6 +27,7 @@
 #include "hostd/idle.h"
 #include "hostd/keyproof.h"
 #include "hostd/image.h"
+#include "hostd/template.h"
 #include "hostd/machine.h"
 #include "hostd/machine_json.h"
 #include "hostd/memimage.h"
@@ -525,7 +526,7 @@ static struct reply do_list(struct call *c)
 static struct reply do_create(struct call *c)
 {
 	static const char *const allowed[] = { "name", "image", "vcpus", "memory", "disk",
-					       "start", "wait", "idle", "egress", NULL };
+					       "start", "wait", "idle", "egress", "template", NULL };
 	struct err e = { 0 };
 	struct machine m;
 	struct create_req r = { .owner = c->owner, .image = "tiny", .vcpus = 1,
@@ -565,6 +566,23 @@ static struct reply do_create(struct call *c)
 		goto out;
 	if (mem)
 		r.memory = mem;
+	v = json_object_get(j, "template");
+	if (v) {
+		/* A live fork of the template's saved state: its image, size
+		 * and memory are the template's. */
+		int64_t t0 = mono_ms();
+		if (!json_is_string(v))
+			err_set(&e, 400, "invalid_template", "template must be a string");
+		else if (json_object_get(j, "image") || json_object_get(j, "vcpus") ||
+			 json_object_get(j, "memory") || json_object_get(j, "disk") ||
+			 json_object_get(j, "egress") || idle_set)
+			err_set(&e, 400, "invalid_template", "a machine from a template has the "
+				"template's image, vcpus, memory and disk");
+		else if (template_instantiate(c->h, c->owner, json_string_value(v), r.name,
+					      r.wait, &m, &e) == 0)
+			ready = r.wait ? mono_ms() - t0 : -1;
+		goto out;
+	}
 	machine_create(c->h, &r, &m, &ready, &e);
 out:
 	json_decref(j);
@@ -1607,6 +1625,118 @@ static struct reply do_image_delete(struct call *c)
 	return ok(200, json_pack("{s:s}", "deleted", c->arg[0]));
 }
 
+/* ---- templates (hostd/template.h) ---- */
+
+static struct reply do_templates(struct call *c)
+{
+	struct template *ts;
+	size_t n;
+	struct err e = { 0 };
+	json_t *arr;
+
+	if (db_template_list(c->h->db, &ts, &n, &e) < 0)
+		return fail(&e);
+	arr = json_array();
+	for (size_t i = 0; i < n; i++)
+		if (template_visible(&ts[i], c->owner))
+			json_array_append_new(arr, template_json(&ts[i]));
+	free(ts);
+	return ok(200, json_pack("{s:o}", "templates", arr));
+}
+
+static struct reply do_template_show(struct call *c)
+{
+	struct err e = { 0 };
+	struct template t;
+
+	if (db_template_get(c->h->db, c->arg[0], &t, &e) < 0) {
+		/* One being built answers with its stage. */
+		json_t *b = e.status == 404 ? template_building_json(c->arg[0], c->owner) : NULL;
+		return b ? ok(200, b) : fail(&e);
+	}
+	if (!template_visible(&t, c->owner))
+		return fail_now(404, "no_template", "no template %s", c->arg[0]);
+	return ok(200, template_json(&t));
+}
+
+/* POST /v1/templates {"name", "image", "run"?, "vcpus"?, "memory"?, "disk"?,
+ * "public"?}: boots, runs the setup, saves; the answer has the setup's
+ * output. */
+static struct reply do_template_create(struct call *c)
+{
+	static const char *const allowed[] = { "name", "image", "run", "vcpus", "memory",
+					       "disk", "public", "timeout", NULL };
+	struct err e = { 0 };
+	struct template t;
+	struct template_req r = { .owner = c->owner, .image = "tiny", .vcpus = 1,
+				  .memory = 512ULL << 20, .timeout_s = 1800 };
+	struct buf output = BUF_INIT;
+	json_t *j = api_parse_body(c->body, allowed, &e), *v;
+	uint64_t mem = 0;
+	int64_t t0 = mono_ms();
+	struct reply rep;
+
+	if (!j)
+		return fail(&e);
+	v = json_object_get(j, "name");
+	if (!v || !json_is_string(v)) {
+		err_set(&e, 400, "invalid_name", "name is required (a string)");
+		goto out;
+	}
+	r.name = json_string_value(v);
+	v = json_object_get(j, "image");
+	if (v && !json_is_string(v)) {
+		err_set(&e, 400, "invalid_image", "image must be a string");
+		goto out;
+	}
+	if (v)
+		r.image = json_string_value(v);
+	v = json_object_get(j, "run");
+	if (v && !json_is_string(v)) {
+		err_set(&e, 400, "invalid_setup", "run must be a string (a shell line)");
+		goto out;
+	}
+	if (v)
+		r.setup = json_string_value(v);
+	if (get_int(j, "vcpus", 1, 1 << 20, &r.vcpus, &e) < 0 ||
+	    api_get_size(j, "memory", 1ULL << 20, &mem, &e) < 0 ||
+	    api_get_size(j, "disk", 1, &r.disk, &e) < 0 || get_bool(j, "public", &r.public_, &e) < 0 ||
+	    get_int(j, "timeout", 1, 7 * 86400, &r.timeout_s, &e) < 0)
+		goto out;
+	if (mem)
+		r.memory = mem;
+	if (r.public_ && strcmp(c->owner, "root") != 0) {
+		err_set(&e, 403, "forbidden", "only root may make a public template");
+		goto out;
+	}
+	template_create(c->h, &r, &t, &output, &e);
+out:
+	json_decref(j);
+	if (err_isset(&e)) {
+		rep = fail(&e);
+		/* What the setup wrote helps most when it failed. */
+		if (rep.body && output.len)
+			json_object_set_new(rep.body, "output", json_stringn(output.data, output.len));
+		buf_free(&output);
+		return rep;
+	}
+	rep = ok(201, template_json(&t));
+	json_object_set_new(rep.body, "output", json_stringn(output.len ? output.data : "",
+							     output.len));
+	json_object_set_new(rep.body, "took_ms", json_integer(mono_ms() - t0));
+	buf_free(&output);
+	return rep;
+}
+
+static struct reply do_template_delete(struct call *c)
+{
+	struct err e = { 0 };
+
+	if (template_delete(c->h, c->owner, c->arg[0], &e) < 0)
+		return fail(&e);
+	return ok(200, json_pack("{s:s}", "deleted", c->arg[0]));
+}
+
 static void ledger_row(const char *id, const char *owner, const char *name,
 		       enum mstate state, int64_t start, int64_t end, void *data)
 {
@@ -2513,6 +2643,10 @@ static const struct api_route routes[] = {
 	  .refusal = "only root may see every user's previews", .fn = do_previews },
 	{ "GET", "/v1/previews", ANYONE, .fn = do_previews },
 
+	{ "GET", "/v1/templates", ANYONE, .fn = do_templates },
+	{ "POST", "/v1/templates", ANYONE, .fn = do_template_create },
+	{ "GET", "/v1/templates/{template}", ANYONE, .fn = do_template_show },
+	{ "DELETE", "/v1/templates/{template}", ANYONE, .fn = do_template_delete },
 	{ "GET", "/v1/images", ANYONE, .fn = do_images },
 	{ "POST", "/v1/images", ROOT, .refusal = "only root may build images",
 	  .fn = do_image_build },

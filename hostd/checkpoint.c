@@ -261,7 +261,7 @@ static int restore_memory_now(struct hostd *h, struct machine *m, const char *me
 
 	if (machine_port_refresh(h, m, e) < 0)
 		return -1;
-	if (machine_xml_for_image(h, m, mem, &xml, e) < 0)
+	if (machine_xml_for_image(h, m, mem, foreign, &xml, e) < 0)
 		goto out;
 	if (!foreign) {
 		rc = virt_restore(h->virt, mem, buf_str(&xml), e);
@@ -434,27 +434,56 @@ static void reseed_running(struct hostd *h, struct machine *f, const char *sourc
 }
 
 /* Network = routed: a live fork's guest runs with its source's memory, so
- * with its address and MAC; the host maps them to the fork's own on the
- * fork's tap (hostd/net.h) until its first cold boot. */
-static int live_fork_alias(struct hostd *h, const struct machine *src, struct machine *f,
+ * with its address and MAC (ALIAS, "IP MAC"); the host maps them to the
+ * fork's own on the fork's tap (hostd/net.h) until its first cold boot. */
+static int live_fork_alias(struct hostd *h, struct machine *f, const char *alias,
 			   struct err *e)
 {
-	char alias[40], ip[20];
 	struct machine old = *f;
 
-	if (!h->net || !src->net_index || !f->net_index)
+	if (!h->net || !alias || !alias[0] || !f->net_index)
 		return 0;
-	net_ip_text(net_machine_ip(net_conf(h), src->net_index), ip, sizeof(ip));
-	/* A live fork of a live fork: the guest's address is the first's. */
-	if (src->net_alias[0])
-		xsnprintf(alias, sizeof(alias), "%s", src->net_alias);
-	else
-		xsnprintf(alias, sizeof(alias), "%s %s", ip, src->mac);
 	if (db_machine_set_net(h->db, f->id, f->net_index, alias, e) < 0)
 		return -1;
 	xsnprintf(f->net_alias, sizeof(f->net_alias), "%s", alias);
 	net_machine_remove(h, &old);
 	return net_machine_add(h, f, e);
+}
+
+void checkpoint_source_alias(struct hostd *h, const struct machine *src, char *out, size_t outlen)
+{
+	char ip[20];
+
+	out[0] = '\0';
+	if (!h->net || !src->net_index)
+		return;
+	/* A live fork of a live fork: the guest's address is the first's. */
+	if (src->net_alias[0]) {
+		snprintf(out, outlen, "%s", src->net_alias);
+		return;
+	}
+	net_ip_text(net_machine_ip(net_conf(h), src->net_index), ip, sizeof(ip));
+	snprintf(out, outlen, "%s %s", ip, src->mac);
+}
+
+int checkpoint_live_start(struct hostd *h, struct machine *f, const char *mem,
+			  const char *alias, const char *source_key, bool wait, struct err *e)
+{
+	if (busy_acquire(h->busy, f->id, "fork", f->name, e) < 0)
+		goto fail;
+	if (live_fork_alias(h, f, alias, e) < 0 || restore_memory(h, f, mem, true, e) < 0) {
+		busy_release(h->busy, f->id);
+		goto fail;
+	}
+	db_machine_set_state(h->db, f->id, MS_RUNNING, NULL);
+	busy_release(h->busy, f->id);
+	reseed_running(h, f, source_key);
+	if (wait && machine_wait_ready(h, f, h->cfg.boot_timeout_s, e) < 0)
+		return -1;
+	return 0;
+fail:
+	machine_delete(h, f->owner, f->name, NULL);
+	return -1;
 }
 
 /* The event of NEW_NAME, a fork of OWNER's NAME (at checkpoint FROM). */
@@ -542,23 +571,16 @@ out:
 		return -1;
 	if (live) {
 		/* The fork starts from the source's memory in its own domain. */
-		if (busy_acquire(h->busy, f.id, "fork", f.name, e) < 0 ||
-		    live_fork_alias(h, &m, &f, e) < 0 ||
-		    (rc = restore_memory(h, &f, mem, true, e)) < 0) {
-			unlink(mem);
-			busy_release(h->busy, f.id);
-			machine_delete(h, owner, new_name, NULL);
-			volume_gc(h, base);
-			return -1;
-		}
+		char alias[40];
+		checkpoint_source_alias(h, &m, alias, sizeof(alias));
+		rc = checkpoint_live_start(h, &f, mem, alias, m.host_key, false, e);
 		unlink(mem);
 		/* As below: a thin snapshot made only to fork from goes now. */
 		volume_gc(h, base);
-		db_machine_set_state(h->db, f.id, MS_RUNNING, NULL);
-		busy_release(h->busy, f.id);
+		if (rc < 0)
+			return -1;
 		log_info("live fork %s/%s -> %s", owner, name, new_name);
 		fork_event(h, owner, name, new_name, NULL, true);
-		reseed_running(h, &f, m.host_key);
 		if (r->wait && machine_wait_ready(h, &f, h->cfg.boot_timeout_s, e) < 0)
 			return -1;
 		return db_machine_get_id(h->db, f.id, out, e);

@@ -54,6 +54,21 @@ struct fork_req {
 int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *out,
 		    struct err *e);
 
+/* "IP MAC" of the guest network SRC's running guest uses (its own, or a
+ * live fork's source's), into OUT ("" when off the routed network): what a
+ * live fork of it maps to its own. */
+void checkpoint_source_alias(struct hostd *h, const struct machine *src, char *out,
+			     size_t outlen);
+/* Start F (a new, stopped machine whose disk is layered on the volume
+ * saved with the memory image MEM, another machine's) running from MEM
+ * with no boot: the host maps ALIAS ("IP MAC" the saved guest uses; NULL
+ * or "" none) to F's own address, and F is re-keyed with its own seed
+ * (berth-seed --live, over SSH pinned to SOURCE_KEY, what the saved
+ * guest presents).  MEM is not changed.  With WAIT, until SSH answers.
+ * On failure F is deleted. */
+int checkpoint_live_start(struct hostd *h, struct machine *f, const char *mem,
+			  const char *alias, const char *source_key, bool wait, struct err *e);
+
 /* Image IMAGE made from OWNER's machine NAME as it is now (crash-consistent
  * when it runs), or from its checkpoint CKPT (not NULL): its disk frozen,
  * as for a fork, with the boot settings of the machine's image.  Private

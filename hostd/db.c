@@ -192,6 +192,23 @@ static const char webhooks_schema[] =
 	"  ON webhook_deliveries(webhook_id, id);"
 	"CREATE INDEX IF NOT EXISTS webhook_deliveries_state"
 	"  ON webhook_deliveries(state, webhook_id, id);";
+/* Migration 19: templates.  A template is an image plus a booted machine's
+ * disk and memory (hostd/template.h).  VOLUME is its frozen disk (named
+ * here, so volume_gc keeps it), its memory image is
+ * STATE/templates/NAME.mem; HOST_KEY and NET_ALIAS ("IP MAC") are what the
+ * saved guest presents and uses until a machine made from it is re-keyed;
+ * NET_INDEX, the build machine's, stays taken while the template lives:
+ * its machines' guests use that address (the host maps it to theirs), and
+ * a machine given it as its own would be refused a lease by dnsmasq.
+ * Names are one namespace, as images'. */
+static const char templates_schema[] =
+	"CREATE TABLE IF NOT EXISTS templates("
+	"  name TEXT PRIMARY KEY, owner TEXT NOT NULL, public INTEGER NOT NULL,"
+	"  image TEXT NOT NULL, volume TEXT NOT NULL, vcpus INTEGER NOT NULL,"
+	"  memory INTEGER NOT NULL, disk INTEGER NOT NULL, host_key TEXT NOT NULL,"
+	"  net_alias TEXT NOT NULL, setup TEXT NOT NULL, created INTEGER NOT NULL,"
+	"  build_ms INTEGER NOT NULL, mem_size INTEGER NOT NULL, net_index INTEGER NOT NULL);"
+	"CREATE INDEX IF NOT EXISTS templates_volume ON templates(volume);";
 
 static const struct migration migrations[] = {
 	{ schema, NULL, NULL, NULL },                                         /* 1 */
@@ -212,6 +229,7 @@ static const struct migration migrations[] = {
 	{ previews_schema, NULL, NULL, NULL },                                /* 16 */
 	{ events_schema, NULL, NULL, NULL },                                  /* 17 */
 	{ webhooks_schema, NULL, NULL, NULL },                                /* 18 */
+	{ templates_schema, NULL, NULL, NULL },                               /* 19 */
 };
 
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
@@ -868,13 +886,17 @@ int db_machine_set_host_key(struct db *db, const char *id, const char *key,
 			      host_key_state_name(state), next, id) == 0 ? 0 : -1;
 }
 
-bool db_net_index_used(struct db *db, int index)
+bool db_net_index_used(struct db *db, int index, const char *ip)
 {
 	sqlite3_stmt *st;
 	bool used = true;
 
 	pthread_mutex_lock(&db->lock);
-	st = query(db, NULL, "SELECT 1 FROM machines WHERE net_index = ?", "i", index);
+	/* A template holds its build machine's (hostd/template.h). */
+	st = query(db, NULL, "SELECT 1 FROM machines WHERE net_index = ?1"
+		   " UNION ALL SELECT 1 FROM templates WHERE net_index = ?1"
+		   " UNION ALL SELECT 1 FROM machines WHERE net_alias LIKE ?2 || ' %'",
+		   "is", index, ip);
 	if (st)
 		used = sqlite3_step(st) == SQLITE_ROW;
 	sqlite3_finalize(st);
@@ -1047,7 +1069,9 @@ int db_image_users(struct db *db, const char *name, struct err *e)
 	int rc = -1;
 
 	pthread_mutex_lock(&db->lock);
-	st = query(db, e, "SELECT count(*) FROM machines WHERE image = ?", "s", name);
+	/* A template's machines need its image's boot files and base. */
+	st = query(db, e, "SELECT (SELECT count(*) FROM machines WHERE image = ?1)"
+		   " + (SELECT count(*) FROM templates WHERE image = ?1)", "s", name);
 	if (st) {
 		if (sqlite3_step(st) == SQLITE_ROW)
 			rc = sqlite3_column_int(st, 0);
@@ -1163,7 +1187,8 @@ int db_volume_named(struct db *db, const char *volume, struct err *e)
 	pthread_mutex_lock(&db->lock);
 	st = query(db, e, "SELECT (SELECT count(*) FROM machines WHERE volume = ?1)"
 		   " + (SELECT count(*) FROM checkpoints WHERE volume = ?1)"
-		   " + (SELECT count(*) FROM images WHERE volume = ?1)", "s", volume);
+		   " + (SELECT count(*) FROM images WHERE volume = ?1)"
+		   " + (SELECT count(*) FROM templates WHERE volume = ?1)", "s", volume);
 	if (st) {
 		if (sqlite3_step(st) == SQLITE_ROW)
 			rc = sqlite3_column_int(st, 0);
@@ -2535,4 +2560,92 @@ int db_delivery_list(struct db *db, int64_t webhook_id, int limit, struct db_del
 			     "list deliveries", e);
 	pthread_mutex_unlock(&db->lock);
 	return rc;
+}
+
+
+/* ---- templates ---------------------------------------------------------- */
+
+#define TEMPLATE_COLS "name, owner, public, image, volume, vcpus, memory, disk, host_key," \
+	" net_alias, setup, created, build_ms, mem_size, net_index"
+
+static void template_from_row(sqlite3_stmt *st, void *out)
+{
+	struct template *t = out;
+
+	memset(t, 0, sizeof(*t));
+	copy_text(st, 0, t->name, sizeof(t->name));
+	copy_text(st, 1, t->owner, sizeof(t->owner));
+	t->public_ = sqlite3_column_int(st, 2) != 0;
+	copy_text(st, 3, t->image, sizeof(t->image));
+	copy_text(st, 4, t->volume, sizeof(t->volume));
+	t->vcpus = sqlite3_column_int(st, 5);
+	t->memory = (uint64_t)sqlite3_column_int64(st, 6);
+	t->disk = (uint64_t)sqlite3_column_int64(st, 7);
+	copy_text(st, 8, t->host_key, sizeof(t->host_key));
+	copy_text(st, 9, t->net_alias, sizeof(t->net_alias));
+	copy_text(st, 10, t->setup, sizeof(t->setup));
+	t->created = sqlite3_column_int64(st, 11);
+	t->build_ms = sqlite3_column_int64(st, 12);
+	t->mem_size = (uint64_t)sqlite3_column_int64(st, 13);
+	t->net_index = sqlite3_column_int(st, 14);
+}
+
+int db_template_insert(struct db *db, const struct template *t, struct err *e)
+{
+	int rc = execute_locked(db, e, "insert template",
+				"INSERT INTO templates(" TEMPLATE_COLS ")"
+				" VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+				"ssissiIIsssIIIi", t->name, t->owner, t->public_ ? 1 : 0,
+				t->image, t->volume, t->vcpus, (int64_t)t->memory,
+				(int64_t)t->disk, t->host_key, t->net_alias, t->setup, t->created,
+				t->build_ms, (int64_t)t->mem_size, t->net_index);
+
+	if (rc == 1) {
+		err_clear(e);
+		return err_set(e, 409, "exists", "template %s exists", t->name);
+	}
+	return rc;
+}
+
+int db_template_get(struct db *db, const char *name, struct template *t, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT " TEMPLATE_COLS " FROM templates WHERE name = ?", "s", name);
+	if (st) {
+		switch (sqlite3_step(st)) {
+		case SQLITE_ROW: template_from_row(st, t); rc = 0; break;
+		case SQLITE_DONE:
+			err_set(e, 404, "no_template", "no template %s", name);
+			break;
+		default: sql_err(db, e, "select template");
+		}
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_template_list(struct db *db, struct template **out, size_t *n, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT " TEMPLATE_COLS " FROM templates ORDER BY name", "");
+	if (st)
+		rc = collect(db, st, sizeof(**out), template_from_row, (void **)out, n,
+			     "list templates", e);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+int db_template_delete(struct db *db, const char *name, struct err *e)
+{
+	return execute_locked(db, e, "delete template", "DELETE FROM templates WHERE name = ?",
+			      "s", name) == 0 ? 0 : -1;
 }

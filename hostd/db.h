@@ -160,8 +160,11 @@ int db_machine_set_host_key(struct db *db, const char *id, const char *key,
 int db_machine_delete(struct db *db, const char *id, struct err *e);
 /* Whether any machine's SSH forward uses PORT (for picking a new one). */
 bool db_port_used(struct db *db, int port);
-/* Whether a machine has network index INDEX. */
-bool db_net_index_used(struct db *db, int index);
+/* Whether network index INDEX is taken: a machine's, a template's
+ * (hostd/template.h), or its address IP (text) used by a live fork's guest
+ * (machines.net_alias "IP MAC": a fork of a template or of a deleted
+ * machine). */
+bool db_net_index_used(struct db *db, int index, const char *ip);
 /* Machine ID's network index and guest-side alias ("" none). */
 int db_machine_set_net(struct db *db, const char *id, int index, const char *alias,
 		       struct err *e);
@@ -177,6 +180,34 @@ int db_image_set_public(struct db *db, const char *name, bool public_, struct er
 int db_image_delete(struct db *db, const char *name, struct err *e);
 /* Number of machines using image NAME, or -1. */
 int db_image_users(struct db *db, const char *name, struct err *e);
+
+/* A template (hostd/template.h): an image plus a booted machine's frozen
+ * disk and saved memory, per user like images. */
+struct template {
+	char name[64];
+	char owner[64];       /* who made it; another user needs it public */
+	bool public_;
+	char image[64];
+	char volume[80];      /* its frozen disk */
+	int vcpus;
+	uint64_t memory;      /* bytes, the guest's */
+	uint64_t disk;        /* bytes */
+	char host_key[HOST_KEY_MAX]; /* what the saved guest's sshd presents */
+	char net_alias[40];   /* "IP MAC" the saved guest uses; "" off routed */
+	char setup[4096];     /* the setup command ("" none) */
+	int64_t created;
+	int64_t build_ms;     /* how long its build took */
+	uint64_t mem_size;    /* bytes of its memory image */
+	int net_index;        /* its build machine's, kept taken; 0 none */
+};
+
+/* 409 "exists" for a name taken. */
+int db_template_insert(struct db *db, const struct template *t, struct err *e);
+/* 404 "no_template". */
+int db_template_get(struct db *db, const char *name, struct template *t, struct err *e);
+/* Every template, by name: a malloc'd array the caller frees. */
+int db_template_list(struct db *db, struct template **out, size_t *n, struct err *e);
+int db_template_delete(struct db *db, const char *name, struct err *e);
 
 struct checkpoint {
 	char machine_id[37];

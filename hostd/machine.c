@@ -167,10 +167,18 @@ static int prepare_files(struct hostd *h, const struct machine *m, const struct 
 }
 
 /* M's domain XML, and its files made ready for the QEMU it names: every
- * domain hostd defines or restores is rendered here. */
-static int xml_render(struct hostd *h, const struct machine *m, bool agent, struct buf *xml,
-		      struct err *e)
+ * domain hostd defines or restores is rendered here.  SAVED: the XML of
+ * the save image it is restored from (NULL: a define or a cold start):
+ * the agent's channel and the VM generation id follow it (libvirt refuses
+ * a restore whose devices or genid differ), but with NEW_GENID (another
+ * machine's memory: a live fork, a template's machine) a new genid is
+ * asked for, which the restored guest sees change (hostd/virt.c). */
+static int xml_render(struct hostd *h, const struct machine *m, const char *saved,
+		      bool new_genid, struct buf *xml, struct err *e)
 {
+	char genid[37] = "";
+	bool agent = !saved || virt_xml_has_agent(saved);
+	bool had_genid = saved && virt_xml_genid(saved, genid);
 	struct image img;
 	struct storage_vol_info vi;
 	char dir[PATH_MAX], seed[PATH_MAX], log[PATH_MAX], name[200];
@@ -190,6 +198,7 @@ static int xml_render(struct hostd *h, const struct machine *m, bool agent, stru
 	machine_dom_name(h, m, name, sizeof(name));
 	struct domain_spec s = {
 		.dom_name = name, .uuid = m->id, .owner = m->owner, .name = m->name,
+		.genid = !saved || (had_genid && new_genid) ? NULL : genid,
 		.kvm = virt_kvm(h->virt), .vcpus = m->vcpus, .memory = m->memory,
 		/* A machine weighs what it pays for: 1024 per vCPU (cgroups'
 		 * default weight is 1024 a group, whatever its vCPUs). */
@@ -216,18 +225,18 @@ static int xml_render(struct hostd *h, const struct machine *m, bool agent, stru
 
 int machine_xml(struct hostd *h, const struct machine *m, struct buf *xml, struct err *e)
 {
-	return xml_render(h, m, true, xml, e);
+	return xml_render(h, m, NULL, false, xml, e);
 }
 
 int machine_xml_for_image(struct hostd *h, const struct machine *m, const char *path,
-			  struct buf *xml, struct err *e)
+			  bool new_genid, struct buf *xml, struct err *e)
 {
 	char *saved = NULL;
 	int r;
 
 	if (virt_image_xml(path, &saved, e) < 0)
 		return -1;
-	r = xml_render(h, m, virt_xml_has_agent(saved), xml, e);
+	r = xml_render(h, m, saved, new_genid, xml, e);
 	free(saved);
 	return r;
 }
@@ -718,7 +727,7 @@ static int do_start(struct hostd *h, struct machine *m, enum vstate vs, struct e
 			return -1;
 		int rc = virt_saved_xml(h->virt, m->id, &saved, e);
 		if (rc == 0)
-			rc = xml_render(h, m, virt_xml_has_agent(saved), &xml, e);
+			rc = xml_render(h, m, saved, false, &xml, e);
 		if (rc == 0)
 			rc = virt_saved_define(h->virt, m->id, buf_str(&xml), e);
 		free(saved);

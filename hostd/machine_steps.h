@@ -41,9 +41,10 @@ int machine_own_volume(struct hostd *h, const struct machine *m, const char *vol
 int machine_xml(struct hostd *h, const struct machine *m, struct buf *xml, struct err *e);
 /* The same, for restoring the save image PATH: without the agent's channel
  * when the image has none (saved before berth had one; libvirt refuses a
- * restore whose devices differ). */
+ * restore whose devices differ), with the image's VM generation id, or
+ * (NEW_GENID: another machine's image, which has one) a new one. */
 int machine_xml_for_image(struct hostd *h, const struct machine *m, const char *path,
-			  struct buf *xml, struct err *e);
+			  bool new_genid, struct buf *xml, struct err *e);
 /* Define (or redefine, same UUID) M's domain from hostd's XML. */
 int machine_define(struct hostd *h, const struct machine *m, struct err *e);
 

@@ -38,6 +38,7 @@
 #include "hostd/idle.h"
 #include "hostd/keyproof.h"
 #include "hostd/image.h"
+#include "hostd/template.h"
 #include "hostd/machine.h"
 #include "hostd/net.h"
 #include "hostd/preview.h"
@@ -452,6 +453,7 @@ int main(int argc, char **argv)
 	reconcile_at_start(&h);
 	machine_check_qemus(&h);
 	image_reconcile(&h);
+	template_reconcile(&h);
 	/* Prices recorded, storage sampled now and every minute. */
 	if (usage_prices_sync(&h, &e) < 0 || sampler_start(&h, &e) < 0 ||
 	    idle_start(&h, &e) < 0)

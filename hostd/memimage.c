@@ -212,7 +212,7 @@ static int wake_from(struct hostd *h, struct machine *m, int kind, const char *p
 	/* hostd's XML of now, not the image's: its files made ready for its
 	 * QEMU, the uid it runs as, a port of its own when another program
 	 * took its SSH forward's (an image saved by an older berth included). */
-	if (machine_port_refresh(h, m, e) < 0 || machine_xml_for_image(h, m, path, &xml, e) < 0)
+	if (machine_port_refresh(h, m, e) < 0 || machine_xml_for_image(h, m, path, false, &xml, e) < 0)
 		goto out;
 	if (strcmp(path, waking) != 0 && rename(path, waking) < 0) {
 		err_errno(e, errno, "rename %s", path);

@@ -874,9 +874,13 @@ int net_pick_index(struct hostd *h, struct err *e)
 	struct net *n = h->net;
 	int max = n ? net_max_index(&n->conf) : 0;
 
-	for (int i = 1; i <= max; i++)
-		if (!db_net_index_used(h->db, i))
+	char ip[20];
+
+	for (int i = 1; i <= max; i++) {
+		net_ip_text(net_machine_ip(&n->conf, i), ip, sizeof(ip));
+		if (!db_net_index_used(h->db, i, ip))
 			return i;
+	}
 	return err_set(e, 503, "no_address", "the guest network %s has no free address",
 		       h->cfg.guest_network);
 }

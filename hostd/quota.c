@@ -73,6 +73,18 @@ int quota_use(struct hostd *h, const char *owner, bool checkpoints, struct quota
 		free(cs);
 	}
 	free(ms);
+	/* A template's disk is its owner's, and its memory image a memory
+	 * checkpoint's (hostd/template.h). */
+	struct template *ts;
+	if (db_template_list(h->db, &ts, &n, e) < 0)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(ts[i].owner, owner) != 0)
+			continue;
+		u->disk += ts[i].disk;
+		u->memory_checkpoints++;
+	}
+	free(ts);
 	pthread_mutex_lock(&inflight_lock);
 	if ((f = inflight_of(owner, false))) {
 		u->operations = f->n[QUOTA_OPERATIONS];

@@ -115,7 +115,21 @@ int virt_domain_xml(const struct domain_spec *s, struct buf *b, struct err *e)
 	buf_add_xml(b, s->dom_name);
 	buf_adds(b, "</name>\n  <uuid>");
 	buf_add_xml(b, s->uuid);
-	buf_adds(b, "</uuid>\n  <metadata>\n    <berth:machine xmlns:berth='https://berth.dev/xmlns/machine/1'>\n      <berth:owner>");
+	/* A VM generation id (QEMU's vmgenid): libvirt makes a new one at
+	 * every start and restore, and a guest restored from memory (a
+	 * template's machines, a live fork, a memory checkpoint's restore)
+	 * sees it change: Linux (CONFIG_VMGENID, 5.18 on) then reseeds its
+	 * RNG, so two machines from one memory image do not draw the same
+	 * random bytes. */
+	buf_adds(b, "</uuid>\n");
+	if (!s->genid) {
+		buf_adds(b, "  <genid/>\n");
+	} else if (s->genid[0]) {
+		buf_adds(b, "  <genid>");
+		buf_add_xml(b, s->genid);
+		buf_adds(b, "</genid>\n");
+	}
+	buf_adds(b, "  <metadata>\n    <berth:machine xmlns:berth='https://berth.dev/xmlns/machine/1'>\n      <berth:owner>");
 	buf_add_xml(b, s->owner);
 	buf_adds(b, "</berth:owner>\n      <berth:name>");
 	buf_add_xml(b, s->name);
@@ -1014,6 +1028,20 @@ int virt_open_screen(struct virt *v, const char *uuid, int *fd, struct err *e)
 bool virt_xml_has_agent(const char *xml)
 {
 	return strstr(xml, "com.redhat.spice.0") != NULL;
+}
+
+bool virt_xml_genid(const char *xml, char out[37])
+{
+	const char *p = xml ? strstr(xml, "<genid>") : NULL, *q;
+
+	if (!p)
+		return false;
+	p += strlen("<genid>");
+	q = strstr(p, "</genid>");
+	if (!q || q - p != 36)
+		return false;
+	snprintf(out, 37, "%.*s", (int)(q - p), p);
+	return true;
 }
 
 int virt_image_xml(const char *path, char **xml, struct err *e)

@@ -28,6 +28,10 @@ const char *vstate_name(enum vstate s);
 struct domain_spec {
 	const char *dom_name;      /* libvirt name: berth-INSTANCE-OWNER-NAME */
 	const char *uuid;
+	/* The VM generation id: NULL a new one (<genid/>: libvirt makes one
+	 * at each start and restore); "" none; else this value (a restore
+	 * into the same machine: libvirt refuses another). */
+	const char *genid;
 	const char *owner, *name;  /* recorded in <metadata> */
 	bool kvm;                  /* type='kvm' (else 'qemu': TCG) */
 	int vcpus;
@@ -161,6 +165,9 @@ int virt_open_screen(struct virt *v, const char *uuid, int *fd, struct err *e);
  * port (the clipboard channel; images saved before berth had it have
  * none). */
 bool virt_xml_has_agent(const char *xml);
+/* The <genid> value of domain XML (a libvirt's: a saved domain's) into
+ * OUT (37 bytes); false when it has none. */
+bool virt_xml_genid(const char *xml, char out[37]);
 /* The domain XML stored in the save image at PATH, raw (libvirt's) or
  * zstd-compressed (hostd/zmem.c): *XML malloc'd, the caller frees it.  0,
  * or -1 with E (not a complete format-2 image, truncated, unreadable). */

@@ -64,6 +64,9 @@ WEB_SRC     += web/broker.c web/hostctl.c
 HOSTD_SRC   += hostd/preview.c hostd/events.c
 CLI_SRC     += cli/preview.c cli/events.c cli/mcp.c
 WEB_SRC     += web/preview.c web/upstream.c
+# E2B's control plane: a machine's deadline, metadata and env (hostd), the
+# API on api.DOMAIN (berth-web).
+HOSTD_SRC   += hostd/attrs.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 
 # Objects shared by the daemon and the unit tests (everything but main).

@@ -172,9 +172,16 @@ static void meet(struct hostd *h, const char *id, int64_t now)
 	struct act_opts o = { 0 };
 	struct err e = { 0 };
 
-	if (db_machine_get_id(h->db, id, &m, NULL) < 0 || m.state != MS_RUNNING ||
-	    db_attrs_get(h->db, id, &a, NULL) < 0)
+	if (db_machine_get_id(h->db, id, &m, NULL) < 0 || db_attrs_get(h->db, id, &a, NULL) < 0)
 		return;
+	/* "suspend" acts on a running machine; "delete" on any that is
+	 * neither being made nor deleted (an idle policy's suspend does not
+	 * save it from its end). */
+	if (strcmp(a.action, "suspend") == 0 ? m.state != MS_RUNNING
+	    : m.state == MS_CREATING || m.state == MS_DELETING) {
+		db_attrs_free(&a);
+		return;
+	}
 	/* (read again: a PATCH may have moved it meanwhile) */
 	if (!a.expires || a.expires > now) {
 		db_attrs_free(&a);

@@ -5,12 +5,13 @@
  *
  *   deadline   "expires_in" seconds from now (or a duration, "10m"; 0,
  *              null or "never": none); at
- *              that time a running machine is suspended (its memory kept)
- *              when its "expire_action" is "suspend", deleted when it is
- *              "delete" (the default).  Checked with the idle policy's
- *              pass (every idle_check_interval, hostd/idle.h).  A deadline
- *              that passes while the machine does not run is met when it
- *              next runs; a suspend by the deadline clears it.
+ *              that time the machine is deleted when its "expire_action"
+ *              is "delete" (the default), whatever its state; suspended
+ *              (its memory kept) when it is "suspend" and the machine
+ *              runs, else when it next runs; that suspend clears the
+ *              deadline.  Checked with the idle policy's pass (every
+ *              idle_check_interval, hostd/idle.h), which may also suspend
+ *              a quiet machine before its deadline, as any other.
  *   metadata   a JSON object of strings (at most ATTRS_MAX_PAIRS pairs,
  *              keys up to 256 bytes, values up to 4096), shown and
  *              matched, never interpreted.

@@ -682,7 +682,7 @@ static enum MHD_Result do_list(struct call *k, const char *query, bool v2)
 		    (!strcmp(st, "paused") && !want_paused) ||
 		    (filter && !metadata_match(m, filter)) ||
 		    (tmpl && strcmp(tmpl, json_string_value(json_object_get(m, "image")))) ||
-		    (after && jint(m, "created") <= after_t))
+		    (after && jint(m, "created") < after_t))
 			continue;
 		ms[n++] = m;
 	}

@@ -28,6 +28,9 @@
 #define LIST_MAX 100
 /* Tries at a free random name. */
 #define NAME_TRIES 4
+/* Forks at once, at most; a fork's default timeout (E2B's), seconds. */
+#define FORK_MAX 8
+#define FORK_TIMEOUT_S 15
 
 static char domain[200] = "localhost";
 
@@ -448,6 +451,29 @@ static bool map_ok(struct MHD_Connection *c, json_t *j, const char *field, enum 
 	return true;
 }
 
+/* A new sandbox's machine name, e2b- and 8 random hex digits, into NAME
+ * (16 bytes).  0, or -1 with a 500 queued on C (when not NULL). */
+static int random_name(struct MHD_Connection *c, char *name, enum MHD_Result *ret)
+{
+	unsigned char rnd[4];
+
+	if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd)) {
+		if (c)
+			*ret = fail(c, 500, "no random bytes: %s", strerror(errno));
+		return -1;
+	}
+	snprintf(name, 16, "e2b-%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3]);
+	return 0;
+}
+
+/* Whether hostd's answer RESP says the name was taken. */
+static bool name_taken(long status, json_t *resp)
+{
+	const char *code = json_string_value(json_object_get(json_object_get(resp, "error"),
+							      "code"));
+	return status == 409 && code && !strcmp(code, "exists");
+}
+
 /* POST /v2/sandboxes, POST /sandboxes: a machine e2b-HEX8 made from the
  * template or image, started, waited for. */
 static enum MHD_Result do_create(struct call *k, struct buf *b)
@@ -514,13 +540,9 @@ static enum MHD_Result do_create(struct call *k, struct buf *b)
 		json_object_set_new(req, status == 200 ? "template" : "image", json_string(tmpl));
 	}
 	for (int i = 0; i < NAME_TRIES; i++) {
-		unsigned char rnd[4];
 		char name[16];
-		if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd)) {
-			ret = fail(k->c, 500, "no random bytes: %s", strerror(errno));
+		if (random_name(k->c, name, &ret) < 0)
 			goto out;
-		}
-		snprintf(name, sizeof(name), "e2b-%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3]);
 		json_object_set_new(req, "name", json_string(name));
 		json_decref(resp);
 		resp = NULL;
@@ -528,10 +550,7 @@ static enum MHD_Result do_create(struct call *k, struct buf *b)
 			ret = fail(k->c, 502, "berth-hostd does not answer");
 			goto out;
 		}
-		if (status != 409 || !json_string_value(json_object_get(
-				json_object_get(resp, "error"), "code")) ||
-		    strcmp(json_string_value(json_object_get(json_object_get(resp, "error"),
-							     "code")), "exists"))
+		if (!name_taken(status, resp))
 			break;
 	}
 	if (status == 201) {
@@ -906,6 +925,117 @@ static enum MHD_Result do_metrics(struct call *k, const char *name, const char *
 	return reply(k->c, 200, out);
 }
 
+/* One fork of K's running machine NAME (SRC, its JSON), NEW's deadline
+ * TIMEOUT from now: E2B's SandboxForkResult, {"sandbox"} or {"error"}. */
+static json_t *fork_one(struct call *k, const char *name, json_t *src, int64_t timeout)
+{
+	enum MHD_Result unused;
+	char path[128], fname[16] = "";
+	long status = 0;
+	json_t *body = NULL, *resp = NULL, *res = NULL;
+	unsigned st;
+
+	snprintf(path, sizeof(path), "/v1/machines/%s/fork", name);
+	for (int i = 0; i < NAME_TRIES; i++) {
+		if (random_name(NULL, fname, &unused) < 0)
+			return json_pack("{s:{s:i, s:s}}", "error", "code", 500, "message",
+					 "no random bytes");
+		json_decref(body);
+		json_decref(resp);
+		resp = NULL;
+		body = json_pack("{s:s, s:b, s:b}", "name", fname, "live", 1, "wait", 1);
+		if (hostd(k, "POST", path, body, &status, &resp) < 0) {
+			status = 502;
+			break;
+		}
+		if (!name_taken(status, resp))
+			break;
+	}
+	if (status == 201) {
+		/* Its source's metadata, env and what its deadline does. */
+		json_t *patch = json_pack("{s:I, s:O, s:O, s:O}", "expires_in", (json_int_t)timeout,
+					  "expire_action", json_object_get(src, "expire_action"),
+					  "metadata", json_object_get(src, "metadata"),
+					  "env", json_object_get(src, "env"));
+		json_t *presp = NULL;
+		long pst = 0;
+		char fpath[128];
+		snprintf(fpath, sizeof(fpath), "/v1/machines/%s", fname);
+		if (!patch || hostd(k, "PATCH", fpath, patch, &pst, &presp) < 0 || pst != 200) {
+			/* Not left running without its deadline. */
+			json_t *dresp = NULL;
+			long dst;
+			hostd(k, "DELETE", fpath, NULL, &dst, &dresp);
+			json_decref(dresp);
+			res = json_pack("{s:{s:i, s:s}}", "error", "code", 500, "message",
+					hostapi_message(presp, "cannot set the fork's deadline"));
+		} else {
+			log_info("e2b: %s forked sandbox %s-%s into %s-%s", k->user, name, k->user,
+				 fname, k->user);
+			res = json_pack("{s:o}", "sandbox", sandbox_new(k, resp));
+		}
+		json_decref(patch);
+		json_decref(presp);
+	} else {
+		const char *code = json_string_value(json_object_get(json_object_get(resp, "error"),
+								      "code"));
+		st = (unsigned)status;
+		if (status == 403 && code && !strcmp(code, "quota_exceeded"))
+			st = 429;
+		else if (status >= 500 && status != 502 && status != 503)
+			st = 500;
+		res = json_pack("{s:{s:i, s:s}}", "error", "code", (int)st, "message",
+				status == 502 ? "berth-hostd does not answer"
+					      : hostapi_message(resp, "the fork failed"));
+	}
+	json_decref(body);
+	json_decref(resp);
+	return res;
+}
+
+/* POST /sandboxes/ID/fork {"count"?: 1, "timeout"?: 15}: COUNT live forks
+ * of a running sandbox (berth's fork with its memory: the same processes
+ * go on in each), each e2b-HEX8 with the source's metadata, env and
+ * expire_action, its deadline TIMEOUT from now; the source runs on,
+ * untouched.  201 with one result per fork; 409 when it does not run. */
+static enum MHD_Result do_fork(struct call *k, const char *name, const char *id,
+			       struct buf *b)
+{
+	enum MHD_Result ret = MHD_NO;
+	json_t *j = body_object(k->c, b, &ret), *m = NULL, *out = NULL, *v;
+	int64_t timeout, count = 1;
+
+	if (!j)
+		return ret;
+	v = json_object_get(j, "count");
+	if (v && !json_is_null(v)) {
+		if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+		    json_integer_value(v) > FORK_MAX) {
+			ret = fail(k->c, 400, "count must be 1 to %d", FORK_MAX);
+			goto out;
+		}
+		count = json_integer_value(v);
+	}
+	if ((timeout = get_timeout(k->c, j, FORK_TIMEOUT_S, &ret)) < 0 ||
+	    machine_get(k, name, id, &m, &ret) < 0)
+		goto out;
+	if (strcmp(json_string_value(json_object_get(m, "state")), "running") != 0) {
+		ret = fail(k->c, 409, "sandbox %s is not running (a fork takes a running one's "
+			   "memory): connect to it first", id);
+		goto out;
+	}
+	out = json_array();
+	for (int64_t i = 0; i < count; i++)
+		json_array_append_new(out, fork_one(k, name, m, timeout));
+	ret = reply(k->c, 201, out);
+	out = NULL;
+out:
+	json_decref(j);
+	json_decref(m);
+	json_decref(out);
+	return ret;
+}
+
 /* ---- the request --------------------------------------------------------- */
 
 /* The caller, from X-API-Key: e2b_HEX64 is berth's token berth_HEX64,
@@ -1001,9 +1131,11 @@ static enum MHD_Result route(struct call *k, const char *method, const char *pat
 		return do_timeout(k, name, id, b);
 	} else if (get && !v2 && !strcmp(action, "metrics")) {
 		return do_metrics(k, name, id);
+	} else if (post && !v2 && !strcmp(action, "fork")) {
+		return do_fork(k, name, id, b);
 	}
-	ret = fail(k->c, 404, "no route %s %s%s in berth's E2B API (snapshots, fork, network, "
-		   "logs: not supported)", method, v2 ? "/v2" : "", path);
+	ret = fail(k->c, 404, "no route %s %s%s in berth's E2B API (snapshots, network, logs: "
+		   "not supported)", method, v2 ? "/v2" : "", path);
 	return ret;
 }
 

@@ -13,6 +13,7 @@
 //   list [QUERY_JSON] [LIMIT]      every page (nextItems), each page's ids
 //   info ID | kill ID | pause ID | metrics ID
 //   connect ID TIMEOUT_S | timeout ID TIMEOUT_S
+//   fork ID [COUNT] [TIMEOUT_S]    each fork's id, or its error
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
@@ -66,6 +67,12 @@ async function run() {
     case 'timeout':
       await Sandbox.setTimeout(args[0], Number(args[1]) * 1000, long);
       return 'ok';
+    case 'fork': {
+      const r = await Sandbox.fork(args[0], { ...long, count: Number(args[1] || 1),
+        timeoutMs: args[2] ? Number(args[2]) * 1000 : undefined });
+      return r.map((x) => (x instanceof Error ? `${x.constructor.name}: ${x.message}`
+        : x.sandboxId));
+    }
     case 'connect': {
       const s = await Sandbox.connect(args[0], { ...long, timeoutMs: Number(args[1]) * 1000 });
       return { sandboxId: s.sandboxId };

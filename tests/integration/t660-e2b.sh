@@ -188,12 +188,34 @@ check_eq "connect to a running one (S1, 60 s) keeps the later deadline" "$S1" \
 left=$(berth show "$N1" --json | json expires_in_s)
 check "  still about 3000 s ($left)" test "$left" -gt 2800
 
+# ---- fork --------------------------------------------------------------------------------
+t0=$(date +%s%N)
+out=$(sdk fork "$S2" 1 300)
+t1=$(date +%s%N)
+F=$(echo "$out" | json 0)
+check_match "Sandbox.fork(S2): one live fork ($out)" '^e2b-[0-9a-f]{8}-root$' "$F"
+diag "Sandbox.fork: $(((t1 - t0) / 1000000)) ms"
+NF=$(name_of "$F")
+j=$(berth show "$NF" --json)
+check_eq "  a berth machine, running, with S2's metadata and expire_action" \
+	'running {"team": "x"} suspend' "$(echo "$j" | python3 -c 'import json,sys
+m=json.load(sys.stdin); print(m["state"], json.dumps(m["metadata"]), m["expire_action"])')"
+left=$(echo "$j" | json expires_in_s)
+check "  its own deadline ($left s)" test "$left" -gt 200 -a "$left" -le 300
+check_eq "  S2's process goes on in it (its memory), and /tmp's file" "alive marker" \
+	"$(berth exec "$NF" -- sh -c "kill -0 $PID && echo alive") $(berth exec "$NF" -- cat /tmp/marker)"
+check_eq "  S2 runs on" running "$(state "$N2")"
+check_eq "Sandbox.kill(fork): true" true "$(sdk kill "$F")"
+check "  gone" gone "$NF"
+
 # ---- the deadline ---------------------------------------------------------------------
 check_eq "setTimeout(S2, 2 s) with autoPause" '"ok"' "$(sdk timeout "$S2" 2)"
 check "  the deadline pauses it (suspended, memory kept)" wait_for 60 is_state "$N2" suspended
 check_eq "  and its deadline is cleared" 0 "$(berth show "$N2" --json | json expires)"
 check_match "  the log says why" "deadline: root/$N2: suspending" "$(cat "$T/hostd.log")"
 check_eq "  the SDK sees it paused" paused "$(sdk info "$S2" | json state)"
+check_match "Sandbox.fork of a paused one: 409, SandboxError" '^ERR SandboxError: 409: .*not running' \
+	"$(sdk fork "$S2")"
 check_eq "setTimeout(S1, 2 s) without autoPause" '"ok"' "$(sdk timeout "$S1" 2)"
 check "  the deadline deletes it" wait_for 60 gone "$N1"
 check_match "  the log says why" "deadline: root/$N1: deleting" "$(cat "$T/hostd.log")"
@@ -287,6 +309,7 @@ bad "a metadata filter that is malformed" 400 "metadata must be" GET '/v2/sandbo
 bad "a body over 64 KiB" 413 "at most" POST /v2/sandboxes -d "$(head -c 70000 /dev/zero | tr '\0' a)"
 bad "no such route" 404 "no route" GET /v1/info
 bad "snapshots (not supported)" 404 "not supported" POST "/sandboxes/x-root/snapshots" -d '{}'
+bad "fork count 0" 400 "count must be 1 to 8" POST "/sandboxes/x-root/fork" -d '{"count":0}'
 check_absent "no sandbox was made by any of them" matching '^e2b-' berth ls
 r=$(curl -s --cacert "$T/tls/ca.pem" --resolve "api.$DOMAIN:$PORT:127.0.0.1" -w '\n%{http_code}' \
 	"https://api.$DOMAIN:$PORT/v2/sandboxes")

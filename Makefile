@@ -147,6 +147,14 @@ $(OUT)/tests/test_web_preview: $(call obj,tests/unit/test_web_preview.c web/prev
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# berth-web's E2B API's pure pieces (preview_label_of is preview.c's).
+$(OUT)/tests/test_e2b: $(call obj,tests/unit/test_e2b.c web/e2b.c web/preview.c \
+			web/upstream.c web/hostctl.c web/reply.c web/conns.c web/request.c \
+			web/upgrade.c $(COMMON_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # berth-web's checks of a client's request head, on a libmicrohttpd of its own.
 $(OUT)/tests/test_web_request: $(call obj,tests/unit/test_web_request.c web/request.c $(COMMON_SRC))
 	$(call quiet,LINK,$@)

@@ -162,10 +162,7 @@ static int hexval(char ch)
 	return -1;
 }
 
-/* The LEN bytes of S percent-decoded (PLUS: '+' is a space, as Go's
- * QueryUnescape); malloc'd, NULL when an escape is malformed or decodes
- * to NUL. */
-static char *unescape(const char *s, size_t len, bool plus)
+char *e2b_unescape(const char *s, size_t len, bool plus)
 {
 	char *out = malloc(len + 1), *o = out;
 
@@ -189,9 +186,7 @@ static char *unescape(const char *s, size_t len, bool plus)
 	return out;
 }
 
-/* The value of query parameter NAME in QUERY ("a=1&b=2", no '?'),
- * decoded; malloc'd, NULL when absent.  *BAD when it is malformed. */
-static char *query_get(const char *query, const char *name, bool *bad)
+char *e2b_query_get(const char *query, const char *name, bool *bad)
 {
 	size_t nl = strlen(name);
 
@@ -199,7 +194,7 @@ static char *query_get(const char *query, const char *name, bool *bad)
 		const char *end = strchr(p, '&');
 		size_t len = end ? (size_t)(end - p) : strlen(p);
 		if (len > nl && !strncmp(p, name, nl) && p[nl] == '=') {
-			char *v = unescape(p + nl + 1, len - nl - 1, true);
+			char *v = e2b_unescape(p + nl + 1, len - nl - 1, true);
 			if (!v)
 				*bad = true;
 			return v;
@@ -209,13 +204,9 @@ static char *query_get(const char *query, const char *name, bool *bad)
 	return NULL;
 }
 
-/* E2B's metadata filter S (decoded once already): unescaped again as a
- * whole, split on '&' and '=', each key and value unescaped (as E2B's
- * server reads what the SDK encodes twice).  A JSON object, NULL when
- * malformed. */
-static json_t *metadata_filter(const char *s)
+json_t *e2b_metadata_filter(const char *s)
 {
-	char *whole = unescape(s, strlen(s), true);
+	char *whole = e2b_unescape(s, strlen(s), true);
 	json_t *f = json_object();
 
 	if (!whole) {
@@ -229,8 +220,8 @@ static json_t *metadata_filter(const char *s)
 		eq = strchr(p, '=');
 		if (!eq || eq == p)
 			goto bad;
-		k = unescape(p, (size_t)(eq - p), true);
-		v = unescape(eq + 1, strlen(eq + 1), true);
+		k = e2b_unescape(p, (size_t)(eq - p), true);
+		v = e2b_unescape(eq + 1, strlen(eq + 1), true);
 		if (!k || !v) {
 			free(k);
 			free(v);
@@ -259,9 +250,7 @@ static void rfc3339(int64_t t, char *out, size_t outlen)
 	strftime(out, outlen, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-/* Sandbox ID of user USER: its machine's name into NAME, or false (no
- * sandbox of USER's: a 404). */
-static bool id_name(const char *id, const char *user, char *name, size_t namelen)
+bool e2b_id_name(const char *id, const char *user, char *name, size_t namelen)
 {
 	size_t n = strlen(id), u = strlen(user);
 
@@ -615,10 +604,13 @@ static enum MHD_Result do_list(struct call *k, const char *query, bool v2)
 {
 	enum MHD_Result ret = MHD_NO;
 	bool bad = false, want_running = true, want_paused = true, desc = true;
-	char *md = query_get(query, "metadata", &bad), *state = query_get(query, "state", &bad);
-	char *lim = query_get(query, "limit", &bad), *next = query_get(query, "nextToken", &bad);
-	char *order = query_get(query, "order", &bad), *tmpl = query_get(query, "template", &bad);
-	char *after = query_get(query, "startedAfter", &bad);
+	char *md = e2b_query_get(query, "metadata", &bad);
+	char *state = e2b_query_get(query, "state", &bad);
+	char *lim = e2b_query_get(query, "limit", &bad);
+	char *next = e2b_query_get(query, "nextToken", &bad);
+	char *order = e2b_query_get(query, "order", &bad);
+	char *tmpl = e2b_query_get(query, "template", &bad);
+	char *after = e2b_query_get(query, "startedAfter", &bad);
 	json_t *filter = NULL, *resp = NULL, *out = json_array(), **ms = NULL;
 	long status, limit = LIST_MAX;
 	long long next_t = 0;
@@ -630,7 +622,7 @@ static enum MHD_Result do_list(struct call *k, const char *query, bool v2)
 		ret = fail(k->c, 400, "a query parameter is not well percent-encoded");
 		goto out;
 	}
-	if (md && !(filter = metadata_filter(md))) {
+	if (md && !(filter = e2b_metadata_filter(md))) {
 		ret = fail(k->c, 400, "metadata must be key=value pairs joined by '&', each "
 			   "percent-encoded, the whole percent-encoded again (as the SDK sends it)");
 		goto out;
@@ -1116,7 +1108,7 @@ static enum MHD_Result route(struct call *k, const char *method, const char *pat
 		snprintf(action, sizeof(action), "%s", slash + 1);
 	}
 	/* Another user's sandbox, or no name: not found, as one that is not. */
-	if (!id_name(id, k->user, name, sizeof(name)))
+	if (!e2b_id_name(id, k->user, name, sizeof(name)))
 		return fail(k->c, 404, "sandbox %.100s not found", id);
 	if (!action[0]) {
 		if (get && !v2)

@@ -21,6 +21,7 @@
 #ifndef BERTH_WEB_E2B_H
 #define BERTH_WEB_E2B_H
 
+#include <jansson.h>
 #include <microhttpd.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -39,5 +40,25 @@ enum MHD_Result e2b_handle(struct MHD_Connection *c, const char *sock, const cha
 			   const char *target, const char *upload_data,
 			   size_t *upload_data_size, struct e2b_req **rp);
 void e2b_done(struct e2b_req *r);
+
+/* ---- pure pieces (tests/unit/test_e2b.c) ---- */
+
+/* The LEN bytes of S percent-decoded (PLUS: '+' is a space, as Go's
+ * QueryUnescape); malloc'd, NULL when an escape is malformed or decodes
+ * to NUL. */
+char *e2b_unescape(const char *s, size_t len, bool plus);
+/* The value of query parameter NAME in QUERY ("a=1&b=2", no '?'), decoded
+ * (the first of that name); malloc'd, NULL when absent.  Sets *BAD when
+ * it is malformed. */
+char *e2b_query_get(const char *query, const char *name, bool *bad);
+/* E2B's metadata filter S (decoded once already, by e2b_query_get):
+ * unescaped again as a whole, split on '&' and '=', each key and value
+ * unescaped (as E2B's server reads what the SDK encodes twice).  A JSON
+ * object of strings (the caller decrefs), NULL when malformed. */
+json_t *e2b_metadata_filter(const char *s);
+/* Sandbox ID of user USER: its machine's name ("e2b-1a2b3c4d" of
+ * "e2b-1a2b3c4d-alice") into NAME (NAMELEN bytes), or false: no sandbox of
+ * USER's (a 404), also when what precedes "-USER" is no machine name. */
+bool e2b_id_name(const char *id, const char *user, char *name, size_t namelen);
 
 #endif

@@ -36,7 +36,6 @@ static char domain[200] = "localhost";
 
 struct e2b_req {
 	struct buf body;
-	bool too_big;
 	bool started;
 };
 
@@ -105,11 +104,17 @@ static enum MHD_Result fail(struct MHD_Connection *c, unsigned status, const cha
 	char msg[512];
 	va_list ap;
 
+	json_t *j;
+
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	return reply_hdr(c, status, json_pack("{s:i, s:s}", "code", (int)status, "message", msg),
-			 status == 429 ? "Retry-After" : NULL, "1");
+	/* (a message quoting the client's bytes may not be UTF-8) */
+	j = json_pack("{s:i, s:s}", "code", (int)status, "message", msg);
+	if (!j)
+		j = json_pack("{s:i, s:s}", "code", (int)status, "message",
+			      "(the message quotes bytes that are not UTF-8)");
+	return reply_hdr(c, status, j, status == 429 ? "Retry-After" : NULL, "1");
 }
 
 /* hostd's refusal (STATUS, RESP) as E2B's: a quota is a 429 (E2B's
@@ -280,6 +285,14 @@ static json_int_t jint(json_t *o, const char *k)
 	return json_integer_value(json_object_get(o, k));
 }
 
+/* String K of O, "" when it has none. */
+static const char *jstr(json_t *o, const char *k)
+{
+	const char *s = json_string_value(json_object_get(o, k));
+
+	return s ? s : "";
+}
+
 /* Machine M of K's user as E2B's ListedSandbox; with DETAIL, its
  * SandboxDetail. */
 static json_t *sandbox_of(struct call *k, json_t *m, bool detail)
@@ -291,16 +304,17 @@ static json_t *sandbox_of(struct call *k, json_t *m, bool detail)
 	json_t *s;
 	int64_t expires = jint(m, "expires");
 
-	snprintf(id, sizeof(id), "%s-%s", json_string_value(json_object_get(m, "name")), k->user);
+	snprintf(id, sizeof(id), "%s-%s", jstr(m, "name"), k->user);
 	rfc3339(jint(m, "created"), started, sizeof(started));
 	if (expires > 0)
 		rfc3339(expires, end, sizeof(end));
-	s = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:s, s:O, s:[]}",
+	s = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:s, s:o, s:[]}",
 		      "sandboxID", id, "templateID", image ? image : "", "alias",
 		      image ? image : "", "clientID", "berth", "startedAt", started, "state",
 		      st ? st : "paused", "cpuCount", jint(m, "vcpus"),
 		      "memoryMB", jint(m, "memory") >> 20, "diskSizeMB", jint(m, "disk") >> 20,
-		      "envdVersion", ENVD_VERSION, "metadata", md ? md : json_object(),
+		      "envdVersion", ENVD_VERSION, "metadata",
+		      json_is_object(md) ? json_incref(md) : json_object(),
 		      "volumeMounts");
 	json_object_set_new(s, "endAt", expires > 0 ? json_string(end) : json_null());
 	if (detail) {
@@ -325,7 +339,7 @@ static json_t *sandbox_new(struct call *k, json_t *m)
 	char id[160];
 	const char *image = json_string_value(json_object_get(m, "image"));
 
-	snprintf(id, sizeof(id), "%s-%s", json_string_value(json_object_get(m, "name")), k->user);
+	snprintf(id, sizeof(id), "%s-%s", jstr(m, "name"), k->user);
 	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:n, s:n}", "sandboxID", id,
 			 "templateID", image ? image : "", "alias", image ? image : "",
 			 "clientID", "berth", "envdVersion", ENVD_VERSION, "envdAccessToken",
@@ -544,7 +558,7 @@ static enum MHD_Result do_create(struct call *k, struct buf *b)
 	}
 	if (status == 201) {
 		log_info("e2b: %s made sandbox %s-%s from %s", k->user,
-			 json_string_value(json_object_get(resp, "name")), k->user, tmpl);
+			 jstr(resp, "name"), k->user, tmpl);
 		ret = reply(k->c, 201, sandbox_new(k, resp));
 	} else if (status == 404) {
 		/* (no such image: bad input to E2B, as its unknown template) */
@@ -567,8 +581,7 @@ static int cmp_started(json_t *a, json_t *b)
 
 	if (ta != tb)
 		return ta < tb ? -1 : 1;
-	return strcmp(json_string_value(json_object_get(a, "name")),
-		      json_string_value(json_object_get(b, "name")));
+	return strcmp(jstr(a, "name"), jstr(b, "name"));
 }
 
 static int cmp_asc(const void *a, const void *b)
@@ -692,7 +705,7 @@ static enum MHD_Result do_list(struct call *k, const char *query, bool v2)
 		if (!st || (!strcmp(st, "running") && !want_running) ||
 		    (!strcmp(st, "paused") && !want_paused) ||
 		    (filter && !metadata_match(m, filter)) ||
-		    (tmpl && strcmp(tmpl, json_string_value(json_object_get(m, "image")))) ||
+		    (tmpl && strcmp(tmpl, jstr(m, "image"))) ||
 		    (after && jint(m, "created") < after_t))
 			continue;
 		ms[n++] = m;
@@ -712,7 +725,7 @@ static enum MHD_Result do_list(struct call *k, const char *query, bool v2)
 		json_array_append_new(out, sandbox_of(k, ms[i], false));
 	if (i < n && i > first) {
 		snprintf(tok, sizeof(tok), "%lld.%s", (long long)jint(ms[i - 1], "created"),
-			 json_string_value(json_object_get(ms[i - 1], "name")));
+			 jstr(ms[i - 1], "name"));
 		ret = reply_hdr(k->c, 200, out, "X-Next-Token", tok);
 	} else {
 		ret = reply(k->c, 200, out);
@@ -820,7 +833,7 @@ static enum MHD_Result do_connect(struct call *k, const char *name, const char *
 	if ((timeout = get_timeout(k->c, j, DEFAULT_TIMEOUT_S, &ret)) < 0 ||
 	    machine_get(k, name, id, &m, &ret) < 0)
 		goto out;
-	state = json_string_value(json_object_get(m, "state"));
+	state = jstr(m, "state");
 	if (!strcmp(state_of(m) ? state_of(m) : "", "running")) {
 		int64_t left = json_object_get(m, "expires_in_s") ? jint(m, "expires_in_s") : -1;
 		/* Running: its deadline only moves later (none stays none). */
@@ -901,7 +914,7 @@ static enum MHD_Result do_metrics(struct call *k, const char *name, const char *
 		json_decref(out);
 		return ret;
 	}
-	if (!strcmp(json_string_value(json_object_get(m, "state")), "running")) {
+	if (!strcmp(jstr(m, "state"), "running")) {
 		json_int_t vcpus = jint(m, "vcpus") > 0 ? jint(m, "vcpus") : 1;
 		double cpu = (double)jint(json_object_get(m, "idle"), "cpu_percent") /
 			     (double)vcpus;
@@ -1011,7 +1024,7 @@ static enum MHD_Result do_fork(struct call *k, const char *name, const char *id,
 	if ((timeout = get_timeout(k->c, j, FORK_TIMEOUT_S, &ret)) < 0 ||
 	    machine_get(k, name, id, &m, &ret) < 0)
 		goto out;
-	if (strcmp(json_string_value(json_object_get(m, "state")), "running") != 0) {
+	if (strcmp(jstr(m, "state"), "running") != 0) {
 		ret = fail(k->c, 409, "sandbox %s is not running (a fork takes a running one's "
 			   "memory): connect to it first", id);
 		goto out;
@@ -1156,18 +1169,20 @@ enum MHD_Result e2b_handle(struct MHD_Connection *c, const char *sock, const cha
 		return MHD_YES;
 	}
 	if (*upload_data_size) {
-		if (r->body.len + *upload_data_size > BODY_MAX)
-			r->too_big = true;
-		else
-			buf_add(&r->body, upload_data, *upload_data_size);
+		/* A chunked body past the limit: the connection is closed, no
+		 * more of it read (a Content-Length over it was refused at the
+		 * head). */
+		if (r->body.len + *upload_data_size > BODY_MAX) {
+			log_info("e2b: a request body over %d bytes: connection closed", BODY_MAX);
+			return MHD_NO;
+		}
+		buf_add(&r->body, upload_data, *upload_data_size);
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
 	if (r->started)
 		return MHD_YES;
 	r->started = true;
-	if (r->too_big)
-		return fail(c, 413, "the body is over %d bytes", BODY_MAX);
 	q = strchr(target, '?');
 	path = q ? strndup(target, (size_t)(q - target)) : strdup(target);
 	if (!path)

@@ -307,6 +307,9 @@ bad "list state foo" 400 "running or paused" GET '/v2/sandboxes?state=foo'
 bad "a nextToken not ours" 400 "nextToken" GET '/v2/sandboxes?nextToken=x'
 bad "a metadata filter that is malformed" 400 "metadata must be" GET '/v2/sandboxes?metadata=%25zz'
 bad "a body over 64 KiB" 413 "at most" POST /v2/sandboxes -d "$(head -c 70000 /dev/zero | tr '\0' a)"
+head -c 70000 /dev/zero | tr '\0' a >"$T/big"
+api POST /v2/sandboxes -H 'Transfer-Encoding: chunked' --data-binary @"$T/big" >/dev/null
+check_eq "a chunked body over 64 KiB: the connection is closed (curl: empty reply)" 52 "$?"
 bad "no such route" 404 "no route" GET /v1/info
 bad "snapshots (not supported)" 404 "not supported" POST "/sandboxes/x-root/snapshots" -d '{}'
 bad "fork count 0" 400 "count must be 1 to 8" POST "/sandboxes/x-root/fork" -d '{"count":0}'

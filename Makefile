@@ -258,6 +258,11 @@ FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE $(filter-out -Wformat-truncation,$(WARN)) 
                -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN)
 FUZZ_LIB    := $(patsubst %.c,$(FUZZ_OUT)/obj/%.o,$(LIB_SRC) desktop/vdagent.c desktop/request.c \
                web/ws.c web/upstream.c)
+# The E2B API's harness takes web/e2b.c and what it links with (berth-web's
+# previews for preview_label_of); the others need none of it.
+FUZZ_E2B    := $(patsubst %.c,$(FUZZ_OUT)/obj/%.o,web/e2b.c web/preview.c web/hostctl.c \
+               web/reply.c web/conns.c web/request.c web/upgrade.c)
+$(FUZZ_OUT)/e2b_query: $(FUZZ_E2B)
 FUZZ_SECONDS ?= 60
 
 $(FUZZ_OUT)/obj/tests/fuzz/%.o: tests/fuzz/%.c

@@ -409,7 +409,7 @@ static int machine_patch(struct call *k, const char *name, json_t *body, enum MH
 		*ret = fail(k->c, 502, "berth-hostd does not answer");
 		rc = -1;
 	} else if (status != 200) {
-		*ret = fail_hostd(k->c, status, resp, "set the sandbox's timeout");
+		*ret = fail_hostd(k->c, status, resp, "change the sandbox");
 		rc = -1;
 	}
 	json_decref(body);
@@ -485,6 +485,7 @@ static enum MHD_Result do_create(struct call *k, struct buf *b)
 	enum MHD_Result ret = MHD_NO;
 	json_t *j = body_object(k->c, b, &ret), *req = NULL, *resp = NULL, *v;
 	const char *tmpl = "base";
+	bool from_template = false, no_internet;
 	int64_t timeout;
 	long status = 0;
 	char path[160];
@@ -521,17 +522,16 @@ static enum MHD_Result do_create(struct call *k, struct buf *b)
 		ret = fail(k->c, 400, "autoPause must be true or false");
 		goto out;
 	}
-	req = json_pack("{s:b, s:b, s:I, s:s}", "start", 1, "wait", 1, "expires_in",
-			(json_int_t)timeout, "expire_action",
-			json_is_true(v) ? "suspend" : "delete");
+	req = json_pack("{s:b, s:I, s:s}", "wait", 1, "expires_in", (json_int_t)timeout,
+			"expire_action", json_is_true(v) ? "suspend" : "delete");
 	if ((v = json_object_get(j, "metadata")) && json_is_object(v))
 		json_object_set(req, "metadata", v);
 	if ((v = json_object_get(j, "envVars")) && json_is_object(v))
 		json_object_set(req, "env", v);
-	if (json_is_false(json_object_get(j, "allow_internet_access")))
-		json_object_set_new(req, "egress", json_string("none"));
-	/* A berth template of that name, else the image ("base": the host's
-	 * default image). */
+	no_internet = json_is_false(json_object_get(j, "allow_internet_access"));
+	/* A berth template of that name (a machine made from one runs at once,
+	 * and takes nothing of an image's: start, image, egress), else the
+	 * image ("base": the host's default image). */
 	snprintf(path, sizeof(path), "/v1/templates/%s", tmpl);
 	if (strcmp(tmpl, "base") != 0) {
 		if (hostd(k, "GET", path, NULL, &status, &resp) < 0) {
@@ -540,7 +540,16 @@ static enum MHD_Result do_create(struct call *k, struct buf *b)
 		}
 		json_decref(resp);
 		resp = NULL;
-		json_object_set_new(req, status == 200 ? "template" : "image", json_string(tmpl));
+		from_template = status == 200;
+	}
+	if (from_template) {
+		json_object_set_new(req, "template", json_string(tmpl));
+	} else {
+		json_object_set_new(req, "start", json_true());
+		if (strcmp(tmpl, "base") != 0)
+			json_object_set_new(req, "image", json_string(tmpl));
+		if (no_internet)
+			json_object_set_new(req, "egress", json_string("none"));
 	}
 	for (int i = 0; i < NAME_TRIES; i++) {
 		char name[16];
@@ -556,9 +565,17 @@ static enum MHD_Result do_create(struct call *k, struct buf *b)
 		if (!name_taken(status, resp))
 			break;
 	}
-	if (status == 201) {
-		log_info("e2b: %s made sandbox %s-%s from %s", k->user,
-			 jstr(resp, "name"), k->user, tmpl);
+	if (status == 201 && from_template && no_internet &&
+	    machine_patch(k, jstr(resp, "name"), json_pack("{s:s}", "egress", "none"), &ret) < 0) {
+		/* (not left with the internet it was to have none of) */
+		json_t *dresp = NULL;
+		long dst;
+		snprintf(path, sizeof(path), "/v1/machines/%s", jstr(resp, "name"));
+		hostd(k, "DELETE", path, NULL, &dst, &dresp);
+		json_decref(dresp);
+	} else if (status == 201) {
+		log_info("e2b: %s made sandbox %s-%s from %s %s", k->user,
+			 jstr(resp, "name"), k->user, from_template ? "template" : "image", tmpl);
 		ret = reply(k->c, 201, sandbox_new(k, resp));
 	} else if (status == 404) {
 		/* (no such image: bad input to E2B, as its unknown template) */

@@ -536,7 +536,7 @@ static struct reply do_create(struct call *c)
 	int64_t ready = -1;
 	uint64_t mem = 0;
 	bool idle_set;
-	struct attrs_req ar;
+	struct attrs_req ar = { 0 };
 
 	if (!j)
 		return fail(&e);
@@ -570,16 +570,17 @@ static struct reply do_create(struct call *c)
 		goto out;
 	if (mem)
 		r.memory = mem;
-	/* Its attributes are written once it exists; should that fail, it
-	 * goes again (a machine is made whole or not at all). */
-	if (machine_create(c->h, &r, &m, &ready, &e) == 0 && attrs_any(&ar) &&
-	    attrs_apply(c->h, m.id, &ar, &e) < 0) {
+	machine_create(c->h, &r, &m, &ready, &e);
+out:
+	/* A machine made (no error so far): its attributes (hostd/attrs.h),
+	 * written once it exists; should that fail, it goes again (a machine
+	 * is made whole or not at all). */
+	if (!err_isset(&e) && attrs_any(&ar) && attrs_apply(c->h, m.id, &ar, &e) < 0) {
 		struct err e2 = { 0 };
 		if (machine_delete(c->h, c->owner, m.name, &e2) < 0)
 			log_warn("machine %s/%s: its attributes: %s; deleting it: %s", c->owner,
 				 m.name, e.msg, e2.msg);
 	}
-out:
 	json_decref(j);
 	if (err_isset(&e))
 		return fail(&e);

@@ -169,11 +169,11 @@ static const char events_schema[] =
 	"  machine TEXT NOT NULL, kind TEXT NOT NULL, cause TEXT NOT NULL);"
 	"CREATE INDEX IF NOT EXISTS events_owner ON events(owner, id);";
 
-/* Migration 18: a machine's attributes beyond its row (hostd/attrs.h):
- * its deadline (EXPIRES, seconds since the epoch, 0 none) and what
- * happens then (ACTION "suspend" or "delete"), its metadata and the
- * environment its commands get (JSON objects of strings).  A table of
- * its own, gone with its machine. */
+/* Migration (machine attributes): a machine's attributes beyond its row
+ * (hostd/attrs.h): its deadline (EXPIRES, seconds since the epoch, 0
+ * none) and what happens then (ACTION "suspend" or "delete"), its metadata
+ * and the environment its commands get (JSON objects of strings).  A
+ * table of its own, gone with its machine. */
 static const char attrs_schema[] =
 	"CREATE TABLE IF NOT EXISTS machine_attrs("
 	"  machine_id TEXT PRIMARY KEY REFERENCES machines(id) ON DELETE CASCADE,"
@@ -199,7 +199,7 @@ static const struct migration migrations[] = {
 	{ secrets_schema, NULL, NULL, NULL },                                 /* 15 */
 	{ previews_schema, NULL, NULL, NULL },                                /* 16 */
 	{ events_schema, NULL, NULL, NULL },                                  /* 17 */
-	{ attrs_schema, NULL, NULL, NULL },                                   /* 18 */
+	{ attrs_schema, NULL, NULL, NULL },                                   /* attrs */
 };
 
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))

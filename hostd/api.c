@@ -484,7 +484,8 @@ static struct reply do_list(struct call *c)
 	struct machine *ms = NULL;
 	struct image *imgs = NULL;
 	struct db_latest_sample *samples = NULL;
-	size_t n = 0, ni = 0, ns = 0;
+	struct db_attrs_row *attrs = NULL;
+	size_t n = 0, ni = 0, ns = 0, na = 0;
 	struct err e = { 0 };
 	struct buf out = BUF_INIT;
 	struct reply rep = { .status = 200 };
@@ -497,9 +498,11 @@ static struct reply do_list(struct call *c)
 	 * minute old: what it is billed for); GET of one reads it live. */
 	if (db_machine_list(c->h->db, c->owner, &ms, &n, &e) < 0 ||
 	    db_image_list(c->h->db, &imgs, &ni, &e) < 0 ||
-	    db_samples_latest(c->h->db, &samples, &ns, &e) < 0) {
+	    db_samples_latest(c->h->db, &samples, &ns, &e) < 0 ||
+	    db_attrs_all(c->h->db, &attrs, &na, &e) < 0) {
 		free(ms);
 		free(imgs);
+		free(samples);
 		return fail(&e);
 	}
 	buf_reserve(&out, 64 + n * 512);
@@ -513,12 +516,15 @@ static struct reply do_list(struct call *c)
 		if (i)
 			buf_adds(&out, ",");
 		facts_of(c->h, &ms[i], user, s ? (int64_t)s->bytes : -1, &f);
+		f.attrs = db_attrs_find(attrs, na, ms[i].id);
+		f.attrs_all = true;
 		machine_json_write(c->h, &ms[i], &f, &out);
 	}
 	buf_adds(&out, "]}");
 	free(ms);
 	free(imgs);
 	free(samples);
+	db_attrs_all_free(attrs, na);
 	rep.text = buf_detach(&out);
 	return rep;
 }

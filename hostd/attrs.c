@@ -143,13 +143,21 @@ int attrs_apply(struct hostd *h, const char *id, const struct attrs_req *r, stru
 	return rc;
 }
 
-void attrs_json_write(struct hostd *h, const char *id, struct buf *b)
+void attrs_json_write(struct hostd *h, const char *id, const struct db_attrs *known,
+		      bool known_all, struct buf *b)
 {
-	struct db_attrs a;
+	struct db_attrs a = { 0 };
 	int64_t now = now_s();
 
-	if (db_attrs_get(h->db, id, &a, NULL) < 0)
+	if (known) {
+		a = *known;
+		a.metadata = strdup(known->metadata ? known->metadata : "{}");
+		a.env = strdup(known->env ? known->env : "{}");
+		if (!a.metadata || !a.env)
+			abort();
+	} else if (!known_all && db_attrs_get(h->db, id, &a, NULL) < 0) {
 		memset(&a, 0, sizeof(a));
+	}
 	buf_printf(b, ",\"expires\":%lld", (long long)a.expires);
 	if (a.expires)
 		buf_printf(b, ",\"expires_in_s\":%lld",

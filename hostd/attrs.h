@@ -30,6 +30,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
+#include "hostd/db.h"
 
 struct hostd;
 
@@ -54,8 +55,12 @@ bool attrs_any(const struct attrs_req *r);
 /* Apply R to machine ID (a deadline counted from now).  0, or -1 with E. */
 int attrs_apply(struct hostd *h, const char *id, const struct attrs_req *r, struct err *e);
 /* Append machine ID's attributes to B, the inside of its JSON object:
- * ,"expires":T,"expires_in_s":N,"expire_action":A,"metadata":{},"env":{}. */
-void attrs_json_write(struct hostd *h, const char *id, struct buf *b);
+ * ,"expires":T,"expires_in_s":N,"expire_action":A,"metadata":{},"env":{}.
+ * KNOWN: what the list read of them at once (db_attrs_all), or NULL to
+ * read them here; KNOWN_ALL: the list read them all (a machine not in it
+ * has none). */
+void attrs_json_write(struct hostd *h, const char *id, const struct db_attrs *known,
+		      bool known_all, struct buf *b);
 /* Meet every deadline that has passed on a running machine (the idle
  * policy's thread, each pass). */
 void attrs_check(struct hostd *h);

@@ -2291,6 +2291,71 @@ int db_attrs_set(struct db *db, const char *id, const struct db_attrs *a, struct
 			      a->env ? a->env : "{}") == 0 ? 0 : -1;
 }
 
+int db_attrs_all(struct db *db, struct db_attrs_row **out, size_t *n, struct err *e)
+{
+	sqlite3_stmt *st;
+	size_t cap = 0;
+	int step;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT machine_id, expires, action, metadata, env FROM machine_attrs "
+		   "ORDER BY machine_id", "");
+	if (!st) {
+		pthread_mutex_unlock(&db->lock);
+		return -1;
+	}
+	while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+		if (*n == cap) {
+			cap = cap ? cap * 2 : 16;
+			*out = realloc(*out, cap * sizeof(**out));
+			if (!*out)
+				abort();
+		}
+		struct db_attrs_row *r = &(*out)[*n];
+		const unsigned char *m = sqlite3_column_text(st, 3);
+		const unsigned char *v = sqlite3_column_text(st, 4);
+		memset(r, 0, sizeof(*r));
+		copy_text(st, 0, r->machine_id, sizeof(r->machine_id));
+		r->a.expires = sqlite3_column_int64(st, 1);
+		copy_text(st, 2, r->a.action, sizeof(r->a.action));
+		r->a.metadata = strdup(m ? (const char *)m : "{}");
+		r->a.env = strdup(v ? (const char *)v : "{}");
+		if (!r->a.metadata || !r->a.env)
+			abort();
+		(*n)++;
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&db->lock);
+	if (step != SQLITE_DONE) {
+		db_attrs_all_free(*out, *n);
+		*out = NULL;
+		*n = 0;
+		return err_set(e, 500, "internal", "database: read machine_attrs");
+	}
+	return 0;
+}
+
+void db_attrs_all_free(struct db_attrs_row *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++)
+		db_attrs_free(&rows[i].a);
+	free(rows);
+}
+
+static int cmp_attrs(const void *key, const void *row)
+{
+	return strcmp(key, ((const struct db_attrs_row *)row)->machine_id);
+}
+
+const struct db_attrs *db_attrs_find(const struct db_attrs_row *rows, size_t n, const char *id)
+{
+	const struct db_attrs_row *r = rows ? bsearch(id, rows, n, sizeof(*rows), cmp_attrs) : NULL;
+
+	return r ? &r->a : NULL;
+}
+
 int db_attrs_expired(struct db *db, int64_t now, char (**out)[37], size_t *n, struct err *e)
 {
 	sqlite3_stmt *st;

@@ -110,7 +110,7 @@ void machine_json_write(struct hostd *h, const struct machine *m,
 		buf_adds(b, "}");
 	}
 	/* Its deadline, metadata and env (hostd/attrs.h). */
-	attrs_json_write(h, m->id, b);
+	attrs_json_write(h, m->id, f->attrs, f->attrs_all, b);
 	buf_adds(b, "}");
 }
 

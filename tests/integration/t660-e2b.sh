@@ -188,6 +188,19 @@ check_eq "connect to a running one (S1, 60 s) keeps the later deadline" "$S1" \
 left=$(berth show "$N1" --json | json expires_in_s)
 check "  still about 3000 s ($left)" test "$left" -gt 2800
 
+# What the translation costs, measured: E2B's detail against berth's own
+# GET of the same machine, through the same berth-web over TLS (curl, a new
+# connection each; E2B's asks hostd twice: who the key is, then the machine).
+t0=$(date +%s%N)
+for _ in $(seq 20); do api GET "/sandboxes/$S2" >/dev/null; done
+t1=$(date +%s%N)
+for _ in $(seq 20); do
+	curl -s -o /dev/null --cacert "$T/tls/ca.pem" --resolve "$DOMAIN:$PORT:127.0.0.1" \
+		-H "Authorization: Bearer $TOKEN" "https://$DOMAIN:$PORT/v1/machines/$N2"
+done
+t2=$(date +%s%N)
+diag "GET /sandboxes/ID: $(((t1 - t0) / 20000000)) ms each; GET /v1/machines/NAME: $(((t2 - t1) / 20000000)) ms each (20 of each)"
+
 # ---- fork --------------------------------------------------------------------------------
 t0=$(date +%s%N)
 out=$(sdk fork "$S2" 1 300)

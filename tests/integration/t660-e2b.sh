@@ -319,10 +319,15 @@ bad "list limit 0" 400 "limit must be 1 to 100" GET '/v2/sandboxes?limit=0'
 bad "list state foo" 400 "running or paused" GET '/v2/sandboxes?state=foo'
 bad "a nextToken not ours" 400 "nextToken" GET '/v2/sandboxes?nextToken=x'
 bad "a metadata filter that is malformed" 400 "metadata must be" GET '/v2/sandboxes?metadata=%25zz'
-bad "a body over 64 KiB" 413 "at most" POST /v2/sandboxes -d "$(head -c 70000 /dev/zero | tr '\0' a)"
+# Refused at its head: with Expect: 100-continue the client sends no body
+# (without it, one still sending when the refusal closes the connection
+# may be reset before it reads the 413).
+bad "a body over 64 KiB" 413 "at most" POST /v2/sandboxes -H 'Expect: 100-continue' \
+	-d "$(head -c 70000 /dev/zero | tr '\0' a)"
 head -c 70000 /dev/zero | tr '\0' a >"$T/big"
 api POST /v2/sandboxes -H 'Transfer-Encoding: chunked' --data-binary @"$T/big" >/dev/null
-check_eq "a chunked body over 64 KiB: the connection is closed (curl: empty reply)" 52 "$?"
+check_match "a chunked body over 64 KiB: the connection is closed (curl: empty reply, or reset)" \
+	'^(52|56)$' "$?"
 bad "no such route" 404 "no route" GET /v1/info
 bad "snapshots (not supported)" 404 "not supported" POST "/sandboxes/x-root/snapshots" -d '{}'
 bad "fork count 0" 400 "count must be 1 to 8" POST "/sandboxes/x-root/fork" -d '{"count":0}'

@@ -71,6 +71,10 @@ CLI_SRC     += cli/preview.c cli/events.c cli/mcp.c
 CLI_SRC     += common/mcp.c
 WEB_SRC     += common/mcp.c
 WEB_SRC     += web/preview.c web/upstream.c web/mcp.c
+# E2B's control plane: a machine's deadline, metadata and env (hostd), the
+# API on api.DOMAIN (berth-web).
+HOSTD_SRC   += hostd/attrs.c
+WEB_SRC     += web/e2b.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 
 # Objects shared by the daemon and the unit tests (everything but main).
@@ -153,6 +157,14 @@ $(OUT)/tests/test_web_preview: $(call obj,tests/unit/test_web_preview.c web/prev
 # berth-web's /mcp (its Origin rule) and the MCP server's methods.
 $(OUT)/tests/test_web_mcp: $(call obj,tests/unit/test_web_mcp.c web/mcp.c common/mcp.c web/reply.c \
 			    web/request.c web/wsexec.c web/ws.c web/upgrade.c $(COMMON_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# berth-web's E2B API's pure pieces (preview_label_of is preview.c's).
+$(OUT)/tests/test_e2b: $(call obj,tests/unit/test_e2b.c web/e2b.c web/preview.c \
+			web/upstream.c web/hostctl.c web/reply.c web/conns.c web/request.c \
+			web/upgrade.c $(COMMON_SRC))
 	$(call quiet,LINK,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -260,6 +272,11 @@ FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE $(filter-out -Wformat-truncation,$(WARN)) 
                -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN)
 FUZZ_LIB    := $(patsubst %.c,$(FUZZ_OUT)/obj/%.o,$(LIB_SRC) desktop/vdagent.c desktop/request.c \
                web/ws.c web/upstream.c)
+# The E2B API's harness takes web/e2b.c and what it links with (berth-web's
+# previews for preview_label_of); the others need none of it.
+FUZZ_E2B    := $(patsubst %.c,$(FUZZ_OUT)/obj/%.o,web/e2b.c web/preview.c web/hostctl.c \
+               web/reply.c web/conns.c web/request.c web/upgrade.c)
+$(FUZZ_OUT)/e2b_query: $(FUZZ_E2B)
 FUZZ_SECONDS ?= 60
 
 $(FUZZ_OUT)/obj/tests/fuzz/%.o: tests/fuzz/%.c

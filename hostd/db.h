@@ -569,5 +569,32 @@ int db_delivery_update(struct db *db, const struct db_delivery *d, int keep, str
  * malloc'd. */
 int db_delivery_list(struct db *db, int64_t webhook_id, int limit, struct db_delivery **out,
 		     size_t *n, struct err *e);
+/* A machine's attributes beyond its row (hostd/attrs.h). */
+struct db_attrs {
+	int64_t expires;      /* its deadline, seconds since the epoch; 0: none */
+	char action[16];      /* what its deadline does: "suspend" or "delete" */
+	char *metadata;       /* a JSON object of strings (malloc'd; "{}") */
+	char *env;            /* the same, its commands' environment */
+};
+/* Machine ID's attributes into *OUT (free with db_attrs_free); a machine
+ * without any has none: expires 0, action "delete", metadata and env NULL. */
+int db_attrs_get(struct db *db, const char *id, struct db_attrs *out, struct err *e);
+void db_attrs_free(struct db_attrs *a);
+/* Write machine ID's attributes A (NULL metadata or env: "{}"). */
+int db_attrs_set(struct db *db, const char *id, const struct db_attrs *a, struct err *e);
+/* Every machine's attributes that has any, sorted by machine id (for
+ * the list: one query, not one per machine); *OUT malloc'd, free with
+ * db_attrs_all_free.  db_attrs_find: machine ID's, or NULL. */
+struct db_attrs_row {
+	char machine_id[37];
+	struct db_attrs a;
+};
+int db_attrs_all(struct db *db, struct db_attrs_row **out, size_t *n, struct err *e);
+void db_attrs_all_free(struct db_attrs_row *rows, size_t n);
+const struct db_attrs *db_attrs_find(const struct db_attrs_row *rows, size_t n,
+				     const char *id);
+/* The ids of the machines whose deadline is at or before NOW (not 0),
+ * earliest first; *OUT malloc'd. */
+int db_attrs_expired(struct db *db, int64_t now, char (**out)[37], size_t *n, struct err *e);
 
 #endif

@@ -26,6 +26,10 @@ struct machine_facts {
 	const char *op;           /* a long operation in progress told its
 				     progress (an export); NULL: none */
 	uint64_t done, total;     /* that progress, in bytes */
+	/* Its attributes (hostd/attrs.h) as the list read them all at once
+	 * (attrs_all set; attrs NULL: it has none); else read for it alone. */
+	const struct db_attrs *attrs;
+	bool attrs_all;
 };
 
 /* Machine M's JSON object, with F, appended to OUT as text. */

@@ -588,6 +588,81 @@ exit 0
 EOF
 chmod 755 "$R/etc/berth-seed"
 
+# berth-identity: the identity of a machine started from another's memory
+# (a live fork, a machine from a template) in one SSH command, handed on
+# stdin by hostd (docs/architecture.md, "Live identity"): lines "KEY VALUE"
+# (hostname, random, machine-id, authorized-key; host-key: one line of the
+# OpenSSH PEM each), then "end".  Under TCG each process costs 50-100 ms,
+# so this uses the shell's builtins (read, echo, kill) and forks only for
+# dropbearconvert and the renames; berth-seed --live re-reads the seed and
+# took ~30 processes.  Exits 0 when all of it is applied.
+cat >"$R/etc/berth-identity" <<'EOF'
+#!/bin/sh
+export PATH=/sbin:/bin:/usr/sbin:/usr/bin
+umask 077
+fail() { echo "berth-identity: $*" >&2; exit 1; }
+name= rnd= mid= keys= pem=/run/berth-identity.pem end=
+: >"$pem" || fail "cannot write $pem"
+while read -r k v; do
+	case $k in
+	hostname) name=$v ;;
+	random) rnd=$v ;;
+	machine-id) mid=$v ;;
+	authorized-key) keys="$keys$v
+" ;;
+	host-key) echo "$v" >>"$pem" ;;
+	end) end=1; break ;;
+	*) fail "unknown input '$k'" ;;
+	esac
+done
+[ -n "$end" ] || fail "input ends early"
+case $name in
+"" | *[!A-Za-z0-9.-]* | -* | .*) fail "invalid hostname '$name'" ;;
+esac
+case $rnd in "" | *[!0-9a-f]*) fail "invalid random" ;; esac
+case $mid in *[!0-9a-f]*) fail "invalid machine-id" ;; esac
+[ -z "$mid" ] || [ ${#mid} = 32 ] || fail "invalid machine-id"
+# The host's randomness first: the restarted dropbear seeds from it.
+echo "$rnd" >/dev/urandom
+k=/etc/dropbear/dropbear_ed25519_host_key
+[ -e "$k.new" ] && rm -f "$k.new"
+dropbearconvert openssh dropbear "$pem" "$k.new" >/dev/null 2>&1 && [ -s "$k.new" ] ||
+	{ : >"$pem"; fail "cannot convert the host key"; }
+: >"$pem"
+mv -f "$k.new" "$k" || fail "cannot install the host key"
+# The listener (init's child) is restarted by init with the new key;
+# sessions (its children, this one too) stay.
+listeners=
+for d in /proc/[0-9]*; do
+	read -r st 2>/dev/null <"$d/stat" || continue
+	case $st in *" (dropbear) "*) ;; *) continue ;; esac
+	set -- ${st##*) }
+	[ "$2" = 1 ] && listeners="$listeners ${d#/proc/}"
+done
+[ -n "$listeners" ] && kill $listeners
+# The rest while it restarts.
+echo "$name" >/proc/sys/kernel/hostname
+umask 022
+echo "$name" >/etc/hostname.new &&
+	printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
+		"$name" >/etc/hosts.new || fail "cannot write /etc/hostname"
+if [ -n "$mid" ]; then
+	echo "$mid" >/etc/machine-id.new || fail "cannot write /etc/machine-id"
+	mv -f /etc/machine-id.new /etc/machine-id
+fi
+mv -f /etc/hostname.new /etc/hostname
+mv -f /etc/hosts.new /etc/hosts
+umask 077
+[ -d /root/.ssh ] || mkdir -p -m 700 /root/.ssh
+printf '%s' "$keys" >/root/.ssh/authorized_keys.new &&
+	mv -f /root/.ssh/authorized_keys.new /root/.ssh/authorized_keys ||
+	fail "cannot write root's authorized keys"
+sync
+[ -n "$listeners" ] || fail "no dropbear listener to restart"
+exit 0
+EOF
+chmod 755 "$R/etc/berth-identity"
+
 cat >"$R/etc/rc" <<'EOF'
 #!/bin/sh
 # berth tiny: system initialisation (busybox init sysinit).

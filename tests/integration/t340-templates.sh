@@ -60,7 +60,8 @@ check_eq "  and leaves no template, machine, volume or domain" "//$vols0/$doms0"
 # ---- a template ----
 setup='echo setup-ran; echo from-setup > /root/tpl-file
 printf "#!/bin/sh\nwhile :; do sleep 1; done\n" > /root/tpl-daemon; chmod +x /root/tpl-daemon
-setsid /root/tpl-daemon </dev/null >/dev/null 2>&1 & echo $! > /root/tpl-pid; sync'
+setsid /root/tpl-daemon </dev/null >/dev/null 2>&1 & echo $! > /root/tpl-pid
+echo "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFromTheSetupNotTheSeed setup" >> /root/.ssh/authorized_keys; sync'
 t0=$(date +%s%N)
 out=$(berth template create web --image tiny --memory 256M --run "$setup" 2>"$T/tc.err")
 check_eq "template create streams back the setup's output" setup-ran "$out"
@@ -100,6 +101,20 @@ for m in t1 t2; do
 		"$(berth exec "$m" -- sh -c 'tr "\0" " " < /proc/$(cat /root/tpl-pid)/cmdline')"
 done
 check_eq "hostnames are their own" "t1 t2" "$(berth exec t1 -- hostname) $(berth exec t2 -- hostname)"
+# The tiny image has berth-identity: one SSH command re-keys it (hostd
+# hands it the key, name, machine id and randomness on stdin), not
+# berth-seed --live re-reading the seed.
+for m in t1 t2; do
+	check_match "$m re-keyed by berth-identity in one command (status 0)" \
+		"$m presents its own host key: berth-identity took [0-9]+ ms \\(status 0\\)" \
+		"$(grep -E "$m presents its own host key" "$T/hostd.log")"
+done
+check_eq "  its /etc/hostname and /etc/hosts name it" "t1 1" \
+	"$(berth exec t1 -- cat /etc/hostname) $(berth exec t1 -- grep -c '	t1$' /etc/hosts)"
+check_eq "  root's authorized keys are the seed's again (the setup's extra one is gone)" "0 1" \
+	"$(berth exec t1 -- grep -c FromTheSetup /root/.ssh/authorized_keys) $(berth exec t1 -- grep -c . /root/.ssh/authorized_keys)"
+check_eq "  the private key it was handed is not left in the guest" "0" \
+	"$(berth exec t1 -- sh -c 'cat /run/berth-identity.pem /etc/dropbear/*.new 2>/dev/null | wc -c')"
 
 scanned_key() {
 	local j

@@ -153,6 +153,23 @@ check "  and have their own MACs" test "$(berth show t1 --json | json mac)" != "
 check_match "events: t1 forked from template web" "from template web" \
 	"$(berth events t1 --json | json events.0.cause)"
 
+# ---- an image built before berth-identity: the old path ----
+# (the setup removes it from the template: hostd's command exits 5, then
+# berth-seed --live re-keys and a second command gives the machine id)
+berth template create old --image tiny --memory 256M \
+	--run 'rm -f /etc/berth-identity; sync' >/dev/null 2>"$T/old.err" || diag "$(cat "$T/old.err")"
+check_eq "a template without berth-identity: t3 from it runs" running \
+	"$(berth create t3 --template old --json | json state)"
+check_match "  re-keyed by berth-seed --live (the fallback)" \
+	"t3 presents its own host key: berth-seed --live took" \
+	"$(grep -E "t3 presents its own host key" "$T/hostd.log")"
+check_eq "  presents its own pinned key" "$(berth show t3 --json | json host_key)" "$(scanned_key t3)"
+check_eq "  is called t3" t3 "$(berth exec t3 -- hostname)"
+id3=$(berth exec t3 -- cat /etc/machine-id)
+check "  has a machine id of its own" test -n "$id3" -a "$id3" != "$id1" -a "${#id3}" = 32
+berth rm t3 >/dev/null
+berth template rm old >/dev/null
+
 # ---- another user ----
 A=(-H "X-Berth-User: alice")
 check_eq "alice does not list root's private template" "0" \

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -268,9 +269,14 @@ static int restore_memory_now(struct hostd *h, struct machine *m, const char *me
 		goto out;
 	}
 	snprintf(copy, sizeof(copy), "%s.%s", mem, m->id);
+	int64_t t0 = mono_ms();
 	if (virt_save_image_retarget(mem, copy, buf_str(&xml), e) == 0) {
+		int64_t t1 = mono_ms();
 		rc = virt_restore(h->virt, copy, NULL, e);
 		unlink(copy);
+		log_info("%s restored from another's memory: the image's copy %lld ms, "
+			 "libvirt's restore %lld ms", m->name, (long long)(t1 - t0),
+			 (long long)(mono_ms() - t1));
 	}
 out:
 	buf_free(&xml);
@@ -357,70 +363,139 @@ out:
 	return rc;
 }
 
-/* A live fork runs with its source's memory: its hostname, and in its sshd
- * its source's host key (SOURCE_KEY).  Its seed is its own already: the
- * image's berth-seed --live (berth's images have one) applies it to the
- * running guest, which then presents the fork's own key, confirmed here.
- * Another image gets `hostname NEW` and keeps presenting the source's key
- * until it reboots: that key stays pinned until then, and its seed's is
- * pinned at its first cold boot (host_key_next). */
-static void reseed_running(struct hostd *h, struct machine *f, const char *source_key)
+/* The input of an image's berth-identity (docs/architecture.md, "Live
+ * identity"): lines "KEY VALUE", the host key's PEM last, one line each.
+ * Into a memfd (it holds a private key: never a file on disk); -1 on
+ * failure. */
+static int identity_input(struct hostd *h, const struct machine *f,
+			  const struct live_identity *id)
+{
+	unsigned char rnd[64], mid[16];
+	char hex[2 * sizeof(rnd) + 1];
+	struct buf b = BUF_INIT;
+	int fd = -1;
+
+	if (random_bytes(rnd, sizeof(rnd)) < 0 || random_bytes(mid, sizeof(mid)) < 0)
+		goto out;
+	buf_printf(&b, "hostname %s\n", f->name);
+	for (size_t i = 0; i < sizeof(rnd); i++)
+		snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+	buf_printf(&b, "random %s\n", hex);
+	if (id->machine_id) {
+		for (size_t i = 0; i < sizeof(mid); i++)
+			snprintf(hex + 2 * i, 3, "%02x", mid[i]);
+		buf_printf(&b, "machine-id %s\n", hex);
+	}
+	/* The seed's authorized keys (machine_create_from): hostd's own. */
+	buf_printf(&b, "authorized-key %s\n", h->key.public_line);
+	for (const char *l = id->host_key_private; *l;) {
+		size_t n = strcspn(l, "\n");
+		if (n)
+			buf_printf(&b, "host-key %.*s\n", (int)n, l);
+		l += n + (l[n] == '\n');
+	}
+	buf_adds(&b, "end\n");
+	fd = memfd_create("berth-identity", MFD_CLOEXEC);
+	if (fd >= 0 && (write(fd, b.data, b.len) != (ssize_t)b.len || lseek(fd, 0, SEEK_SET) < 0)) {
+		close(fd);
+		fd = -1;
+	}
+out:
+	memset(rnd, 0, sizeof(rnd));
+	memset(hex, 0, sizeof(hex));
+	if (b.data)
+		memset(b.data, 0, b.len);
+	buf_free(&b);
+	return fd;
+}
+
+/* A machine started from another's memory (a live fork, a machine from a
+ * template) runs with its hostname and, in its sshd, its host key
+ * (ID->source_key).  Its seed is its own already, and so is the key
+ * pinned for it.  berth's images re-key the running guest in one SSH
+ * command: berth-identity (images since issue 18) is handed everything on
+ * stdin; berth-seed --live (older ones) re-reads the seed.  Either way
+ * what counts is that the guest then presents its own key, confirmed
+ * here.  An image with neither gets `hostname NEW` and keeps presenting
+ * the source's key until it reboots: that key stays pinned until then,
+ * and its seed's is pinned at its first cold boot (host_key_next). */
+static void reseed_running(struct hostd *h, struct machine *f, struct live_identity *id)
 {
 	struct image img;
 	char host[64], err[512], cmd[512], got[HOST_KEY_MAX];
-	int port, status = -1;
+	int port, status = -1, in = -1;
 	bool own = false;
+	const char *how = "berth-seed --live";
 
+	id->applied = false;
 	if (db_image_get(h->db, f->image, &img, NULL) < 0 ||
 	    machine_endpoint(h, f, host, sizeof(host), &port, NULL) != 0)
 		return;
 	int64_t wait_ms = machine_ssh_timeout_ms(h);
 	struct sshexec_target t = { .host = host, .port = port, .user = img.user,
 				    .key_b64 = h->key.private_pem,
-				    .connect_timeout_ms = (int)wait_ms, .host_key = source_key };
-	snprintf(cmd, sizeof(cmd),
-		 "s=; [ \"$(id -u)\" = 0 ] || s='sudo -n'; "
-		 "for f in /usr/lib/berth/berth-seed /etc/berth-seed; do "
-		 "[ -x \"$f\" ] && exec $s \"$f\" --live; done; $s hostname '%s'; exit 3",
-		 f->name);
-	/* The connection may end before its status arrives (the guest's sshd
-	 * restarting), and berth-seed may fail after its sshd took the new
-	 * key: whatever the status, what counts is the key presented after
-	 * (unless the image has no berth-seed). */
+				    .connect_timeout_ms = (int)wait_ms, .host_key = id->source_key };
+	/* Root needs no sudo: knowing it here spares the guest an `id`. */
+	const char *sudo = strcmp(img.user, "root") == 0 ? "" : "sudo -n ";
 	int64_t began = mono_ms();
-	sshexec_run(&t, cmd, -1, -1, -1, &status, err, sizeof(err));
+	if (id->host_key_private && (in = identity_input(h, f, id)) >= 0) {
+		snprintf(cmd, sizeof(cmd),
+			 "for f in /usr/lib/berth/berth-identity /etc/berth-identity; do "
+			 "[ -x \"$f\" ] && exec %s\"$f\"; done; exit 5", sudo);
+		how = "berth-identity";
+		sshexec_run(&t, cmd, in, -1, -1, &status, err, sizeof(err));
+		close(in);
+		if (status == 0)
+			id->applied = true;
+	}
+	if (status == 5 || in < 0) {
+		/* No berth-identity (an image built before it): the seed. */
+		status = -1;
+		how = "berth-seed --live";
+		snprintf(cmd, sizeof(cmd),
+			 "for f in /usr/lib/berth/berth-seed /etc/berth-seed; do "
+			 "[ -x \"$f\" ] && exec %s\"$f\" --live; done; %shostname '%s'; exit 3",
+			 sudo, sudo, f->name);
+		/* The connection may end before its status arrives (the guest's
+		 * sshd restarting), and berth-seed may fail after its sshd took
+		 * the new key: whatever the status, what counts is the key
+		 * presented after (unless the image has no berth-seed). */
+		sshexec_run(&t, cmd, -1, -1, -1, &status, err, sizeof(err));
+	}
 	int64_t ran = mono_ms();
 	if (status != 3) {
 		/* Each try may take the whole time left: a handshake with a
 		 * guest that is still restarting its sshd under TCG took 9 to
 		 * 27 s in t320, and a try that gives up sooner only starts the
-		 * guest's work again. */
+		 * guest's work again.  A refused connection (the listener not
+		 * yet back) is retried soon: it costs the guest nothing. */
 		int64_t t0 = mono_ms(), left;
 		while (!own && (left = wait_ms - (mono_ms() - t0)) > 0) {
 			own = sshexec_host_key(host, port, NULL, (int)(left < 5000 ? 5000 : left),
 					       got, sizeof(got), err, sizeof(err)) == 0 &&
 			      sshexec_key_equal(got, f->host_key);
 			if (!own)
-				usleep(200 * 1000);
+				usleep(50 * 1000);
 		}
 	}
 	if (own) {
-		log_info("live fork %s presents its own host key: berth-seed --live took %lld ms "
-			 "(status %d), its sshd's new key showed %lld ms later", f->name,
-			 (long long)(ran - began), status, (long long)(mono_ms() - ran));
+		log_info("%s presents its own host key: %s took %lld ms (status %d), its sshd's "
+			 "new key showed %lld ms later", f->name, how, (long long)(ran - began),
+			 status, (long long)(mono_ms() - ran));
 		f->host_key_state = HK_CONFIRMED;
 		db_machine_set_host_key(h->db, f->id, f->host_key, HK_CONFIRMED, "", NULL);
 		return;
 	}
+	id->applied = false;
 	if (status != 3) {
-		/* berth-seed ran, but the fork's own key did not show within
-		 * the wait (a slow guest may still be restarting its sshd, as
-		 * in t320's nested one): its own key stays pinned, and SSH to
-		 * it is refused until it presents it (a reboot, from its seed,
-		 * at the latest).  Never the source's: fail closed. */
-		log_warn("live fork %s did not present its own host key within %lld s (%s); "
+		/* The guest was re-keyed, but the machine's own key did not
+		 * show within the wait (a slow guest may still be restarting
+		 * its sshd, as in t320's nested one): its own key stays pinned,
+		 * and SSH to it is refused until it presents it (a reboot, from
+		 * its seed, at the latest).  Never the source's: fail closed. */
+		log_warn("%s did not present its own host key within %lld s (%s); "
 			 "that key stays pinned, and SSH to it is refused until it does",
-			 f->name, (long long)(wait_ms / 1000), status >= 0 ? "berth-seed failed" : err);
+			 f->name, (long long)(wait_ms / 1000), status >= 0 ? "re-keying failed" : err);
 		f->host_key_state = HK_CONFIRMED;
 		db_machine_set_host_key(h->db, f->id, f->host_key, HK_CONFIRMED, "", NULL);
 		return;
@@ -428,7 +503,7 @@ static void reseed_running(struct hostd *h, struct machine *f, const char *sourc
 	log_warn("live fork %s presents its source's host key until it reboots (its image "
 		 "has no berth-seed); that key stays pinned until then", f->name);
 	xsnprintf(f->host_key_next, sizeof(f->host_key_next), "%s", f->host_key);
-	snprintf(f->host_key, sizeof(f->host_key), "%s", source_key);
+	snprintf(f->host_key, sizeof(f->host_key), "%s", id->source_key);
 	f->host_key_state = HK_CONFIRMED;
 	db_machine_set_host_key(h->db, f->id, f->host_key, HK_CONFIRMED, f->host_key_next, NULL);
 }
@@ -467,7 +542,7 @@ void checkpoint_source_alias(struct hostd *h, const struct machine *src, char *o
 }
 
 int checkpoint_live_start(struct hostd *h, struct machine *f, const char *mem,
-			  const char *alias, const char *source_key, bool wait, struct err *e)
+			  const char *alias, struct live_identity *id, bool wait, struct err *e)
 {
 	if (busy_acquire(h->busy, f->id, "fork", f->name, e) < 0)
 		goto fail;
@@ -477,7 +552,7 @@ int checkpoint_live_start(struct hostd *h, struct machine *f, const char *mem,
 	}
 	db_machine_set_state(h->db, f->id, MS_RUNNING, NULL);
 	busy_release(h->busy, f->id);
-	reseed_running(h, f, source_key);
+	reseed_running(h, f, id);
 	if (wait && machine_wait_ready(h, f, h->cfg.boot_timeout_s, e) < 0)
 		return -1;
 	return 0;
@@ -505,7 +580,7 @@ int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *o
 	struct machine m, f;
 	struct checkpoint c;
 	enum vstate vs;
-	char base[80], mem[PATH_MAX] = "";
+	char base[80], mem[PATH_MAX] = "", *hk_priv = NULL;
 	int rc = -1;
 
 	if (live && from)
@@ -553,7 +628,8 @@ int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *o
 	struct create_req cr = { .owner = owner, .name = new_name, .image = m.image,
 				 .vcpus = m.vcpus, .memory = m.memory, .disk = m.disk,
 				 .idle_timeout = m.idle_timeout,
-				 .egress = egress.len ? buf_str(&egress) : NULL };
+				 .egress = egress.len ? buf_str(&egress) : NULL,
+				 .host_key_private = live ? &hk_priv : NULL };
 	rc = machine_create_from(h, &cr, base, &f, e);
 	buf_free(&egress);
 	if (rc == 0)
@@ -573,7 +649,12 @@ out:
 		/* The fork starts from the source's memory in its own domain. */
 		char alias[40];
 		checkpoint_source_alias(h, &m, alias, sizeof(alias));
-		rc = checkpoint_live_start(h, &f, mem, alias, m.host_key, false, e);
+		struct live_identity id = { .source_key = m.host_key,
+					    .host_key_private = hk_priv };
+		rc = checkpoint_live_start(h, &f, mem, alias, &id, false, e);
+		if (hk_priv)
+			memset(hk_priv, 0, strlen(hk_priv));
+		free(hk_priv);
 		unlink(mem);
 		/* As below: a thin snapshot made only to fork from goes now. */
 		volume_gc(h, base);

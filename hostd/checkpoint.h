@@ -59,15 +59,28 @@ int checkpoint_fork(struct hostd *h, const struct fork_req *r, struct machine *o
  * live fork of it maps to its own. */
 void checkpoint_source_alias(struct hostd *h, const struct machine *src, char *out,
 			     size_t outlen);
+/* How a machine started from another's memory gets its own identity. */
+struct live_identity {
+	const char *source_key;       /* the host key the saved guest presents */
+	/* Its own host key's private half (OpenSSH PEM, the one in its seed):
+	 * the image's berth-identity is handed it, with the hostname, root's
+	 * authorized keys and host randomness, in one SSH command.  NULL, or an
+	 * image without berth-identity: berth-seed --live re-reads the seed. */
+	const char *host_key_private;
+	bool machine_id;              /* and a new /etc/machine-id (templates) */
+	bool applied;                 /* out: berth-identity took all of it */
+};
+
 /* Start F (a new, stopped machine whose disk is layered on the volume
  * saved with the memory image MEM, another machine's) running from MEM
  * with no boot: the host maps ALIAS ("IP MAC" the saved guest uses; NULL
- * or "" none) to F's own address, and F is re-keyed with its own seed
- * (berth-seed --live, over SSH pinned to SOURCE_KEY, what the saved
- * guest presents).  MEM is not changed.  With WAIT, until SSH answers.
- * On failure F is deleted. */
+ * or "" none) to F's own address, and F is re-keyed as ID says (over SSH
+ * pinned to ID->source_key; ID->applied tells what was done) and presents
+ * its own host key before this returns, else that key stays pinned and
+ * SSH to it is refused until it does.  MEM is not changed.  With WAIT,
+ * until SSH answers.  On failure F is deleted. */
 int checkpoint_live_start(struct hostd *h, struct machine *f, const char *mem,
-			  const char *alias, const char *source_key, bool wait, struct err *e);
+			  const char *alias, struct live_identity *id, bool wait, struct err *e);
 
 /* Image IMAGE made from OWNER's machine NAME as it is now (crash-consistent
  * when it runs), or from its checkpoint CKPT (not NULL): its disk frozen,

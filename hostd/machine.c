@@ -513,6 +513,10 @@ int machine_create_from(struct hostd *h, const struct create_req *r, const char 
 		goto out;
 	/* Storage is billed from its creation, not from the next minute. */
 	sampler_record(h, out);
+	if (r->host_key_private) {
+		*r->host_key_private = hk_priv;
+		hk_priv = NULL;
+	}
 	rc = 0;
 	goto out;
 undo:

@@ -25,6 +25,10 @@ struct create_req {
 	const char *egress; /* its egress policy (hostd/egress.h); NULL: the config's */
 	bool start;        /* start it once made */
 	bool wait;         /* with start: until its SSH answers */
+	/* Not NULL: gets the new machine's own SSH host key, the private half
+	 * (OpenSSH PEM, as in its seed), for a live start to hand the running
+	 * guest (checkpoint_live_start); the caller wipes and frees it. */
+	char **host_key_private;
 };
 
 enum machine_action { ACT_START, ACT_STOP, ACT_SUSPEND, ACT_RESUME, ACT_RESTART };

@@ -393,13 +393,25 @@ int template_instantiate(struct hostd *h, const char *owner, const char *tname,
 	if (db_machine_get(h->db, owner, new_name, &f, NULL) == 0)
 		return err_set(e, 409, "exists", "machine %s exists", new_name);
 	mem_path(h, tname, mem, sizeof(mem));
+	char *hk_priv = NULL;
 	struct create_req cr = { .owner = owner, .name = new_name, .image = t.image,
-				 .vcpus = t.vcpus, .memory = t.memory, .disk = t.disk };
+				 .vcpus = t.vcpus, .memory = t.memory, .disk = t.disk,
+				 .host_key_private = &hk_priv };
 	if (machine_create_from(h, &cr, t.volume, &f, e) < 0)
 		return -1;
-	if (checkpoint_live_start(h, &f, mem, t.net_alias, t.host_key, false, e) < 0)
+	/* Re-keyed, named, its machine id and randomness given in one SSH
+	 * command when its image has berth-identity; else berth-seed --live,
+	 * then apply_identity. */
+	struct live_identity id = { .source_key = t.host_key, .host_key_private = hk_priv,
+				    .machine_id = true };
+	int rc = checkpoint_live_start(h, &f, mem, t.net_alias, &id, false, e);
+	if (hk_priv)
+		memset(hk_priv, 0, strlen(hk_priv));
+	free(hk_priv);
+	if (rc < 0)
 		return -1;
-	apply_identity(h, &f);
+	if (!id.applied)
+		apply_identity(h, &f);
 	log_info("machine %s/%s from template %s running in %lld ms", owner, new_name, tname,
 		 (long long)(mono_ms() - t0));
 	snprintf(detail, sizeof(detail), "from template %s", tname);

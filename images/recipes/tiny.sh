@@ -22,9 +22,13 @@
 #    labelled "cidata" on a virtio disk, normally /dev/vdb): the hostname
 #    from meta-data's local-hostname (or user-data's hostname), the keys of
 #    user-data's ssh_authorized_keys into /root/.ssh/authorized_keys (the
-#    file is replaced by the seed's keys).
+#    file is replaced by the seed's keys).  /etc/berth-identity gives a
+#    running machine (a live fork, a template's) its identity, handed by
+#    hostd on stdin.
 #  - eth0 via busybox udhcpc (boot waits at most ~5 s for a lease, then it
-#    keeps trying in the background); dropbear on port 22, keys only, with
+#    keeps trying in the background); dropbear on port 22 (under
+#    /etc/dropbear-loop, which restarts it at once for a new host key),
+#    keys only, with
 #    OpenSSH's sftp-server (so scp and sftp work) and rsync (so `rsync -e
 #    ssh` works); dropbear's client dbclient (it can use a forwarded agent).
 #  - the ACPI power button (virDomainShutdown, QEMU system_powerdown) powers
@@ -378,13 +382,28 @@ cat >"$R/etc/inittab" <<'EOF'
 # berth tiny: busybox init
 ::sysinit:/etc/rc
 ::respawn:/sbin/acpid -f -c /etc/acpi -l /var/log/acpid.log
-::respawn:/usr/sbin/dropbear -F -E -s -R -p 22 -W 262144 2>>/var/log/dropbear.log
+::respawn:/etc/dropbear-loop
 ttyS0::respawn:-/bin/sh
 tty1::respawn:-/bin/sh
 ::ctrlaltdel:/sbin/reboot
 ::shutdown:/etc/rc.shutdown
 ::restart:/sbin/init
 EOF
+
+# dropbear's listener.  busybox init waits a second after a child ends
+# before it respawns it; berth-identity (and berth-seed --live) end the
+# listener so that it reads a new host key, and the machine is not ready
+# until it answers with it: this loop starts it again at once when they
+# asked (a non-empty /run/dropbear.restart), else a second later, as init
+# would.  The listener's parent is this loop, not init.
+cat >"$R/etc/dropbear-loop" <<'EOF'
+#!/bin/sh
+while :; do
+	/usr/sbin/dropbear -F -E -s -R -p 22 -W 262144 2>>/var/log/dropbear.log
+	if [ -s /run/dropbear.restart ]; then : >/run/dropbear.restart; else sleep 1; fi
+done
+EOF
+chmod 755 "$R/etc/dropbear-loop"
 
 # The ACPI power button: busybox acpid maps KEY_POWER to the action
 # PWRF/00000080 and runs that file from its config directory.
@@ -572,21 +591,103 @@ fi
 
 if [ "${1:-}" = --live ]; then
 	sync
-	# The listener (init's child) is restarted by init with the new key.
-	# All of them are found first: once it is gone, the session that runs
-	# this is init's child too, and must not be killed.
+	# The listener (a dropbear whose parent is no dropbear: the session
+	# that runs this is its child) is restarted by /etc/dropbear-loop with
+	# the new key.  All of them are found first: once it is gone, the
+	# session that runs this is init's child, and must not be killed.
 	listeners=
 	for d in /proc/[0-9]*; do
-		[ "$(cat "$d/comm" 2>/dev/null)" = dropbear ] || continue
-		[ "$(sed -n 's/^PPid:[[:space:]]*//p' "$d/status" 2>/dev/null)" = 1 ] &&
-			listeners="$listeners ${d#/proc/}"
+		read -r st 2>/dev/null <"$d/stat" || continue
+		case $st in *" (dropbear) "*) ;; *) continue ;; esac
+		set -- ${st##*) }
+		read -r pst 2>/dev/null <"/proc/$2/stat" || pst=
+		case $pst in *" (dropbear) "*) ;; *) listeners="$listeners ${d#/proc/}" ;; esac
 	done
+	echo 1 >/run/dropbear.restart
 	[ -n "$listeners" ] && kill $listeners
 	echo "tiny: seed applied live; dropbear restarted"
 fi
 exit 0
 EOF
 chmod 755 "$R/etc/berth-seed"
+
+# berth-identity: the identity of a machine started from another's memory
+# (a live fork, a machine from a template) in one SSH command, handed on
+# stdin by hostd (docs/architecture.md, "Live identity"): lines "KEY VALUE"
+# (hostname, random, machine-id, authorized-key; host-key: one line of the
+# OpenSSH PEM each), then "end".  Under TCG each process costs 50-100 ms,
+# so this uses the shell's builtins (read, echo, kill) and forks only for
+# dropbearconvert and the renames; berth-seed --live re-reads the seed and
+# took ~30 processes.  Exits 0 when all of it is applied.
+cat >"$R/etc/berth-identity" <<'EOF'
+#!/bin/sh
+export PATH=/sbin:/bin:/usr/sbin:/usr/bin
+umask 077
+fail() { echo "berth-identity: $*" >&2; exit 1; }
+name= rnd= mid= keys= pem=/run/berth-identity.pem end=
+: >"$pem" || fail "cannot write $pem"
+while read -r k v; do
+	case $k in
+	hostname) name=$v ;;
+	random) rnd=$v ;;
+	machine-id) mid=$v ;;
+	authorized-key) keys="$keys$v
+" ;;
+	host-key) echo "$v" >>"$pem" ;;
+	end) end=1; break ;;
+	*) fail "unknown input '$k'" ;;
+	esac
+done
+[ -n "$end" ] || fail "input ends early"
+case $name in
+"" | *[!A-Za-z0-9.-]* | -* | .*) fail "invalid hostname '$name'" ;;
+esac
+case $rnd in "" | *[!0-9a-f]*) fail "invalid random" ;; esac
+case $mid in *[!0-9a-f]*) fail "invalid machine-id" ;; esac
+[ -z "$mid" ] || [ ${#mid} = 32 ] || fail "invalid machine-id"
+# The host's randomness first: the restarted dropbear seeds from it.
+echo "$rnd" >/dev/urandom
+k=/etc/dropbear/dropbear_ed25519_host_key
+[ -e "$k.new" ] && rm -f "$k.new"
+dropbearconvert openssh dropbear "$pem" "$k.new" >/dev/null 2>&1 && [ -s "$k.new" ] ||
+	{ : >"$pem"; fail "cannot convert the host key"; }
+: >"$pem"
+mv -f "$k.new" "$k" || fail "cannot install the host key"
+# The listener (a dropbear whose parent is no dropbear) is restarted at
+# once by /etc/dropbear-loop with the new key; sessions (its children, this
+# one too) stay.
+listeners=
+for d in /proc/[0-9]*; do
+	read -r st 2>/dev/null <"$d/stat" || continue
+	case $st in *" (dropbear) "*) ;; *) continue ;; esac
+	set -- ${st##*) }
+	read -r pst 2>/dev/null <"/proc/$2/stat" || pst=
+	case $pst in *" (dropbear) "*) ;; *) listeners="$listeners ${d#/proc/}" ;; esac
+done
+echo 1 >/run/dropbear.restart
+[ -n "$listeners" ] && kill $listeners
+# The rest while it restarts.
+echo "$name" >/proc/sys/kernel/hostname
+umask 022
+echo "$name" >/etc/hostname.new &&
+	printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
+		"$name" >/etc/hosts.new || fail "cannot write /etc/hostname"
+if [ -n "$mid" ]; then
+	echo "$mid" >/etc/machine-id.new || fail "cannot write /etc/machine-id"
+	mv -f /etc/machine-id.new /etc/machine-id
+fi
+mv -f /etc/hostname.new /etc/hostname
+mv -f /etc/hosts.new /etc/hosts
+umask 077
+[ -d /root/.ssh ] || mkdir -p -m 700 /root/.ssh
+printf '%s' "$keys" >/root/.ssh/authorized_keys.new &&
+	mv -f /root/.ssh/authorized_keys.new /root/.ssh/authorized_keys ||
+	fail "cannot write root's authorized keys"
+sync
+[ -n "$listeners" ] || fail "no dropbear listener to restart"
+exit 0
+EOF
+chmod 755 "$R/etc/berth-identity"
 
 cat >"$R/etc/rc" <<'EOF'
 #!/bin/sh

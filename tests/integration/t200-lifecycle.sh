@@ -44,7 +44,9 @@ for v in 0 abc 5s 3601; do
 	check_match "... naming the option and the value" "--connect-timeout '$v': not a whole number of seconds" "$out"
 done
 berth exec demo -- sh -c 'for d in /proc/[0-9]*; do
-	[ "$(cat $d/comm 2>/dev/null)" = dropbear ] && grep -q "^PPid:[[:space:]]*1$" $d/status && l=${d#/proc/}
+	[ "$(cat $d/comm 2>/dev/null)" = dropbear ] || continue
+	p=$(sed -n "s/^PPid:[[:space:]]*//p" $d/status)
+	[ "$(cat /proc/$p/comm 2>/dev/null)" != dropbear ] && l=${d#/proc/}
 done
 setsid sh -c "sleep 20; kill -CONT $l" </dev/null >/dev/null 2>&1 &
 kill -STOP $l'

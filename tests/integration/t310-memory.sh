@@ -46,6 +46,10 @@ check_eq "the source still runs" running "$(berth show a --json | json state)"
 check_eq "b has a's tmpfs value" before-fork "$(get b)"
 check "b has a's sleeping process" berth exec b -- sh -c 'kill -0 $(cat /tmp/pid)'
 check_eq "b is called b" b "$(berth exec b -- hostname)"
+check_match "b re-keyed by the image's berth-identity in one command (status 0)" \
+	"b presents its own host key: berth-identity took [0-9]+ ms \\(status 0\\)" \
+	"$(grep -E "b presents its own host key" "$T/hostd.log")"
+check_eq "  and its host key is confirmed" confirmed "$(berth show b --json | json host_key_state)"
 put a only-a
 put b only-b
 check_eq "after the fork a's memory is a's" only-a "$(get a)"

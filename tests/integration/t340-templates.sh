@@ -60,7 +60,8 @@ check_eq "  and leaves no template, machine, volume or domain" "//$vols0/$doms0"
 # ---- a template ----
 setup='echo setup-ran; echo from-setup > /root/tpl-file
 printf "#!/bin/sh\nwhile :; do sleep 1; done\n" > /root/tpl-daemon; chmod +x /root/tpl-daemon
-setsid /root/tpl-daemon </dev/null >/dev/null 2>&1 & echo $! > /root/tpl-pid; sync'
+setsid /root/tpl-daemon </dev/null >/dev/null 2>&1 & echo $! > /root/tpl-pid
+echo "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFromTheSetupNotTheSeed setup" >> /root/.ssh/authorized_keys; sync'
 t0=$(date +%s%N)
 out=$(berth template create web --image tiny --memory 256M --run "$setup" 2>"$T/tc.err")
 check_eq "template create streams back the setup's output" setup-ran "$out"
@@ -100,6 +101,20 @@ for m in t1 t2; do
 		"$(berth exec "$m" -- sh -c 'tr "\0" " " < /proc/$(cat /root/tpl-pid)/cmdline')"
 done
 check_eq "hostnames are their own" "t1 t2" "$(berth exec t1 -- hostname) $(berth exec t2 -- hostname)"
+# The tiny image has berth-identity: one SSH command re-keys it (hostd
+# hands it the key, name, machine id and randomness on stdin), not
+# berth-seed --live re-reading the seed.
+for m in t1 t2; do
+	check_match "$m re-keyed by berth-identity in one command (status 0)" \
+		"$m presents its own host key: berth-identity took [0-9]+ ms \\(status 0\\)" \
+		"$(grep -E "$m presents its own host key" "$T/hostd.log")"
+done
+check_eq "  its /etc/hostname and /etc/hosts name it" "t1 1" \
+	"$(berth exec t1 -- cat /etc/hostname) $(berth exec t1 -- grep -c '	t1$' /etc/hosts)"
+check_eq "  root's authorized keys are the seed's again (the setup's extra one is gone)" "0 1" \
+	"$(berth exec t1 -- grep -c FromTheSetup /root/.ssh/authorized_keys) $(berth exec t1 -- grep -c . /root/.ssh/authorized_keys)"
+check_eq "  the private key it was handed is not left in the guest" "0" \
+	"$(berth exec t1 -- sh -c 'cat /run/berth-identity.pem /etc/dropbear/*.new 2>/dev/null | wc -c')"
 
 scanned_key() {
 	local j
@@ -137,6 +152,23 @@ check "addresses: t1 and t2 are reached at their own" test -n "$a1" -a "$a1" != 
 check "  and have their own MACs" test "$(berth show t1 --json | json mac)" != "$(berth show t2 --json | json mac)"
 check_match "events: t1 forked from template web" "from template web" \
 	"$(berth events t1 --json | json events.0.cause)"
+
+# ---- an image built before berth-identity: the old path ----
+# (the setup removes it from the template: hostd's command exits 5, then
+# berth-seed --live re-keys and a second command gives the machine id)
+berth template create old --image tiny --memory 256M \
+	--run 'rm -f /etc/berth-identity; sync' >/dev/null 2>"$T/old.err" || diag "$(cat "$T/old.err")"
+check_eq "a template without berth-identity: t3 from it runs" running \
+	"$(berth create t3 --template old --json | json state)"
+check_match "  re-keyed by berth-seed --live (the fallback)" \
+	"t3 presents its own host key: berth-seed --live took" \
+	"$(grep -E "t3 presents its own host key" "$T/hostd.log")"
+check_eq "  presents its own pinned key" "$(berth show t3 --json | json host_key)" "$(scanned_key t3)"
+check_eq "  is called t3" t3 "$(berth exec t3 -- hostname)"
+id3=$(berth exec t3 -- cat /etc/machine-id)
+check "  has a machine id of its own" test -n "$id3" -a "$id3" != "$id1" -a "${#id3}" = 32
+berth rm t3 >/dev/null
+berth template rm old >/dev/null
 
 # ---- another user ----
 A=(-H "X-Berth-User: alice")

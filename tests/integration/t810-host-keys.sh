@@ -73,7 +73,8 @@ berth exec m -- sh -c 'dropbearkey -t ed25519 -f /tmp/k >/dev/null 2>&1 &&
 	mv -f /tmp/k /etc/dropbear/dropbear_ed25519_host_key &&
 	for d in /proc/[0-9]*; do
 		[ "$(cat $d/comm 2>/dev/null)" = dropbear ] || continue
-		[ "$(sed -n "s/^PPid:[[:space:]]*//p" $d/status)" = 1 ] && kill ${d#/proc/}
+		p=$(sed -n "s/^PPid:[[:space:]]*//p" $d/status)
+		[ "$(cat /proc/$p/comm 2>/dev/null)" != dropbear ] && kill ${d#/proc/}
 	done; true' >/dev/null 2>&1
 for _ in $(seq 50); do
 	k=$(scanned_key m)

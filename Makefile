@@ -9,7 +9,7 @@
 
 CC      ?= cc
 PKGS    := libvirt sqlite3 libmicrohttpd jansson libssh libcurl libzstd libcrypto libnbd \
-           libnftables
+           libnftables zlib
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
            -Wmissing-prototypes -Wformat=2 -Wno-format-nonliteral \
            -Wno-missing-field-initializers -Wformat-truncation
@@ -64,6 +64,8 @@ WEB_SRC     += web/broker.c web/hostctl.c
 HOSTD_SRC   += hostd/preview.c hostd/events.c
 CLI_SRC     += cli/preview.c cli/events.c cli/mcp.c
 WEB_SRC     += web/preview.c web/upstream.c
+# E2B's data plane (envd) on berth-web: web/envd.h.
+WEB_SRC     += web/envd.c web/multipart.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 
 # Objects shared by the daemon and the unit tests (everything but main).
@@ -245,7 +247,7 @@ FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE $(filter-out -Wformat-truncation,$(WARN)) 
                $(shell pkg-config --cflags $(PKGS) 2>/dev/null) \
                -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN)
 FUZZ_LIB    := $(patsubst %.c,$(FUZZ_OUT)/obj/%.o,$(LIB_SRC) desktop/vdagent.c desktop/request.c \
-               web/ws.c web/upstream.c)
+               web/ws.c web/upstream.c web/multipart.c)
 FUZZ_SECONDS ?= 60
 
 $(FUZZ_OUT)/obj/tests/fuzz/%.o: tests/fuzz/%.c

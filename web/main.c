@@ -55,6 +55,7 @@
 #include "common/util.h"
 #include "web/broker.h"
 #include "web/conns.h"
+#include "web/envd.h"
 #include "web/reply.h"
 #include "web/preview.h"
 #include "web/proxy.h"
@@ -76,6 +77,7 @@ struct web {
 	char xterm[PATH_MAX];           /* xterm.js's (npm's @xterm/), under /xterm/ */
 	char listen[128];
 	char user[64];
+	char domain[200];               /* preview_domain */
 	char tls_cert[PATH_MAX], tls_key[PATH_MAX];
 	char *cert, *key;               /* PEM, kept for libmicrohttpd's lifetime */
 	int max_conns, max_per_addr;
@@ -93,7 +95,8 @@ static struct web W = { .max_conns = 1024, .max_per_addr = 64, .head_s = 10, .id
 /* One request, from its first line (uri_seen) to its end (completed). */
 struct req {
 	char *target;                   /* the request target as received */
-	enum { REQ_NEW, REQ_API, REQ_PAGE, REQ_PREVIEW } kind;
+	enum { REQ_NEW, REQ_API, REQ_PAGE, REQ_PREVIEW, REQ_ENVD } kind;
+	struct envd_req *ev;            /* E2B's envd (web/envd.h) */
 	struct proxy_req *px;
 	struct preview_req *pv;
 	struct wsexec_req *ws;          /* exec/ws: the session's, until the upgrade */
@@ -211,7 +214,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		return MHD_NO;
 	if (r->kind == REQ_NEW) {
 		conns_head(c);
-		r->kind = preview_host(c) ? REQ_PREVIEW :
+		r->ev = envd_route(c);
+		r->kind = r->ev ? REQ_ENVD : preview_host(c) ? REQ_PREVIEW :
 			  !strcmp(url, "/v1") || !strncmp(url, "/v1/", 4) ? REQ_API : REQ_PAGE;
 		/* A page's file is answered at the request's end: answered at
 		 * its head, libmicrohttpd would close the connection after it,
@@ -233,6 +237,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 			return MHD_YES;
 		}
 	}
+	if (r->kind == REQ_ENVD)
+		return envd_handle(r->ev, c, method, url, upload_data, upload_data_size);
 	if (r->kind == REQ_PREVIEW) {
 		peer_of(c, peer, sizeof(peer));
 		return preview_handle(c, method, r->target, peer, upload_data, upload_data_size,
@@ -268,6 +274,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		return;
 	proxy_done(r->px);
 	preview_done(r->pv);
+	envd_done(r->ev);
 	wsexec_req_free(r->ws);
 	free(r->target);
 	free(r);
@@ -318,6 +325,8 @@ static int settings(void)
 	snprintf(W.tls_cert, sizeof(W.tls_cert), "%s", cert ? cert : "");
 	snprintf(W.tls_key, sizeof(W.tls_key), "%s", key ? key : "");
 	preview_configure(json_string_value(json_object_get(resp, "preview_domain")));
+	snprintf(W.domain, sizeof(W.domain), "%s",
+		 json_string_value(json_object_get(resp, "preview_domain")) ?: "");
 	W.broker = json_incref(json_object_get(resp, "broker"));
 	json_decref(resp);
 	return 0;
@@ -419,6 +428,7 @@ int main(int argc, char **argv)
 	snprintf(W.web_sock, sizeof(W.web_sock), "%s/web.sock", W.state);
 	if (geteuid() == 0 && settings() < 0)
 		return 1;
+	envd_configure(W.domain, W.web_sock);
 	if (!W.listen[0]) {
 		log_error(geteuid() == 0 ? "http_listen is empty in berth.conf: nothing to serve "
 			  "(set it, or pass --listen)" : "--listen is needed when berth-web is not "

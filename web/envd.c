@@ -41,8 +41,10 @@
 #define WATCH_POLL_MS 1000
 #define WATCH_DEPTH_MAX 4
 #define WATCH_ENTRIES_MAX 10000
-/* Keepalive-Ping-Interval's default (envd's), and its bounds. */
-#define KEEPALIVE_DEFAULT_S 90
+/* Keepalive-Ping-Interval's default and most: berth-web closes a
+ * connection that sends nothing for its --idle-timeout (60 s), so more
+ * often than envd's 90 s (the SDK asks for 50: 30 it gets). */
+#define KEEPALIVE_MAX_S 30
 /* Stream threads at once, in all (each holds a connection to hostd). */
 #define STREAMS_MAX 512
 
@@ -1332,8 +1334,8 @@ static enum MHD_Result stream_start(struct MHD_Connection *c, struct stream *st,
 	char *end;
 	long v = ka ? strtol(ka, &end, 10) : 0;
 
-	st->keepalive_ms = (ka && *end == '\0' && v >= 1 && v <= 3600 ? (int)v
-			    : KEEPALIVE_DEFAULT_S) * 1000;
+	st->keepalive_ms = (ka && *end == '\0' && v >= 1 && v < KEEPALIVE_MAX_S ? (int)v
+			    : KEEPALIVE_MAX_S) * 1000;
 	if (atomic_fetch_add(&E.streams, 1) >= STREAMS_MAX) {
 		atomic_fetch_sub(&E.streams, 1);
 		sbx_free(&st->s);
@@ -1370,14 +1372,55 @@ static enum MHD_Result stream_start(struct MHD_Connection *c, struct stream *st,
 	return ret;
 }
 
+/* A fixed body sent chunked, as every stream's (libmicrohttpd's reader). */
+struct fixed {
+	struct buf b;
+	size_t off;
+};
+
+static ssize_t fixed_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct fixed *f = cls;
+	size_t n = f->b.len - f->off;
+
+	(void)pos;
+	if (!n)
+		return MHD_CONTENT_READER_END_OF_STREAM;
+	if (n > max)
+		n = max;
+	memcpy(buf, f->b.data + f->off, n);
+	f->off += n;
+	return (ssize_t)n;
+}
+
+static void fixed_free(void *cls)
+{
+	struct fixed *f = cls;
+
+	buf_free(&f->b);
+	free(f);
+}
+
 /* A stream's error before it started: 200 and the end-stream error. */
 static enum MHD_Result stream_error(struct MHD_Connection *c, const char *code, const char *msg)
 {
-	struct buf b = BUF_INIT;
+	struct fixed *f = calloc(1, sizeof(*f));
+	struct MHD_Response *r;
+	enum MHD_Result ret;
 
-	envelope_add(&b, 2, json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg));
-	size_t n = b.len;
-	return queue(c, 200, "application/connect+json", buf_detach(&b), n);
+	if (!f)
+		abort();
+	envelope_add(&f->b, 2, json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg));
+	r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, fixed_read, f, fixed_free);
+	if (!r) {
+		fixed_free(f);
+		return MHD_NO;
+	}
+	MHD_add_response_header(r, "Content-Type", "application/connect+json");
+	MHD_add_response_header(r, "Cache-Control", "no-store");
+	ret = MHD_queue_response(c, 200, r);
+	MHD_destroy_response(r);
+	return ret;
 }
 
 /* Connect-Timeout-Ms in ms (0: none). */
@@ -1501,6 +1544,12 @@ struct download {
 	int rfd, wfd;
 	char token[80];
 	char *path;
+	/* The thread's outcome, set before it closes wfd. */
+	atomic_long status;
+	char msg[256];
+	/* The first bytes, read before the answer's status is chosen. */
+	char *pre;
+	size_t npre, pre_off;
 };
 
 static void download_unref(struct download *d)
@@ -1512,6 +1561,7 @@ static void download_unref(struct download *d)
 	if (d->wfd >= 0)
 		close(d->wfd);
 	free(d->path);
+	free(d->pre);
 	free(d);
 }
 
@@ -1525,6 +1575,8 @@ static void *download_main(void *arg)
 	if (hostapi_download_as(E.sock, d->token, d->path, d->wfd, NULL, NULL, &status, &resp,
 				err, sizeof(err)) < 0 || status != 200)
 		log_info("envd download %s: %s", d->path, status ? message_of(resp, err) : err);
+	snprintf(d->msg, sizeof(d->msg), "%s", status ? message_of(resp, err) : err);
+	atomic_store(&d->status, status ? status : 502);
 	json_decref(resp);
 	close(d->wfd);
 	d->wfd = -1;
@@ -1538,6 +1590,12 @@ static ssize_t download_read(void *cls, uint64_t pos, char *buf, size_t max)
 	ssize_t n;
 
 	(void)pos;
+	if (d->pre_off < d->npre) {
+		n = (ssize_t)(d->npre - d->pre_off < max ? d->npre - d->pre_off : max);
+		memcpy(buf, d->pre + d->pre_off, (size_t)n);
+		d->pre_off += (size_t)n;
+		return n;
+	}
 	do
 		n = read(d->rfd, buf, max);
 	while (n < 0 && errno == EINTR);
@@ -1599,6 +1657,23 @@ static enum MHD_Result files_get(struct MHD_Connection *c, const struct sbx *s, 
 			return rest_error(c, 500, "cannot start a thread");
 		}
 		pthread_detach(t);
+		/* Its first bytes, or hostd's refusal (a symbolic link to a
+		 * directory, a file gone since the stat) as an error. */
+		d->pre = malloc(64 << 10);
+		if (!d->pre)
+			abort();
+		ssize_t got;
+		do
+			got = read(d->rfd, d->pre, 64 << 10);
+		while (got < 0 && errno == EINTR);
+		if (got <= 0) {
+			long st = atomic_load(&d->status);
+			snprintf(msg, sizeof(msg), "%s", d->msg);
+			download_free_cb(d);
+			free(ap);
+			return rest_error(c, st == 409 ? 400 : st >= 400 ? (unsigned)st : 502, msg);
+		}
+		d->npre = (size_t)got;
 		r = MHD_create_response_from_callback(size, 64 << 10, download_read, d,
 						      download_free_cb);
 		if (!r) {
@@ -1610,7 +1685,7 @@ static enum MHD_Result files_get(struct MHD_Connection *c, const struct sbx *s, 
 	const char *slash = strrchr(ap, '/');
 	char disp[300];
 	snprintf(disp, sizeof(disp), "inline; filename=\"%.200s\"", slash ? slash + 1 : ap);
-	for (char *q = disp + 17; *q; q++)
+	for (char *q = disp + 18; *q; q++)
 		if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20)
 			*q = '_';
 	disp[strlen(disp) - 1] = '"';

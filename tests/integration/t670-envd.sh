@@ -191,8 +191,12 @@ check_match "$V's token on $U's sandbox: not_found" '^404 \{"code": "not_found"'
 check_match "  its /health too: 404" '^404 ' "$(cc_none --token "$VTOK" get /health)"
 check_match "a sandbox id that is not: not_found" '^404 \{"code": "not_found"' \
 	"$(python3 "$ROOT/tests/connect_client.py" --port "$PORT" --host "49983-nosuch-$U.localhost" --token "$TOK" unary $F/Stat '{"path": "/"}')"
-check_match "MakeDir where none may write (/sys): permission_denied" '^403 \{"code": "permission_denied"' \
-	"$(cc unary $F/MakeDir '{"path": "/sys/berth-x"}')"
+# (the login user is root: an immutable directory is what root may not write)
+ub exec m -- sh -c 'mkdir -p /root/locked && chattr +i /root/locked'
+check_match "MakeDir in an immutable directory: permission_denied" '^403 \{"code": "permission_denied"' \
+	"$(cc unary $F/MakeDir '{"path": "/root/locked/x"}')"
+check_match "  an upload there: 403" '^403 ' \
+	"$(cc post '/files?path=/root/locked/f' application/octet-stream "$T/h.txt")"
 check_match "as user nobody (Basic), a write to /root fails" '"exitCode": [1-9]' \
 	"$(cc --user nobody stream $P/Start '{"process": {"cmd": "touch", "args": ["/root/by-nobody"]}}')"
 check_match "files as another user than the login user: refused" '^401 \{"code": "unauthenticated"' \

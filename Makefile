@@ -66,6 +66,10 @@ CLI_SRC     += cli/preview.c cli/events.c cli/mcp.c
 WEB_SRC     += web/preview.c web/upstream.c
 # E2B's data plane (envd) on berth-web: web/envd.h.
 WEB_SRC     += web/envd.c web/multipart.c
+# E2B's control plane: a machine's deadline, metadata and env (hostd), the
+# API on api.DOMAIN (berth-web).
+HOSTD_SRC   += hostd/attrs.c
+WEB_SRC     += web/e2b.c
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 
 # Objects shared by the daemon and the unit tests (everything but main).

@@ -113,12 +113,37 @@ static void print_secrets_line(json_t *m, void *data)
 	printf("\n");
 }
 
+/* "expires: ..." and "metadata: ..." (hostd/attrs.h), when it has them. */
+static void print_attrs(json_t *m, void *data)
+{
+	json_t *md = json_object_get(m, "metadata"), *v;
+	const char *k;
+	char t[32];
+	bool first = true;
+
+	(void)data;
+	if (json_integer_value(json_object_get(m, "expires")) > 0) {
+		duration_format(json_integer_value(json_object_get(m, "expires_in_s")), t,
+				sizeof(t));
+		printf("expires:    in %s (then %s)\n", t, cli_jstr(m, "expire_action"));
+	}
+	if (json_object_size(md) == 0)
+		return;
+	printf("metadata:   ");
+	json_object_foreach(md, k, v) {
+		printf("%s%s=%s", first ? "" : ", ", k, json_string_value(v));
+		first = false;
+	}
+	printf("\n");
+}
+
 /* set: the settings it changes. */
 static void print_settings(json_t *m, void *data)
 {
 	print_idle(m, data);
 	print_egress_line(m, data);
 	print_secrets_line(m, data);
+	print_attrs(m, data);
 }
 
 /* The destinations of one list of an egress log. */
@@ -534,7 +559,7 @@ struct verb {
 	/* The body: its JSON before the options, or NULL to send none. */
 	const char *body;
 	const char *arg_field;	/* the body's field that ARG sets, or NULL */
-	struct verb_opt opts[5];	/* up to the first without a name */
+	struct verb_opt opts[7];	/* up to the first without a name */
 	void (*finish)(json_t *body);	/* optional: the body's last touch */
 	cli_print_fn *print;	/* the answer as text; DATA: struct verb_args */
 };
@@ -546,6 +571,7 @@ static void print_shown(json_t *r, void *data)
 	print_idle(r, data);
 	print_egress_line(r, data);
 	print_secrets_line(r, data);
+	print_attrs(r, data);
 }
 
 /* start, stop, suspend, resume, restart: the machine's state now. */
@@ -647,12 +673,15 @@ static const struct verb verbs[] = {
 	  .method = "GET", .path = "/v1/machines/%s", .print = print_shown },
 	{ .name = "set",
 	  .usage = "usage: berth set NAME [--idle 30m|never|default] [--egress open|none|RULES|default]\n"
-		   "                 [--secret S] [--no-secret S]\n",
+		   "                 [--secret S] [--no-secret S] [--expires 10m|never]\n"
+		   "                 [--expire-action suspend|delete]\n",
 	  .flags = V_SAY_UNEXPECTED | V_NEED_FIELD,
 	  .method = "PATCH", .path = "/v1/machines/%s", .body = "{}",
 	  .opts = { { "--idle", OPT_STRING, "idle" }, { "--egress", OPT_STRING, "egress" },
 		    { "--secret", OPT_STRING, "secret" },
-		    { "--no-secret", OPT_STRING, "no_secret" } },
+		    { "--no-secret", OPT_STRING, "no_secret" },
+		    { "--expires", OPT_STRING, "expires_in" },
+		    { "--expire-action", OPT_STRING, "expire_action" } },
 	  .print = print_settings },
 	ACTION("start", "{\"wait\": true}"),
 	ACTION("stop", "{}"),

@@ -47,13 +47,23 @@ static int token_create(struct client *c, int argc, char **argv)
 		return 1;
 	}
 	json_decref(body);
+	/* The same secret in E2B's shape, E2B_API_KEY for its SDKs
+	 * (web/e2b.h): e2b_ and the token's hex digits. */
+	const char *tok = cli_jstr(r, "token");
+	char e2b[128] = "";
+	if (!strncmp(tok, "berth_", 6))
+		snprintf(e2b, sizeof(e2b), "e2b_%s", tok + 6);
 	if (c->json) {
+		if (e2b[0])
+			json_object_set_new(r, "e2b_key", json_string(e2b));
 		cli_print_json(r);
 	} else {
-		printf("%s\n", cli_jstr(r, "token"));
+		printf("%s\n", tok);
 		fprintf(stderr, "token %lld (%s) created: keep it now, it is not shown again; "
 			"berth token rm %lld revokes it\n", cli_jint(r, "id"), cli_jstr(r, "name"),
 			cli_jint(r, "id"));
+		if (e2b[0])
+			fprintf(stderr, "the same token as an E2B API key (E2B_API_KEY): %s\n", e2b);
 	}
 	json_decref(r);
 	return 0;

@@ -1,4 +1,5 @@
 #include "hostd/api.h"
+#include "hostd/attrs.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -406,7 +407,8 @@ static struct reply do_info(struct call *c)
 		json_object_set_new(st, "total", json_integer((json_int_t)pi.total_bytes));
 		json_object_set_new(st, "used", json_integer((json_int_t)pi.used_bytes));
 	}
-	return ok(200, json_pack("{s:s, s:i, s:s, s:s, s:o, s:s, s:s, s:s, s:I, s:s, s:s?, s:s}",
+	return ok(200, json_pack("{s:s, s:s, s:i, s:s, s:s, s:o, s:s, s:s, s:s, s:I, s:s, s:s?, s:s}",
+				 "user", c->owner,
 				 "version", BERTH_VERSION, "schema", db_schema_version(),
 				 "hypervisor", virt_hypervisor(h->virt),
 				 "libvirt", virt_version(h->virt), "storage", st,
@@ -524,7 +526,8 @@ static struct reply do_list(struct call *c)
 static struct reply do_create(struct call *c)
 {
 	static const char *const allowed[] = { "name", "image", "vcpus", "memory", "disk",
-					       "start", "wait", "idle", "egress", NULL };
+					       "start", "wait", "idle", "egress", "expires_in",
+					       "expire_action", "metadata", "env", NULL };
 	struct err e = { 0 };
 	struct machine m;
 	struct create_req r = { .owner = c->owner, .image = "tiny", .vcpus = 1,
@@ -533,9 +536,12 @@ static struct reply do_create(struct call *c)
 	int64_t ready = -1;
 	uint64_t mem = 0;
 	bool idle_set;
+	struct attrs_req ar;
 
 	if (!j)
 		return fail(&e);
+	if (attrs_parse(j, &ar, &e) < 0)
+		goto out;
 	v = json_object_get(j, "name");
 	if (!v || !json_is_string(v)) {
 		err_set(&e, 400, "invalid_name", "name is required (a string)");
@@ -564,7 +570,15 @@ static struct reply do_create(struct call *c)
 		goto out;
 	if (mem)
 		r.memory = mem;
-	machine_create(c->h, &r, &m, &ready, &e);
+	/* Its attributes are written once it exists; should that fail, it
+	 * goes again (a machine is made whole or not at all). */
+	if (machine_create(c->h, &r, &m, &ready, &e) == 0 && attrs_any(&ar) &&
+	    attrs_apply(c->h, m.id, &ar, &e) < 0) {
+		struct err e2 = { 0 };
+		if (machine_delete(c->h, c->owner, m.name, &e2) < 0)
+			log_warn("machine %s/%s: its attributes: %s; deleting it: %s", c->owner,
+				 m.name, e.msg, e2.msg);
+	}
 out:
 	json_decref(j);
 	if (err_isset(&e))
@@ -595,16 +609,19 @@ static struct reply do_show(struct call *c)
  * apply leaves the one in force. */
 static struct reply do_patch(struct call *c)
 {
-	static const char *const allowed[] = { "idle", "egress", "secret", "no_secret", NULL };
+	static const char *const allowed[] = { "idle", "egress", "secret", "no_secret",
+					       "expires_in", "expire_action", "metadata", "env",
+					       NULL };
 	struct err e = { 0 };
 	struct machine m;
 	int64_t idle = 0;
 	bool idle_set;
 	json_t *j = api_parse_body(c->body, allowed, &e), *v;
 	const char *egress = NULL, *secret = NULL, *no_secret = NULL;
+	struct attrs_req ar;
 	struct reply rep;
 
-	if (!j || get_idle(j, &idle, &idle_set, &e) < 0)
+	if (!j || get_idle(j, &idle, &idle_set, &e) < 0 || attrs_parse(j, &ar, &e) < 0)
 		goto out;
 	v = json_object_get(j, "egress");
 	if (v && !json_is_string(v)) {
@@ -619,9 +636,10 @@ static struct reply do_patch(struct call *c)
 		err_set(&e, 400, "invalid_name", "secret and no_secret are secrets' names");
 		goto out;
 	}
-	if (!idle_set && !egress && !secret && !no_secret) {
+	if (!idle_set && !egress && !secret && !no_secret && !attrs_any(&ar)) {
 		err_set(&e, 400, "nothing_to_change", "nothing to change: give \"idle\", "
-			"\"egress\", \"secret\" or \"no_secret\"");
+			"\"egress\", \"secret\", \"no_secret\", \"expires_in\", "
+			"\"expire_action\", \"metadata\" or \"env\"");
 		goto out;
 	}
 	/* Everything is checked before anything changes: a refusal leaves the
@@ -634,6 +652,7 @@ static struct reply do_patch(struct call *c)
 	    (secret && secrets_allow(c->h, &m, secret, true, &e) < 0) ||
 	    (no_secret && secrets_allow(c->h, &m, no_secret, false, &e) < 0) ||
 	    (idle_set && db_machine_set_idle(c->h->db, m.id, idle, &e) < 0) ||
+	    attrs_apply(c->h, m.id, &ar, &e) < 0 ||
 	    db_machine_get_id(c->h->db, m.id, &m, &e) < 0)
 		goto out;
 	if (idle_set)

@@ -169,6 +169,18 @@ static const char events_schema[] =
 	"  machine TEXT NOT NULL, kind TEXT NOT NULL, cause TEXT NOT NULL);"
 	"CREATE INDEX IF NOT EXISTS events_owner ON events(owner, id);";
 
+/* Migration 18: a machine's attributes beyond its row (hostd/attrs.h):
+ * its deadline (EXPIRES, seconds since the epoch, 0 none) and what
+ * happens then (ACTION "suspend" or "delete"), its metadata and the
+ * environment its commands get (JSON objects of strings).  A table of
+ * its own, gone with its machine. */
+static const char attrs_schema[] =
+	"CREATE TABLE IF NOT EXISTS machine_attrs("
+	"  machine_id TEXT PRIMARY KEY REFERENCES machines(id) ON DELETE CASCADE,"
+	"  expires INTEGER NOT NULL DEFAULT 0, action TEXT NOT NULL DEFAULT 'delete',"
+	"  metadata TEXT NOT NULL DEFAULT '{}', env TEXT NOT NULL DEFAULT '{}');"
+	"CREATE INDEX IF NOT EXISTS machine_attrs_expires ON machine_attrs(expires);";
+
 static const struct migration migrations[] = {
 	{ schema, NULL, NULL, NULL },                                         /* 1 */
 	COLUMN("images", "source", "TEXT NOT NULL DEFAULT ''"),               /* 2 */
@@ -187,6 +199,7 @@ static const struct migration migrations[] = {
 	{ secrets_schema, NULL, NULL, NULL },                                 /* 15 */
 	{ previews_schema, NULL, NULL, NULL },                                /* 16 */
 	{ events_schema, NULL, NULL, NULL },                                  /* 17 */
+	{ attrs_schema, NULL, NULL, NULL },                                   /* 18 */
 };
 
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
@@ -2223,4 +2236,93 @@ int db_event_list(struct db *db, const char *owner, const char *machine, int64_t
 			     "list the events", e);
 	pthread_mutex_unlock(&db->lock);
 	return rc;
+}
+
+/* ---- a machine's attributes (hostd/attrs.h) ------------------------------ */
+
+int db_attrs_get(struct db *db, const char *id, struct db_attrs *out, struct err *e)
+{
+	sqlite3_stmt *st;
+	int rc = -1, step;
+
+	memset(out, 0, sizeof(*out));
+	snprintf(out->action, sizeof(out->action), "delete");
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT expires, action, metadata, env FROM machine_attrs "
+		   "WHERE machine_id = ?", "s", id);
+	if (st) {
+		step = sqlite3_step(st);
+		if (step == SQLITE_ROW) {
+			const unsigned char *m = sqlite3_column_text(st, 2);
+			const unsigned char *v = sqlite3_column_text(st, 3);
+			out->expires = sqlite3_column_int64(st, 0);
+			copy_text(st, 1, out->action, sizeof(out->action));
+			out->metadata = strdup(m ? (const char *)m : "{}");
+			out->env = strdup(v ? (const char *)v : "{}");
+			if (!out->metadata || !out->env)
+				abort();
+			rc = 0;
+		} else if (step == SQLITE_DONE) {
+			rc = 0;
+		} else {
+			sql_err(db, e, "read machine_attrs");
+		}
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&db->lock);
+	return rc;
+}
+
+void db_attrs_free(struct db_attrs *a)
+{
+	free(a->metadata);
+	free(a->env);
+	a->metadata = a->env = NULL;
+}
+
+int db_attrs_set(struct db *db, const char *id, const struct db_attrs *a, struct err *e)
+{
+	return execute_locked(db, e, "write machine_attrs",
+			      "INSERT INTO machine_attrs(machine_id, expires, action, metadata, env)"
+			      " VALUES(?, ?, ?, ?, ?) ON CONFLICT(machine_id) DO UPDATE SET"
+			      " expires = excluded.expires, action = excluded.action,"
+			      " metadata = excluded.metadata, env = excluded.env", "sIsss", id,
+			      a->expires, a->action, a->metadata ? a->metadata : "{}",
+			      a->env ? a->env : "{}") == 0 ? 0 : -1;
+}
+
+int db_attrs_expired(struct db *db, int64_t now, char (**out)[37], size_t *n, struct err *e)
+{
+	sqlite3_stmt *st;
+	size_t cap = 0;
+	int step;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&db->lock);
+	st = query(db, e, "SELECT machine_id FROM machine_attrs WHERE expires > 0 AND "
+		   "expires <= ? ORDER BY expires", "I", now);
+	if (!st) {
+		pthread_mutex_unlock(&db->lock);
+		return -1;
+	}
+	while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+		if (*n == cap) {
+			cap = cap ? cap * 2 : 8;
+			*out = realloc(*out, cap * sizeof(**out));
+			if (!*out)
+				abort();
+		}
+		copy_text(st, 0, (*out)[*n], sizeof((*out)[*n]));
+		(*n)++;
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&db->lock);
+	if (step != SQLITE_DONE) {
+		free(*out);
+		*out = NULL;
+		*n = 0;
+		return err_set(e, 500, "internal", "database: list deadlines");
+	}
+	return 0;
 }

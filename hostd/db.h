@@ -484,4 +484,21 @@ int db_event_add(struct db *db, const struct db_event *ev, int keep, int64_t *id
 int db_event_list(struct db *db, const char *owner, const char *machine, int64_t after,
 		  bool forward, int limit, struct db_event **out, size_t *n, struct err *e);
 
+/* A machine's attributes beyond its row (hostd/attrs.h). */
+struct db_attrs {
+	int64_t expires;      /* its deadline, seconds since the epoch; 0: none */
+	char action[16];      /* what its deadline does: "suspend" or "delete" */
+	char *metadata;       /* a JSON object of strings (malloc'd; "{}") */
+	char *env;            /* the same, its commands' environment */
+};
+/* Machine ID's attributes into *OUT (free with db_attrs_free); a machine
+ * without any has none: expires 0, action "delete", metadata and env NULL. */
+int db_attrs_get(struct db *db, const char *id, struct db_attrs *out, struct err *e);
+void db_attrs_free(struct db_attrs *a);
+/* Write machine ID's attributes A (NULL metadata or env: "{}"). */
+int db_attrs_set(struct db *db, const char *id, const struct db_attrs *a, struct err *e);
+/* The ids of the machines whose deadline is at or before NOW (not 0),
+ * earliest first; *OUT malloc'd. */
+int db_attrs_expired(struct db *db, int64_t now, char (**out)[37], size_t *n, struct err *e);
+
 #endif

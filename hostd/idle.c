@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "hostd/attrs.h"
 #include "hostd/events.h"
 #include "hostd/hostd.h"
 #include "hostd/machine.h"
@@ -231,7 +232,12 @@ void idle_check(struct hostd *h)
 	size_t n = 0;
 	int64_t now = now_s();
 
-	if (!d || db_machine_list(h->db, NULL, &ms, &n, NULL) < 0)
+	if (!d)
+		return;
+	/* Deadlines first (hostd/attrs.h): a machine they suspend or delete
+	 * is not looked at as running below. */
+	attrs_check(h);
+	if (db_machine_list(h->db, NULL, &ms, &n, NULL) < 0)
 		return;
 	pthread_mutex_lock(&d->lock);
 	for (size_t i = 0; i < d->n; i++)

@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "hostd/attrs.h"
 #include "hostd/machine.h"
 #include "hostd/machine_steps.h"
 #include "common/banned.h"
@@ -108,6 +109,8 @@ void machine_json_write(struct hostd *h, const struct machine *m,
 		add_int(b, "total", (long long)f->total);
 		buf_adds(b, "}");
 	}
+	/* Its deadline, metadata and env (hostd/attrs.h). */
+	attrs_json_write(h, m->id, b);
 	buf_adds(b, "}");
 }
 

@@ -12,6 +12,7 @@
  * needs --listen and serves plain HTTP on loopback.
  *
  * What it serves (libmicrohttpd, one thread per connection):
+ *   api.DOMAIN: E2B's control plane (web/e2b.h), whatever the path;
  *   a preview's host, PORT-NAME-USER.DOMAIN: that machine's port
  *            (web/preview.h), whatever the path;
  *   /v1/...  berth's API, each request passed to hostd over DIR/web.sock
@@ -56,6 +57,7 @@
 #include "web/broker.h"
 #include "web/conns.h"
 #include "web/envd.h"
+#include "web/e2b.h"
 #include "web/reply.h"
 #include "web/preview.h"
 #include "web/proxy.h"
@@ -95,9 +97,10 @@ static struct web W = { .max_conns = 1024, .max_per_addr = 64, .head_s = 10, .id
 /* One request, from its first line (uri_seen) to its end (completed). */
 struct req {
 	char *target;                   /* the request target as received */
-	enum { REQ_NEW, REQ_API, REQ_PAGE, REQ_PREVIEW, REQ_ENVD } kind;
+	enum { REQ_NEW, REQ_API, REQ_PAGE, REQ_PREVIEW, REQ_E2B, REQ_ENVD } kind;
 	struct envd_req *ev;            /* E2B's envd (web/envd.h) */
 	struct proxy_req *px;
+	struct e2b_req *e2b;
 	struct preview_req *pv;
 	struct wsexec_req *ws;          /* exec/ws: the session's, until the upgrade */
 };
@@ -215,7 +218,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	if (r->kind == REQ_NEW) {
 		conns_head(c);
 		r->ev = envd_route(c);
-		r->kind = r->ev ? REQ_ENVD : preview_host(c) ? REQ_PREVIEW :
+		r->kind = r->ev ? REQ_ENVD : e2b_host(c) ? REQ_E2B : preview_host(c) ? REQ_PREVIEW :
 			  !strcmp(url, "/v1") || !strncmp(url, "/v1/", 4) ? REQ_API : REQ_PAGE;
 		/* A page's file is answered at the request's end: answered at
 		 * its head, libmicrohttpd would close the connection after it,
@@ -239,6 +242,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	}
 	if (r->kind == REQ_ENVD)
 		return envd_handle(r->ev, c, method, url, upload_data, upload_data_size);
+	if (r->kind == REQ_E2B)
+		return e2b_handle(c, W.web_sock, method, r->target, upload_data, upload_data_size,
+				  &r->e2b);
 	if (r->kind == REQ_PREVIEW) {
 		peer_of(c, peer, sizeof(peer));
 		return preview_handle(c, method, r->target, peer, upload_data, upload_data_size,
@@ -275,6 +281,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	proxy_done(r->px);
 	preview_done(r->pv);
 	envd_done(r->ev);
+	e2b_done(r->e2b);
 	wsexec_req_free(r->ws);
 	free(r->target);
 	free(r);
@@ -327,6 +334,7 @@ static int settings(void)
 	preview_configure(json_string_value(json_object_get(resp, "preview_domain")));
 	snprintf(W.domain, sizeof(W.domain), "%s",
 		 json_string_value(json_object_get(resp, "preview_domain")) ?: "");
+	e2b_configure(json_string_value(json_object_get(resp, "preview_domain")));
 	W.broker = json_incref(json_object_get(resp, "broker"));
 	json_decref(resp);
 	return 0;

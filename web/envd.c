@@ -242,6 +242,13 @@ static const char *message_of(json_t *resp, const char *fallback)
 	return hostapi_message(resp, fallback);
 }
 
+/* The SDK runs every command as /bin/bash -l -c CMD (E2B's templates have
+ * bash); an image without bash (berth's tiny, busybox) runs it with its
+ * /bin/sh, which takes -l -c as well: /bin/bash becomes this, and List
+ * shows /bin/bash again. */
+static const char BASH_OR_SH[] =
+	"if command -v bash >/dev/null 2>&1; then exec bash \"$@\"; fi; exec /bin/sh \"$@\"";
+
 /* ---- the sandbox ---------------------------------------------------------- */
 
 /* The user of "Authorization: Basic base64(USER:)" into OUT: 1, 0 without
@@ -572,7 +579,14 @@ static enum MHD_Result process_list(struct MHD_Connection *c, const struct sbx *
 	}
 	json_array_foreach(json_object_get(resp, "execs"), i, x) {
 		json_t *argv = json_object_get(x, "argv"), *cfg = json_object();
-		if (json_array_size(argv)) {
+		if (json_array_size(argv) >= 4 &&
+		    !strcmp(json_string_value(json_array_get(argv, 2)) ?: "", BASH_OR_SH)) {
+			json_object_set_new(cfg, "cmd", json_string("/bin/bash"));
+			json_t *args = json_array();
+			for (size_t k = 4; k < json_array_size(argv); k++)
+				json_array_append(args, json_array_get(argv, k));
+			json_object_set_new(cfg, "args", args);
+		} else if (json_array_size(argv)) {
 			json_object_set(cfg, "cmd", json_array_get(argv, 0));
 			json_t *args = json_array();
 			for (size_t k = 1; k < json_array_size(argv); k++)
@@ -1461,7 +1475,10 @@ static enum MHD_Result process_start(struct MHD_Connection *c, struct sbx *s, js
 	if ((args && !json_is_array(args)) || (envs && !json_is_object(envs)))
 		return stream_error(c, "invalid_argument", "process.args must be a list of "
 				    "strings, process.envs an object of strings");
-	json_t *argv = json_pack("[s]", cmd), *env = json_object();
+	json_t *argv = !strcmp(cmd, "/bin/bash") ? json_pack("[s, s, s, s]", "/bin/sh", "-c",
+							     BASH_OR_SH, "bash")
+						 : json_pack("[s]", cmd);
+	json_t *env = json_object();
 	json_array_foreach(args, i, v) {
 		if (!json_is_string(v)) {
 			json_decref(argv);

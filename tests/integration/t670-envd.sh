@@ -191,14 +191,15 @@ check_match "$V's token on $U's sandbox: not_found" '^404 \{"code": "not_found"'
 check_match "  its /health too: 404" '^404 ' "$(cc_none --token "$VTOK" get /health)"
 check_match "a sandbox id that is not: not_found" '^404 \{"code": "not_found"' \
 	"$(python3 "$ROOT/tests/connect_client.py" --port "$PORT" --host "49983-nosuch-$U.localhost" --token "$TOK" unary $F/Stat '{"path": "/"}')"
-# (the login user is root: an immutable directory is what root may not write)
-ub exec m -- sh -c 'mkdir -p /root/locked && chattr +i /root/locked'
-check_match "MakeDir in an immutable directory: permission_denied" '^403 \{"code": "permission_denied"' \
-	"$(cc unary $F/MakeDir '{"path": "/root/locked/x"}')"
-check_match "  an upload there: 403" '^403 ' \
-	"$(cc post '/files?path=/root/locked/f' application/octet-stream "$T/h.txt")"
-check_match "as user nobody (Basic), a write to /root fails" '"exitCode": [1-9]' \
-	"$(cc --user nobody stream $P/Start '{"process": {"cmd": "touch", "args": ["/root/by-nobody"]}}')"
+# (tiny's login user is root, who writes anywhere: the probe is a command as
+# nobody, which the Basic user selects)
+cc --user nobody stream $P/Start '{"process": {"cmd": "/bin/sh", "args": ["-c", "id -un; touch /root/by-nobody"]}}' >"$T/nobody"
+check_eq "as user nobody (Authorization: Basic), the command runs as nobody" nobody "$(outs "$T/nobody" stdout)"
+check_match "  and its write to /root is refused: permission denied, exit 1" 'Permission denied' "$(outs "$T/nobody" stderr)"
+check_match "  exitCode 1" '"exitCode": 1' "$(cat "$T/nobody")"
+check_match "  (/root/by-nobody is not there)" '^404 ' "$(cc unary $F/Stat '{"path": "/root/by-nobody"}')"
+cc stream $P/Start '{"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "echo via-sh $0"]}}' >"$T/bash"
+check_match "/bin/bash (what the SDK runs) on an image without bash: its /bin/sh" '^via-sh ' "$(outs "$T/bash" stdout)"
 check_match "files as another user than the login user: refused" '^401 \{"code": "unauthenticated"' \
 	"$(cc --user nobody unary $F/Stat '{"path": "/"}')"
 check_match "an envelope with the compression flag: 200 + end-stream invalid_argument" '^200 \.\.\.\..\{"error":\{"code":"invalid_argument"' \

@@ -149,6 +149,14 @@ $(OUT)/tests/test_web_preview: $(call obj,tests/unit/test_web_preview.c web/prev
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# berth-web's envd: its host, token and multipart pieces.
+$(OUT)/tests/test_envd: $(call obj,tests/unit/test_envd.c web/envd.c web/multipart.c web/preview.c \
+			web/upstream.c web/hostctl.c web/reply.c web/conns.c web/request.c \
+			web/upgrade.c $(COMMON_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # berth-web's checks of a client's request head, on a libmicrohttpd of its own.
 $(OUT)/tests/test_web_request: $(call obj,tests/unit/test_web_request.c web/request.c $(COMMON_SRC))
 	$(call quiet,LINK,$@)

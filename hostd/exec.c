@@ -103,6 +103,7 @@ struct exec {
 	uint64_t log_base;
 	bool log_ended;          /* the stream's last line is in */
 	bool over;               /* ended: no longer listed, found only to attach */
+	bool dying;              /* the pump is freeing it: no new reader */
 	char *final;             /* the last line */
 	struct exec_attach *readers;
 	int nreaders;
@@ -1067,6 +1068,7 @@ static void *pump(void *arg)
 		ts.tv_sec += 1;
 		pthread_cond_timedwait(&x->cond, &x->log_lock, &ts);
 	}
+	x->dying = true;
 	pthread_mutex_unlock(&x->log_lock);
 	unlist_free(x, true);
 	pthread_mutex_lock(&xs->lock);
@@ -1106,6 +1108,12 @@ struct exec_attach *exec_attach(struct execs *xs, const char *owner, const char 
 	 * safe once this reader is in. */
 	pthread_mutex_lock(&x->log_lock);
 	pthread_mutex_unlock(&xs->lock);
+	if (x->dying) {
+		pthread_mutex_unlock(&x->log_lock);
+		err_set(e, 404, "not_found", "no command %lld in %s (it ended)", (long long)id,
+			name);
+		return NULL;
+	}
 	if (x->nreaders >= EXEC_ATTACH_MAX) {
 		pthread_mutex_unlock(&x->log_lock);
 		err_set(e, 429, "too_many_readers", "command %lld has %d readers already",

@@ -48,6 +48,23 @@ await step('exit3', async () => {
   return { exitCode: r.exitCode };
 });
 
+await step('envs', async () => {
+  const r = await sbx.commands.run('echo "$SBX_VAR/$OWN"', { envs: { OWN: 'mine' }, cwd: '/tmp' });
+  return { stdout: r.stdout };
+});
+
+await step('watch', async () => {
+  await sbx.files.makeDir('/tmp/w');
+  const events = [];
+  const h = await sbx.files.watchDir('/tmp/w', (e) => events.push(`${e.type}:${e.name}`),
+    { timeoutMs: 0 });
+  await sbx.files.write('/tmp/w/new.txt', 'x');
+  for (let i = 0; i < 50 && !events.some((e) => e.startsWith('create:new.txt')); i++)
+    await new Promise((r) => setTimeout(r, 200));
+  await h.stop();
+  return { events };
+});
+
 await step('background', async () => {
   const h = await sbx.commands.run('i=0; while true; do echo bg$i; i=$((i+1)); sleep 1; done',
     { background: true, timeoutMs: 0 });

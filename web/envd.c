@@ -1023,9 +1023,14 @@ static int exec_line(struct stream *st, const char *l, size_t n)
 			else
 				snprintf(status, sizeof(status), "exit status %lld",
 					 (long long)json_integer_value(v));
-			rc = put(st, 0, json_pack("{s:{s:{s:I, s:b, s:s}}}", "event", "end", "exitCode",
-						  sig ? (json_int_t)-1 : json_integer_value(v),
-						  "exited", !sig, "status", status));
+			json_t *end = json_pack("{s:I, s:b, s:s}", "exitCode",
+						sig ? (json_int_t)-1 : json_integer_value(v),
+						"exited", !sig, "status", status);
+			/* envd's "error" is Go's wait error: the status again
+			 * (the SDK's CommandExitError message). */
+			if (sig || json_integer_value(v))
+				json_object_set_new(end, "error", json_string(status));
+			rc = put(st, 0, json_pack("{s:{s:o}}", "event", "end", end));
 			if (rc == 0)
 				rc = put(st, 2, json_object());
 		}

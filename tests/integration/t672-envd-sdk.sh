@@ -8,8 +8,8 @@
 # CommandExitError, a background command, commands.list, commands.connect
 # to it (live output) and commands.kill (true, then false), files.write
 # (one file, then two), files.read, files.list, files.exists, makeDir of an
-# existing directory (false), a missing file (FileNotFoundError), and
-# isRunning (/health).  The SDK side is tests/envd_sdk.mjs.
+# existing directory (false), a missing file (FileNotFoundError),
+# files.watchDir, the sandbox's envVars, and isRunning (/health).  The SDK side is tests/envd_sdk.mjs.
 . "$(dirname "$0")/../lib.sh"
 
 SDK=$ROOT/build/node/node_modules/e2b/package.json
@@ -75,7 +75,9 @@ first=$(val run firstMs)
 total=$(val run totalMs)
 check "  stdout streamed: the first piece (${first} ms) before the end (${total} ms)" \
 	awk -v a="$first" -v b="$total" 'BEGIN { exit !(a + 1500 < b) }'
-check_match "a non-zero exit: CommandExitError" '^ERR CommandExitError' "$(line exit3)"
+check_eq "a non-zero exit: CommandExitError, its status as message" "ERR CommandExitError: exit status 3" "$(line exit3)"
+check_eq "the sandbox's envVars (create) and the command's envs, cwd" '"from-create/mine\n"' "$(val envs stdout)"
+check_match "files.watchDir: the write's create event" '"create:new.txt"' "$(val watch events)"
 check_match "background + commands.connect: ok" '^ok ' "$(line background)"
 check_eq "  listed by commands.list" true "$(val background listed)"
 check_eq "  commands.connect sees its live output" true "$(val background live)"

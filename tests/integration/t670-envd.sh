@@ -68,6 +68,21 @@ check_eq "envs and cwd reach the process" "y /tmp" "$(outs "$T/s3" stdout)"
 cc stream $P/Start '{"process": {"cmd": "/bin/sh", "args": ["-c", "cd /nonexistent-dir"]}}' >"$T/s4"
 check_match "a failing command's end: exited, non-zero" '"exitCode": [1-9]' "$(cat "$T/s4")"
 
+# Keepalives: a quiet process, Keepalive-Ping-Interval 1.
+cc --keepalive 1 stream $P/Start '{"process": {"cmd": "sleep", "args": ["3"]}}' >"$T/ka"
+nka=$(grep -c 'msg {"event": {"keepalive": {}}}' "$T/ka")
+check "a process quiet for 3 s with Keepalive-Ping-Interval 1: keepalive messages ($nka)" test "$nka" -ge 2
+check_match "  and its end after them" '"end": \{"exitCode": 0' "$(cat "$T/ka")"
+
+# What the Connect layer costs: 5 Starts of true against 5 berth exec (hostd's
+# exec over HTTP on the same kept SSH session).
+t0=$(date +%s%N)
+for _ in 1 2 3 4 5; do cc stream $P/Start '{"process": {"cmd": "true"}}' >/dev/null; done
+t1=$(date +%s%N)
+for _ in 1 2 3 4 5; do ub exec m -- true; done
+t2=$(date +%s%N)
+diag "Start of true: $(((t1 - t0) / 5000000)) ms each (python client included); berth exec true: $(((t2 - t1) / 5000000)) ms each"
+
 # A background process: its client goes after the start and first output.
 cc stream $P/Start '{"process": {"cmd": "/bin/sh", "args": ["-c", "i=0; while true; do echo tick$i; i=$((i+1)); sleep 1; done"]}, "stdin": false}' 2 >"$T/bg"
 BG=$(pid_of "$T/bg")

@@ -7,7 +7,8 @@ the answers' framing byte by byte, as the e2b SDK's connect-web expects it.
                     [--keepalive S] COMMAND ...
 
   unary PATH JSON        POST PATH, application/json: prints "STATUS BODY"
-  stream PATH JSON [N]   POST PATH, one envelope (application/connect+json):
+  stream PATH JSON [N]   (--repeat R: R times, printing "repeat MS", the mean)
+                         POST PATH, one envelope (application/connect+json):
                          prints each message envelope "msg JSON" as it
                          arrives (with the seconds since the request) and
                          the end "end JSON"; with N, closes the connection
@@ -139,9 +140,20 @@ def main():
     p.add_argument("--keepalive", type=int)
     p.add_argument("--wait", type=float, default=300)
     p.add_argument("--out")
+    p.add_argument("--repeat", type=int, default=0,
+                   help="stream: N times, quietly; prints 'repeat MS', the mean")
     p.add_argument("cmd")
     p.add_argument("args", nargs="*")
     a = p.parse_args()
+    if a.cmd == "stream" and a.repeat:
+        import contextlib
+        import io
+        t0 = time.monotonic()
+        for _ in range(a.repeat):
+            with contextlib.redirect_stdout(io.StringIO()):
+                cmd_stream(a, a.args[0], a.args[1], 0)
+        print("repeat %.0f" % ((time.monotonic() - t0) * 1000 / a.repeat))
+        return
     if a.cmd == "stream":
         cmd_stream(a, a.args[0], a.args[1], int(a.args[2]) if len(a.args) > 2 else 0)
         return

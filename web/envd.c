@@ -1651,9 +1651,10 @@ static enum MHD_Result files_get(struct MHD_Connection *c, const struct sbx *s, 
 		return ret;
 	}
 	const char *type = json_string_value(json_object_get(j, "type"));
+	bool is_dir = type && !strcmp(type, "directory");
 	uint64_t size = (uint64_t)json_integer_value(json_object_get(j, "size"));
 	json_decref(j);
-	if (type && !strcmp(type, "directory")) {
+	if (is_dir) {
 		snprintf(msg, sizeof(msg), "path '%s' is a directory", ap);
 		free(ap);
 		return rest_error(c, 400, msg);

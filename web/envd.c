@@ -1209,7 +1209,8 @@ static void *watch_producer(void *arg)
 			      status ? message_of(resp, "refused") : msg);
 		goto out;
 	}
-	qsort(old, nold, sizeof(*old), seen_cmp);
+	if (nold)   /* (qsort takes no NULL, an empty directory's) */
+		qsort(old, nold, sizeof(*old), seen_cmp);
 	if (put(st, 0, json_pack("{s:{}}", "start")) < 0)
 		goto out;
 	while (!atomic_load(&st->gone)) {
@@ -1229,7 +1230,8 @@ static void *watch_producer(void *arg)
 				      : "unavailable", status ? message_of(resp, "refused") : msg);
 			break;
 		}
-		qsort(cur, ncur, sizeof(*cur), seen_cmp);
+		if (ncur)
+			qsort(cur, ncur, sizeof(*cur), seen_cmp);
 		size_t i = 0, k = 0;
 		int rc = 0;
 		while (rc == 0 && (i < nold || k < ncur)) {

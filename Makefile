@@ -9,7 +9,7 @@
 
 CC      ?= cc
 PKGS    := libvirt sqlite3 libmicrohttpd jansson libssh libcurl libzstd libcrypto libnbd \
-           libnftables
+           libnftables zlib
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
            -Wmissing-prototypes -Wformat=2 -Wno-format-nonliteral \
            -Wno-missing-field-initializers -Wformat-truncation
@@ -71,6 +71,8 @@ CLI_SRC     += cli/preview.c cli/events.c cli/mcp.c
 CLI_SRC     += common/mcp.c
 WEB_SRC     += common/mcp.c
 WEB_SRC     += web/preview.c web/upstream.c web/mcp.c
+# E2B's data plane (envd) on berth-web: web/envd.h.
+WEB_SRC     += web/envd.c web/multipart.c
 # E2B's control plane: a machine's deadline, metadata and env (hostd), the
 # API on api.DOMAIN (berth-web).
 HOSTD_SRC   += hostd/attrs.c
@@ -163,6 +165,14 @@ $(OUT)/tests/test_web_mcp: $(call obj,tests/unit/test_web_mcp.c web/mcp.c common
 
 # berth-web's E2B API's pure pieces (preview_label_of is preview.c's).
 $(OUT)/tests/test_e2b: $(call obj,tests/unit/test_e2b.c web/e2b.c web/preview.c \
+			web/upstream.c web/hostctl.c web/reply.c web/conns.c web/request.c \
+			web/upgrade.c $(COMMON_SRC))
+	$(call quiet,LINK,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# berth-web's envd: its host, token and multipart pieces.
+$(OUT)/tests/test_envd: $(call obj,tests/unit/test_envd.c web/envd.c web/multipart.c web/preview.c \
 			web/upstream.c web/hostctl.c web/reply.c web/conns.c web/request.c \
 			web/upgrade.c $(COMMON_SRC))
 	$(call quiet,LINK,$@)
@@ -271,7 +281,7 @@ FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE $(filter-out -Wformat-truncation,$(WARN)) 
                $(shell pkg-config --cflags $(PKGS) 2>/dev/null) \
                -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN)
 FUZZ_LIB    := $(patsubst %.c,$(FUZZ_OUT)/obj/%.o,$(LIB_SRC) desktop/vdagent.c desktop/request.c \
-               web/ws.c web/upstream.c)
+               web/ws.c web/upstream.c web/multipart.c)
 # The E2B API's harness takes web/e2b.c and what it links with (berth-web's
 # previews for preview_label_of); the others need none of it.
 FUZZ_E2B    := $(patsubst %.c,$(FUZZ_OUT)/obj/%.o,web/e2b.c web/preview.c web/hostctl.c \

@@ -8,10 +8,11 @@ set -eu
 what=${1:-test}
 
 # Build: compiler and the libraries hostd, the CLI and the gateways link
-# against (libvncserver-dev: libvncclient and libvncserver for berth-desktop).
+# against (libvncserver-dev: libvncclient and libvncserver for berth-desktop;
+# zlib1g-dev: berth-web inflates E2B uploads sent gzipped).
 build="gcc make pkg-config libvirt-dev libsqlite3-dev libmicrohttpd-dev
 libjansson-dev libssh-dev libcurl4-openssl-dev libzstd-dev libssl-dev
-libnbd-dev libvncserver-dev libnftables-dev"
+libnbd-dev libvncserver-dev libnftables-dev zlib1g-dev"
 # Run: the hypervisor, libvirt, the tools hostd runs from argv (lvm2 and
 # thin-provisioning-tools for the lvm-thin backend: lvm, thin_ls), and what
 # the tiny image recipe (rsync and dbclient go into the guest too) and

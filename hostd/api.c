@@ -907,13 +907,15 @@ static void export_free(void *cls)
  * read while it runs; the client's going ends it. */
 struct exec_call {
 	struct exec *x;
+	struct exec_attach *a;  /* a detached command's reader (X is the pump's) */
 	int fd;                 /* the client's connection, watched */
 };
 
 static ssize_t exec_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	struct exec_call *xc = cls;
-	ssize_t n = exec_read(xc->x, xc->fd, buf, max);
+	ssize_t n = xc->a ? exec_attach_read(xc->a, xc->fd, buf, max)
+			  : exec_read(xc->x, xc->fd, buf, max);
 
 	(void)pos;
 	if (n > 0)
@@ -925,8 +927,26 @@ static void exec_done(void *cls)
 {
 	struct exec_call *xc = cls;
 
-	exec_release(xc->x);
+	if (xc->a)
+		exec_detach(xc->a);
+	else
+		exec_release(xc->x);
 	free(xc);
+}
+
+/* The NDJSON response streaming XC. */
+static struct reply exec_response(struct exec_call *xc)
+{
+	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 << 10,
+								       exec_reader, xc, exec_done);
+	if (!resp) {
+		exec_done(xc);
+		return fail_now(500, "internal", "cannot create the exec response");
+	}
+	MHD_add_response_header(resp, "Content-Type", "application/x-ndjson");
+	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+	MHD_add_response_header(resp, "Cache-Control", "no-store");
+	return (struct reply){ 200, NULL, resp };
 }
 
 static struct reply do_exec(struct call *c)
@@ -947,16 +967,9 @@ static struct reply do_exec(struct call *c)
 	if (!xc)
 		abort();
 	*xc = (struct exec_call){ .x = x, .fd = ci ? ci->connect_fd : -1 };
-	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 << 10,
-								       exec_reader, xc, exec_done);
-	if (!resp) {
-		exec_done(xc);
-		return fail_now(500, "internal", "cannot create the exec response");
-	}
-	MHD_add_response_header(resp, "Content-Type", "application/x-ndjson");
-	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-	MHD_add_response_header(resp, "Cache-Control", "no-store");
-	return (struct reply){ 200, NULL, resp };
+	if (exec_is_detached(x))
+		xc->a = exec_first_reader(x);
+	return exec_response(xc);
 }
 
 /* The id of {id} in an exec route: a positive number, or 0 (E set). */
@@ -970,6 +983,27 @@ static int64_t exec_id(const char *s, struct err *e)
 		return 0;
 	}
 	return id;
+}
+
+/* GET /v1/machines/NAME/exec/ID/output: a detached command's stream, from
+ * now on (hostd/exec.h exec_attach). */
+static struct reply do_exec_output(struct call *c)
+{
+	struct err e = { 0 };
+	int64_t id = exec_id(c->arg[1], &e);
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	struct exec_attach *a;
+
+	if (!id)
+		return fail(&e);
+	if (!(a = exec_attach(c->h->execs, c->owner, c->arg[0], id, &e)))
+		return fail(&e);
+	struct exec_call *xc = calloc(1, sizeof(*xc));
+	if (!xc)
+		abort();
+	*xc = (struct exec_call){ .a = a, .fd = ci ? ci->connect_fd : -1 };
+	return exec_response(xc);
 }
 
 /* POST /v1/machines/NAME/exec/ID/stdin[?eof=1]: the body (bytes) to its
@@ -2613,6 +2647,7 @@ static const struct api_route routes[] = {
 	{ "POST", "/v1/machines/{name}/exec", ANYONE, .fn = do_exec },
 	{ "GET", "/v1/machines/{name}/exec", ANYONE, .fn = do_exec_list },
 	{ "POST", "/v1/machines/{name}/exec/{id}/stdin", ANYONE, .fn = do_exec_stdin },
+	{ "GET", "/v1/machines/{name}/exec/{id}/output", ANYONE, .fn = do_exec_output },
 	{ "POST", "/v1/machines/{name}/exec/{id}/signal", ANYONE, .fn = do_exec_signal },
 	{ "POST", "/v1/machines/{name}/exec/{id}/resize", ANYONE, .fn = do_exec_resize },
 	{ "GET", "/v1/machines/{name}/files", ANYONE, .fn = do_file_get },

@@ -39,6 +39,15 @@
 #define EXEC_POOL_TTL_MS 60000
 #define EXEC_POOL_PER_MACHINE 4
 #define EXEC_POOL_MAX 64
+/* Detached commands ("detach": true, hostd/exec.h): the longest life of
+ * one started without a timeout (a day: none lives for ever unobserved);
+ * how long one that ended stays attachable for its last line; the output
+ * kept for readers behind the newest (beyond it, the command waits for
+ * them); readers of one command at once. */
+#define EXEC_DETACHED_MAX_S (24 * 3600)
+#define EXEC_RETAIN_MS 60000
+#define EXEC_LOG_MAX (256 * 1024)
+#define EXEC_ATTACH_MAX 16
 
 enum stage { ST_HEAD, ST_RUNNING, ST_LAST, ST_DONE };
 
@@ -84,7 +93,32 @@ struct exec {
 	struct buf line;
 	size_t line_off;
 
+	/* Detached: the pump thread is the only reader (exec_read); what it
+	 * read is in LOG for the attached readers, from byte LOG_BASE of the
+	 * whole stream on.  Under log_lock, signalled on COND. */
+	bool detached;
+	pthread_mutex_t log_lock;
+	pthread_cond_t cond;
+	struct buf log;
+	uint64_t log_base;
+	bool log_ended;          /* the stream's last line is in */
+	bool over;               /* ended: no longer listed, found only to attach */
+	bool dying;              /* the pump is freeing it: no new reader */
+	char *final;             /* the last line */
+	struct exec_attach *readers;
+	int nreaders;
+	struct exec_attach *first;   /* exec_start's own, for the POST's stream */
+
 	struct exec *next;
+};
+
+/* A reader of a detached command's stream. */
+struct exec_attach {
+	struct exec *x;
+	uint64_t off;            /* the next byte of the stream it reads */
+	struct buf pre;          /* its own lines first ({"id"}, a past end) */
+	size_t pre_off;
+	struct exec_attach *next;
 };
 
 /* A session kept for reuse: to MACHINE_ID as LOGIN at HOST:PORT, which
@@ -107,11 +141,14 @@ struct execs {
 	pthread_mutex_t pool_lock;
 	struct pooled *pool;
 	int npool;
+	int pumps;               /* detached commands' threads running (under lock) */
 };
 
 const char *const exec_fields[] = { "argv", "cmd", "env", "cwd", "user", "stdin",
 				    "stdin_open", "timeout", "wake", "connect_timeout", "pty",
-				    NULL };
+				    "detach", NULL };
+
+static void *pump(void *arg);
 
 struct execs *execs_new(void)
 {
@@ -266,8 +303,14 @@ void execs_stop(struct execs *xs)
 
 	pthread_mutex_lock(&xs->lock);
 	xs->stopping = true;
-	for (x = xs->list; x; x = x->next)
+	for (x = xs->list; x; x = x->next) {
 		end_run(x, "berth-hostd stopped");
+		if (x->detached) {
+			pthread_mutex_lock(&x->log_lock);
+			pthread_cond_broadcast(&x->cond);
+			pthread_mutex_unlock(&x->log_lock);
+		}
+	}
 	pthread_mutex_unlock(&xs->lock);
 	pthread_mutex_lock(&xs->pool_lock);
 	pool_unlink(xs, NULL, true, &dead);
@@ -279,6 +322,16 @@ void execs_free(struct execs *xs)
 {
 	if (!xs)
 		return;
+	/* Detached commands' threads end once their readers went (the API's
+	 * connections ended): up to 10 s. */
+	for (int i = 0; i < 1000; i++) {
+		pthread_mutex_lock(&xs->lock);
+		int n = xs->pumps;
+		pthread_mutex_unlock(&xs->lock);
+		if (!n)
+			break;
+		usleep(10000);
+	}
 	/* The streams ended with the API's connections (api_stop): each
 	 * took its exec out of the list. */
 	if (xs->list)
@@ -396,6 +449,10 @@ static void exec_free(struct exec *x)
 	close_fd(&x->in_w);
 	close_fd(&x->ctl_w);
 	pthread_mutex_destroy(&x->lock);
+	pthread_mutex_destroy(&x->log_lock);
+	pthread_cond_destroy(&x->cond);
+	buf_free(&x->log);
+	free(x->final);
 	buf_free(&x->line);
 	free(x->what);
 	free(x->host_key);
@@ -512,6 +569,10 @@ static void build_cmd(json_t *req, const char *login, struct buf *cmd, char **wh
 		add_word(&inner, json_string_value(sh));
 	}
 	json_t *w = json_pack("{s:O}", argv ? "argv" : "cmd", argv ? argv : sh);
+	if (cwd)
+		json_object_set(w, "cwd", cwd);
+	if (json_object_size(env))
+		json_object_set(w, "env", env);
 	*what = json_dumps(w, JSON_COMPACT);
 	json_decref(w);
 	if (!*what)
@@ -563,7 +624,7 @@ struct exec *exec_start(struct hostd *h, const char *owner, const char *name, js
 	const char *term = "";
 	json_t *v;
 	char *what = NULL, user[33];
-	bool wake = true, stdin_open = false, counted = false;
+	bool wake = true, stdin_open = false, counted = false, detach = false;
 
 	if ((v = json_object_get(req, "wake")) && !json_is_boolean(v)) {
 		err_set(e, 400, "invalid_exec", "\"wake\" must be true or false");
@@ -575,6 +636,11 @@ struct exec *exec_start(struct hostd *h, const char *owner, const char *name, js
 		goto fail;
 	}
 	stdin_open = v && json_is_true(v);
+	if ((v = json_object_get(req, "detach")) && !json_is_boolean(v)) {
+		err_set(e, 400, "invalid_exec", "\"detach\" must be true or false");
+		goto fail;
+	}
+	detach = v && json_is_true(v);
 	if ((v = json_object_get(req, "timeout"))) {
 		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
 		    json_integer_value(v) > EXEC_TIMEOUT_MAX) {
@@ -623,6 +689,13 @@ struct exec *exec_start(struct hostd *h, const char *owner, const char *name, js
 		abort();
 	x->in_r = x->out_w = x->err_w = x->ctl_r = x->out_r = x->err_r = x->in_w = x->ctl_w = -1;
 	pthread_mutex_init(&x->lock, NULL);
+	pthread_mutex_init(&x->log_lock, NULL);
+	pthread_cond_init(&x->cond, NULL);
+	x->detached = detach;
+	/* A detached command outlives its readers, not a day without a
+	 * timeout of its own. */
+	if (detach && !timeout)
+		timeout = EXEC_DETACHED_MAX_S;
 	x->xs = h->execs;
 	x->h = h;
 	snprintf(x->owner, sizeof(x->owner), "%s", owner);
@@ -683,11 +756,34 @@ struct exec *exec_start(struct hostd *h, const char *owner, const char *name, js
 		goto fail;
 	}
 	x->thread_on = true;
+	if (detach) {
+		pthread_t t;
+		/* The POST's own stream reads from the start: {"id"} first. */
+		x->first = calloc(1, sizeof(*x->first));
+		if (!x->first)
+			abort();
+		x->first->x = x;
+		x->readers = x->first;
+		x->nreaders = 1;
+		if (pthread_create(&t, NULL, pump, x) != 0) {
+			/* Not detached after all: the POST's reader ends it. */
+			log_warn("exec %lld in %s: cannot start its pump thread; it ends with "
+				 "its stream", (long long)x->id, name);
+			free(x->first);
+			x->first = NULL;
+			x->readers = NULL;
+			x->nreaders = 0;
+			x->detached = false;
+		} else {
+			pthread_detach(t);
+			h->execs->pumps++;
+		}
+	}
 	x->next = h->execs->list;
 	h->execs->list = x;
 	pthread_mutex_unlock(&h->execs->lock);
-	log_info("exec %lld in %s/%s%s%s: %s", (long long)x->id, owner, name,
-		 user[0] ? " as " : "", user, x->what);
+	log_info("exec %lld in %s/%s%s%s%s: %s", (long long)x->id, owner, name,
+		 user[0] ? " as " : "", user, x->detached ? " (detached)" : "", x->what);
 	buf_free(&in0);
 	return x;
 fail:
@@ -726,6 +822,9 @@ static void last_line(struct exec *x)
 		abort();
 	buf_adds(&x->line, s);
 	buf_adds(&x->line, "\n");
+	free(x->final);
+	if (asprintf(&x->final, "%s\n", s) < 0)
+		abort();
 	free(s);
 	log_info("exec %lld in %s/%s ended: %.*s%s", (long long)x->id, x->owner, x->machine,
 		 (int)x->line.len - 1, buf_str(&x->line), x->reused ? " (on a kept session)" : "");
@@ -841,41 +940,47 @@ ssize_t exec_read(struct exec *x, int peer_fd, char *buf, size_t max)
 	}
 }
 
-void exec_release(struct exec *x)
+/* The client of X's stream went, or its pump is done: a command still
+ * running is killed and its thread joined. */
+static void end_thread(struct exec *x)
+{
+	if (!x->thread_on)
+		return;
+	/* What it still writes is read and dropped until the thread has
+	 * ended (it may be blocked on a full pipe), for 5 s at most; then the
+	 * pipes close under it. */
+	int64_t until = mono_ms() + 5000;
+	char sink[EXEC_PIECE];
+	end_run(x, "its client went");
+	while ((!x->out_eof || !x->err_eof) && mono_ms() < until) {
+		struct pollfd p[2] = { { .fd = x->out_eof ? -1 : x->out_r, .events = POLLIN },
+				       { .fd = x->err_eof ? -1 : x->err_r, .events = POLLIN } };
+		if (poll(p, 2, 200) < 0 && errno != EINTR)
+			break;
+		for (int i = 0; i < 2; i++) {
+			bool *eof = i ? &x->err_eof : &x->out_eof;
+			ssize_t n;
+			if (!p[i].revents)
+				continue;
+			n = read(p[i].fd, sink, sizeof(sink));
+			if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+				*eof = true;
+		}
+	}
+	close_fd(&x->out_r);
+	close_fd(&x->err_r);
+	pthread_join(x->thread, NULL);
+	x->thread_on = false;
+	log_info("exec %lld in %s/%s: its client went; ended", (long long)x->id, x->owner,
+		 x->machine);
+}
+
+/* X out of the list, and freed (its quota given back unless GIVEN). */
+static void unlist_free(struct exec *x, bool given)
 {
 	struct execs *xs = x->xs;
 	struct exec **pp;
 
-	if (x->thread_on) {
-		/* The client went before the command ended: kill it.  What it
-		 * still writes is read and dropped until the thread has ended
-		 * (it may be blocked on a full pipe), for 5 s at most; then
-		 * the pipes close under it. */
-		int64_t until = mono_ms() + 5000;
-		char sink[EXEC_PIECE];
-		end_run(x, "its client went");
-		while ((!x->out_eof || !x->err_eof) && mono_ms() < until) {
-			struct pollfd p[2] = { { .fd = x->out_eof ? -1 : x->out_r, .events = POLLIN },
-					       { .fd = x->err_eof ? -1 : x->err_r, .events = POLLIN } };
-			if (poll(p, 2, 200) < 0 && errno != EINTR)
-				break;
-			for (int i = 0; i < 2; i++) {
-				bool *eof = i ? &x->err_eof : &x->out_eof;
-				ssize_t n;
-				if (!p[i].revents)
-					continue;
-				n = read(p[i].fd, sink, sizeof(sink));
-				if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
-					*eof = true;
-			}
-		}
-		close_fd(&x->out_r);
-		close_fd(&x->err_r);
-		pthread_join(x->thread, NULL);
-		x->thread_on = false;
-		log_info("exec %lld in %s/%s: its client went; ended", (long long)x->id, x->owner,
-			 x->machine);
-	}
 	pthread_mutex_lock(&xs->lock);
 	for (pp = &xs->list; *pp; pp = &(*pp)->next)
 		if (*pp == x) {
@@ -887,8 +992,215 @@ void exec_release(struct exec *x)
 	 * it before holds its lock: wait for it to let go. */
 	pthread_mutex_lock(&x->lock);
 	pthread_mutex_unlock(&x->lock);
-	quota_end(x->h, x->owner, QUOTA_EXECS);
+	if (!given)
+		quota_end(x->h, x->owner, QUOTA_EXECS);
 	exec_free(x);
+}
+
+void exec_release(struct exec *x)
+{
+	end_thread(x);
+	unlist_free(x, false);
+}
+
+/* ---- detached commands -------------------------------------------------- */
+
+/* Drop what every reader of X has read (all, without readers); log_lock
+ * held. */
+static void log_trim(struct exec *x)
+{
+	uint64_t end = x->log_base + x->log.len, min = end;
+
+	for (struct exec_attach *a = x->readers; a; a = a->next)
+		if (a->off < min)
+			min = a->off;
+	if (min > x->log_base) {
+		size_t drop = (size_t)(min - x->log_base);
+		memmove(x->log.data, x->log.data + drop, x->log.len - drop);
+		x->log.len -= drop;
+		x->log_base = min;
+	}
+}
+
+/* A detached command's own reader: its stream into the log for whoever is
+ * attached, waiting for the slowest of them when EXEC_LOG_MAX is behind
+ * it; at the end, kept EXEC_RETAIN_MS for a late reader's last line,
+ * then freed once no reader is left. */
+static void *pump(void *arg)
+{
+	struct exec *x = arg;
+	struct execs *xs = x->xs;
+	char *piece = malloc(128 << 10);
+	ssize_t n;
+
+	if (!piece)
+		abort();
+	while ((n = exec_read(x, -1, piece, 128 << 10)) > 0) {
+		pthread_mutex_lock(&x->log_lock);
+		log_trim(x);
+		while (x->log.len > EXEC_LOG_MAX && x->readers && !xs->stopping) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_sec += 1;
+			pthread_cond_timedwait(&x->cond, &x->log_lock, &ts);
+			log_trim(x);
+		}
+		buf_add(&x->log, piece, (size_t)n);
+		pthread_cond_broadcast(&x->cond);
+		pthread_mutex_unlock(&x->log_lock);
+	}
+	free(piece);
+	end_thread(x);          /* (only when exec_read failed) */
+	if (!x->final && asprintf(&x->final, "{\"error\":{\"code\":\"ended\",\"message\":"
+				 "\"its stream failed\"}}\n") < 0)
+		abort();
+	pthread_mutex_lock(&xs->lock);
+	x->over = true;
+	pthread_mutex_unlock(&xs->lock);
+	quota_end(x->h, x->owner, QUOTA_EXECS);
+	int64_t until = mono_ms() + EXEC_RETAIN_MS;
+	pthread_mutex_lock(&x->log_lock);
+	x->log_ended = true;
+	pthread_cond_broadcast(&x->cond);
+	while (x->readers || (!xs->stopping && mono_ms() < until)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&x->cond, &x->log_lock, &ts);
+	}
+	x->dying = true;
+	pthread_mutex_unlock(&x->log_lock);
+	unlist_free(x, true);
+	pthread_mutex_lock(&xs->lock);
+	xs->pumps--;
+	pthread_mutex_unlock(&xs->lock);
+	return NULL;
+}
+
+bool exec_is_detached(const struct exec *x)
+{
+	return x->detached;
+}
+
+struct exec_attach *exec_first_reader(struct exec *x)
+{
+	return x->first;
+}
+
+struct exec_attach *exec_attach(struct execs *xs, const char *owner, const char *name,
+				int64_t id, struct err *e)
+{
+	struct exec *x;
+	struct exec_attach *a = NULL;
+
+	pthread_mutex_lock(&xs->lock);
+	for (x = xs->list; x; x = x->next)
+		if (x->id == id && !strcmp(x->owner, owner) && !strcmp(x->machine, name))
+			break;
+	if (!x || !x->detached) {
+		pthread_mutex_unlock(&xs->lock);
+		err_set(e, 404, "not_found", x ? "command %lld in %s was not started with "
+			"\"detach\": its stream is its client's alone" : "no command %lld in %s "
+			"(GET /v1/machines/%s/exec lists them)", (long long)id, name, name);
+		return NULL;
+	}
+	/* The pump frees X only with no reader left, under log_lock: X is
+	 * safe once this reader is in. */
+	pthread_mutex_lock(&x->log_lock);
+	pthread_mutex_unlock(&xs->lock);
+	if (x->dying) {
+		pthread_mutex_unlock(&x->log_lock);
+		err_set(e, 404, "not_found", "no command %lld in %s (it ended)", (long long)id,
+			name);
+		return NULL;
+	}
+	if (x->nreaders >= EXEC_ATTACH_MAX) {
+		pthread_mutex_unlock(&x->log_lock);
+		err_set(e, 429, "too_many_readers", "command %lld has %d readers already",
+			(long long)id, EXEC_ATTACH_MAX);
+		return NULL;
+	}
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		abort();
+	a->x = x;
+	a->off = x->log_base + x->log.len;
+	buf_printf(&a->pre, "{\"id\":%lld,\"attached\":true}\n", (long long)id);
+	if (x->log_ended)
+		buf_adds(&a->pre, x->final);
+	a->next = x->readers;
+	x->readers = a;
+	x->nreaders++;
+	pthread_mutex_unlock(&x->log_lock);
+	return a;
+}
+
+ssize_t exec_attach_read(struct exec_attach *a, int peer_fd, char *buf, size_t max)
+{
+	struct exec *x = a->x;
+	ssize_t got = 0;
+
+	if (a->pre_off < a->pre.len) {
+		size_t n = a->pre.len - a->pre_off;
+		if (n > max)
+			n = max;
+		memcpy(buf, a->pre.data + a->pre_off, n);
+		a->pre_off += n;
+		return (ssize_t)n;
+	}
+	pthread_mutex_lock(&x->log_lock);
+	for (;;) {
+		uint64_t end = x->log_base + x->log.len;
+		if (a->off < x->log_base)
+			a->off = x->log_base;
+		if (a->off < end) {
+			size_t n = (size_t)(end - a->off);
+			if (n > max)
+				n = max;
+			memcpy(buf, x->log.data + (a->off - x->log_base), n);
+			a->off += n;
+			got = (ssize_t)n;
+			pthread_cond_broadcast(&x->cond);   /* the pump may wait for us */
+			break;
+		}
+		if (x->log_ended)
+			break;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&x->cond, &x->log_lock, &ts);
+		struct pollfd p = { .fd = peer_fd, .events = POLLRDHUP };
+		if (peer_fd >= 0 && poll(&p, 1, 0) > 0 &&
+		    (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+			got = -1;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&x->log_lock);
+	return got;
+}
+
+void exec_detach(struct exec_attach *a)
+{
+	struct exec *x;
+
+	if (!a)
+		return;
+	x = a->x;
+	pthread_mutex_lock(&x->log_lock);
+	for (struct exec_attach **pp = &x->readers; *pp; pp = &(*pp)->next)
+		if (*pp == a) {
+			*pp = a->next;
+			break;
+		}
+	x->nreaders--;
+	if (x->first == a)
+		x->first = NULL;
+	buf_free(&a->pre);
+	free(a);
+	log_trim(x);
+	pthread_cond_broadcast(&x->cond);
+	pthread_mutex_unlock(&x->log_lock);
 }
 
 /* ---- stdin, signals, the list ------------------------------------------ */
@@ -901,7 +1213,8 @@ static struct exec *find_locked(struct execs *xs, const char *owner, const char 
 
 	pthread_mutex_lock(&xs->lock);
 	for (x = xs->list; x; x = x->next)
-		if (x->id == id && !strcmp(x->owner, owner) && !strcmp(x->machine, name))
+		if (x->id == id && !x->over && !strcmp(x->owner, owner) &&
+		    !strcmp(x->machine, name))
 			break;
 	if (x)
 		pthread_mutex_lock(&x->lock);
@@ -994,7 +1307,7 @@ json_t *exec_list_json(struct execs *xs, const char *owner, const char *machine_
 	pthread_mutex_lock(&xs->lock);
 	for (x = xs->list; x; x = x->next) {
 		bool open;
-		if (strcmp(x->owner, owner) || strcmp(x->machine_id, machine_id))
+		if (x->over || strcmp(x->owner, owner) || strcmp(x->machine_id, machine_id))
 			continue;
 		pthread_mutex_lock(&x->lock);
 		open = x->in_w >= 0;
@@ -1008,6 +1321,8 @@ json_t *exec_list_json(struct execs *xs, const char *owner, const char *machine_
 		json_object_set_new(j, "stdin_open", json_boolean(open));
 		if (x->cols)
 			json_object_set_new(j, "pty", json_true());
+		if (x->detached)
+			json_object_set_new(j, "detached", json_true());
 		json_array_append_new(l, j);
 	}
 	pthread_mutex_unlock(&xs->lock);

@@ -6,7 +6,19 @@
  * command is kept in memory (an id per hostd run): more stdin can be sent
  * to it, a signal, and it is listed.  It ends when it exits, when the
  * client reading its output goes (it is killed), at its timeout (killed),
- * when its machine is deleted, or when hostd stops. */
+ * when its machine is deleted, or when hostd stops.
+ *
+ * A command started with "detach": true outlives its client instead: a
+ * thread of hostd's (the pump) reads its stream and hands it to whoever is
+ * attached (the POST's own stream first, then any GET .../exec/ID/output:
+ * live output from then on, no replay).  The pump keeps at most 256 KiB
+ * that an attached reader has not read (beyond, the command waits for the
+ * slowest; with no reader attached its output is dropped).  The rule that
+ * bounds it: a detached command without a "timeout" gets a day's (it is
+ * killed then); it counts against max_execs while it runs; it ends with its
+ * machine or hostd as any.  Once it ended it is listed no more, but stays
+ * attachable for 60 s (a late reader gets its last line), then is freed as
+ * soon as no reader is left. */
 #ifndef BERTH_EXEC_H
 #define BERTH_EXEC_H
 
@@ -74,6 +86,28 @@ ssize_t exec_read(struct exec *x, int peer_fd, char *buf, size_t max);
 /* The stream's reader is done with X: a command still running is killed,
  * its thread joined, X freed. */
 void exec_release(struct exec *x);
+
+/* A reader of a detached command's stream. */
+struct exec_attach;
+/* Whether X was started with "detach": its stream is read through
+ * exec_first_reader, and exec_release is not for it. */
+bool exec_is_detached(const struct exec *x);
+/* The reader exec_start made for the POST's own stream of detached X
+ * (from its start: {"id": N} first).  The caller owns it (exec_detach);
+ * X itself is the pump's from then on. */
+struct exec_attach *exec_first_reader(struct exec *x);
+/* A new reader of OWNER's detached command ID in machine NAME, from now
+ * on: its stream gives {"id": N, "attached": true}, then the command's
+ * lines as they come (keepalives included), then its last line; for one
+ * that ended within the last minute, {"id"} and its last line.  NULL with
+ * E (404 none, or not detached; 429 too many readers). */
+struct exec_attach *exec_attach(struct execs *xs, const char *owner, const char *name,
+				int64_t id, struct err *e);
+/* The next bytes of A's stream into BUF, as exec_read: > 0, 0 at the end,
+ * -1 when PEER_FD (-1: none) went. */
+ssize_t exec_attach_read(struct exec_attach *a, int peer_fd, char *buf, size_t max);
+/* A's reader is done (NULL is fine): the command runs on. */
+void exec_detach(struct exec_attach *a);
 
 /* Append LEN bytes of DATA to the stdin of command ID in OWNER's machine
  * NAME, waiting up to a few seconds for room; then close it when EOF.

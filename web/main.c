@@ -58,6 +58,7 @@
 #include "common/util.h"
 #include "web/broker.h"
 #include "web/conns.h"
+#include "web/envd.h"
 #include "web/e2b.h"
 #include "web/mcp.h"
 #include "web/reply.h"
@@ -99,7 +100,8 @@ static struct web W = { .max_conns = 1024, .max_per_addr = 64, .head_s = 10, .id
 /* One request, from its first line (uri_seen) to its end (completed). */
 struct req {
 	char *target;                   /* the request target as received */
-	enum { REQ_NEW, REQ_API, REQ_PAGE, REQ_PREVIEW, REQ_MCP, REQ_E2B } kind;
+	enum { REQ_NEW, REQ_API, REQ_PAGE, REQ_PREVIEW, REQ_MCP, REQ_E2B, REQ_ENVD } kind;
+	struct envd_req *ev;            /* E2B's envd (web/envd.h) */
 	struct proxy_req *px;
 	struct e2b_req *e2b;
 	struct preview_req *pv;
@@ -219,7 +221,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		return MHD_NO;
 	if (r->kind == REQ_NEW) {
 		conns_head(c);
-		r->kind = e2b_host(c) ? REQ_E2B : preview_host(c) ? REQ_PREVIEW :
+		r->ev = envd_route(c);
+		r->kind = r->ev ? REQ_ENVD : e2b_host(c) ? REQ_E2B : preview_host(c) ? REQ_PREVIEW :
 			  !strcmp(url, "/v1") || !strncmp(url, "/v1/", 4) ? REQ_API :
 			  webmcp_route(url) ? REQ_MCP : REQ_PAGE;
 		/* A page's file is answered at the request's end: answered at
@@ -242,6 +245,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 			return MHD_YES;
 		}
 	}
+	if (r->kind == REQ_ENVD)
+		return envd_handle(r->ev, c, method, url, upload_data, upload_data_size);
 	if (r->kind == REQ_E2B)
 		return e2b_handle(c, W.web_sock, method, r->target, upload_data, upload_data_size,
 				  &r->e2b);
@@ -282,6 +287,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		return;
 	proxy_done(r->px);
 	preview_done(r->pv);
+	envd_done(r->ev);
 	e2b_done(r->e2b);
 	wsexec_req_free(r->ws);
 	webmcp_req_free(r->mcp);
@@ -439,6 +445,7 @@ int main(int argc, char **argv)
 	snprintf(W.web_sock, sizeof(W.web_sock), "%s/web.sock", W.state);
 	if (geteuid() == 0 && settings() < 0)
 		return 1;
+	envd_configure(W.preview_domain, W.web_sock);
 	if (!W.listen[0]) {
 		log_error(geteuid() == 0 ? "http_listen is empty in berth.conf: nothing to serve "
 			  "(set it, or pass --listen)" : "--listen is needed when berth-web is not "

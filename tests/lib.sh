@@ -207,9 +207,10 @@ free_port() {
 
 # gateway_up NAME: a user key $T/id (added with berth key add), berth-sshgw
 # for $STATE on 127.0.0.1:$GWPORT (a free port, its log $T/sshgw.log,
-# GW_PID its pid: the caller's EXIT trap ends it), and SSH, the OpenSSH
+# GW_PID its pid: cleanup ends it), and SSH, the OpenSSH
 # command line that reaches it with that key.  Fails when the key is
 # refused or the gateway does not say it listens within 10 s.
+GW_PID=
 gateway_up() {
 	ssh-keygen -q -t ed25519 -N '' -f "$T/id" -C "$1" || return 1
 	berth key add "$T/id.pub" >/dev/null || return 1
@@ -347,7 +348,7 @@ agent_up() {
 PIDS=()
 cleanup() {
 	local d p doms
-	for p in "${PIDS[@]}" $WEB_PID; do kill "$p" 2>/dev/null; done
+	for p in "${PIDS[@]}" $WEB_PID $GW_PID; do kill "$p" 2>/dev/null; done
 	for p in "${TEST_USERS[@]}"; do
 		pkill -KILL -u "$p" 2>/dev/null
 		userdel "$p" 2>/dev/null

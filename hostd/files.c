@@ -267,6 +267,20 @@ struct file_write *files_write_begin(struct hostd *h, const char *owner, const c
 	}
 	w->file = sftp_open(w->f.sftp, w->tmp, O_WRONLY | O_CREAT | O_EXCL, mode);
 	if (!w->file) {
+		/* Once more on a new session: right after a stat that found
+		 * nothing (a new file), the open failed now and then in full
+		 * runs, with the stat's stale "no such file" as its error (as
+		 * a directory's tar did: tar_run).  Cause not found. */
+		log_warn("machine %s: creating %s failed (SFTP status %d: %s): again on a new "
+			 "session", name, w->tmp, sftp_get_error(w->f.sftp), ssh_get_error(w->f.s));
+		fs_close(&w->f, false);
+		if (fs_open(h, owner, name, &w->f, e) < 0) {
+			free(w);
+			return NULL;
+		}
+		w->file = sftp_open(w->f.sftp, w->tmp, O_WRONLY | O_CREAT | O_EXCL, mode);
+	}
+	if (!w->file) {
 		/* Name the file asked for, not the temporary one. */
 		sftp_fail(&w->f, path, "create", e);
 		goto fail;

@@ -205,6 +205,36 @@ free_port() {
 	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# free_ports N: the first of N consecutive ports that TCP and UDP, IPv4
+# and IPv6, on every address, are all free on now (a canary on P+1 bound
+# by something else would make every check of it vacuous).
+free_ports() {
+	python3 -c 'import socket, sys
+n = int(sys.argv[1])
+for _ in range(200):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
+    if p + n > 65535:
+        continue
+    try:
+        held = []
+        for q in range(p, p + n):
+            for fam, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+                for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+                    x = socket.socket(fam, kind)
+                    if fam == socket.AF_INET6:
+                        x.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                    held.append(x)
+                    x.bind((addr, q))
+    except OSError:
+        continue
+    finally:
+        for x in held:
+            x.close()
+    print(p)
+    sys.exit(0)
+sys.exit("free_ports: no " + str(n) + " free ports in a row")' "$1"
+}
+
 # gateway_up NAME: a user key $T/id (added with berth key add), berth-sshgw
 # for $STATE on 127.0.0.1:$GWPORT (a free port, its log $T/sshgw.log,
 # GW_PID its pid: cleanup ends it), and SSH, the OpenSSH

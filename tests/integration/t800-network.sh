@@ -78,7 +78,7 @@ for a in $CLOSED; do
 done
 
 # ---- canaries on the host: every connection is logged ----
-CP=$(free_port)
+CP=$(free_ports 5)
 python3 "$ROOT/tests/canary.py" "$T/canary.log" "tcp:127.0.0.1:$CP" "tcp:[::1]:$((CP + 1))" \
 	"tcp:0.0.0.0:$((CP + 2))" "udp:0.0.0.0:$((CP + 3))" >"$T/canary.out" 2>&1 &
 PIDS+=($!)

@@ -34,7 +34,7 @@ ip -6 addr add $V6_HERE/64 dev "$INET_VH" nodad &&
 ip netns exec "$INET_NS" python3 "$ROOT/tests/canary.py" "$T/inet.log" \
 	tcp:0.0.0.0:8080 "tcp:[::]:8080" "udp:$HOST:5300" >"$T/inet.out" 2>&1 &
 PIDS+=($!)
-CP=$(free_port)
+CP=$(free_ports 5)
 python3 "$ROOT/tests/canary.py" "$T/canary.log" "tcp:127.0.0.1:$CP" "tcp:0.0.0.0:$((CP + 1))" \
 	"udp:0.0.0.0:$((CP + 2))" "tcp:[::1]:$((CP + 3))" "tcp:[::]:$((CP + 4))" >"$T/canary.out" 2>&1 &
 PIDS+=($!)

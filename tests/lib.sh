@@ -200,6 +200,26 @@ kill_hostd() {
 	HOSTD_PID=
 }
 
+# tls_ca DOMAIN: a CA of the test's own ($T/tls/ca.pem) and a certificate
+# for DOMAIN and *.DOMAIN it signed ($T/tls/cert.pem, key.pem), for one
+# day.  Fails (openssl's last lines as diagnostics) when openssl does.
+tls_ca() {
+	mkdir -p "$T/tls"
+	(
+		cd "$T/tls" &&
+		openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+			-subj "/CN=$(basename "$0" .sh) test CA" -addext basicConstraints=critical,CA:TRUE \
+			-addext keyUsage=critical,keyCertSign -keyout ca.key -out ca.pem &&
+		openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$1" \
+			-keyout key.pem -out req.csr &&
+		printf 'subjectAltName=DNS:%s,DNS:*.%s\nextendedKeyUsage=serverAuth\n' "$1" "$1" \
+			>ext.cnf &&
+		openssl x509 -req -in req.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \
+			-extfile ext.cnf -out cert.pem
+	) >"$T/openssl.log" 2>&1 || { diag "$(tail -5 "$T/openssl.log")"; return 1; }
+	chmod 600 "$T/tls/key.pem" "$T/tls/ca.key"
+}
+
 # free_port: a TCP port on 127.0.0.1 that nothing listens on now.
 free_port() {
 	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

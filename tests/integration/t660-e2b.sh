@@ -29,20 +29,7 @@ ub() { as_user "$UB" "$BIN/berth" --state "$STATE" "$@"; }
 
 # ---- a CA of the test's own, a certificate for DOMAIN and *.DOMAIN -----------
 DOMAIN=berth.test
-mkdir -p "$T/tls"
-(
-	cd "$T/tls" &&
-	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
-		-subj "/CN=t660 test CA" -addext basicConstraints=critical,CA:TRUE \
-		-addext keyUsage=critical,keyCertSign -keyout ca.key -out ca.pem &&
-	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$DOMAIN" \
-		-keyout key.pem -out req.csr &&
-	printf 'subjectAltName=DNS:%s,DNS:*.%s\nextendedKeyUsage=serverAuth\n' "$DOMAIN" \
-		"$DOMAIN" >ext.cnf &&
-	openssl x509 -req -in req.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \
-		-extfile ext.cnf -out cert.pem
-) >"$T/openssl.log" 2>&1 || { not_ok "the test's CA and certificate"; diag "$(tail -5 "$T/openssl.log")"; finish; }
-chmod 600 "$T/tls/key.pem" "$T/tls/ca.key"
+tls_ca "$DOMAIN" || { not_ok "the test's CA and certificate"; finish; }
 
 PORT=$(free_port)
 mkdir -p "$STATE"
